@@ -1,0 +1,183 @@
+//! Framings: how JSON-RPC messages are cut out of a byte stream and put back in.
+//!
+//! Each framing turns a transport into a [`Transport`]: a stream of inbound
+//! [`Frame`]s and a sink of [`Outbound`] items. The peer only ever sees those two
+//! types, so it does not know (or care) whether it is talking NDJSON over TCP,
+//! Content-Length over a child's pipes, or WebSocket text frames.
+
+pub mod content_length;
+pub mod ndjson;
+mod sniff;
+pub mod websocket;
+
+use std::io;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use futures_util::{Sink, Stream, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
+use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite};
+
+pub use content_length::ContentLengthCodec;
+pub use ndjson::NdjsonCodec;
+pub use sniff::Sniffed;
+
+use crate::message::Kind;
+
+/// Default cap on one NDJSON line or one Content-Length body.
+pub const DEFAULT_MAX_MESSAGE: usize = 16 * 1024 * 1024;
+
+/// One unit read from a transport.
+#[derive(Debug, PartialEq)]
+pub enum Frame {
+    /// One JSON text (a message or a batch), not yet parsed.
+    Message(Bytes),
+    /// A message over the size limit was skipped without being buffered. Framings
+    /// that could look at its first bytes say what it seemed to be; `None` means
+    /// nothing is known and it is answered with `id: null`.
+    TooLarge(Option<Sniffed>),
+    /// A sign of life without content (a WebSocket pong).
+    Alive,
+    /// Something the framing cannot carry on from: the peer closes the connection,
+    /// with this WebSocket close code where that means something.
+    Unsupported {
+        close_code: u16,
+        reason: &'static str,
+    },
+}
+
+/// One unit written to a transport.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outbound {
+    /// One serialised JSON text, without framing.
+    Message { kind: Kind, json: Bytes },
+    /// A liveness probe; only WebSocket sends anything for it.
+    Ping,
+    /// The last item: close the transport (with a WebSocket close code and reason).
+    Close { code: u16, reason: String },
+}
+
+impl Outbound {
+    pub fn message(kind: Kind, json: impl Into<Bytes>) -> Self {
+        Outbound::Message {
+            kind,
+            json: json.into(),
+        }
+    }
+}
+
+pub type FrameStream = Pin<Box<dyn Stream<Item = io::Result<Frame>> + Send>>;
+pub type FrameSink = Pin<Box<dyn Sink<Outbound, Error = io::Error> + Send>>;
+
+/// Both directions of one connection, framing applied.
+pub struct Transport {
+    pub reader: FrameStream,
+    pub writer: FrameSink,
+    /// Whether the peer should send pings (WebSocket) to detect a dead other side.
+    pub wants_keepalive: bool,
+}
+
+impl Transport {
+    /// Frames a reader and a writer with a tokio codec (NDJSON or Content-Length).
+    pub fn framed<R, W, C>(reader: R, writer: W, codec: C) -> Self
+    where
+        R: AsyncRead + Send + 'static,
+        W: AsyncWrite + Send + 'static,
+        C: Decoder<Item = Frame, Error = io::Error>
+            + Encoder<Outbound, Error = io::Error>
+            + Clone
+            + Send
+            + 'static,
+    {
+        Transport {
+            reader: Box::pin(FramedRead::new(reader, codec.clone())),
+            writer: Box::pin(FramedWrite::new(writer, codec)),
+            wants_keepalive: false,
+        }
+    }
+
+    /// NDJSON over the two halves of a byte stream (use `into_split` on TCP and
+    /// Unix streams: it needs no lock between the halves).
+    pub fn ndjson<R, W>(reader: R, writer: W, max_line: usize) -> Self
+    where
+        R: AsyncRead + Send + 'static,
+        W: AsyncWrite + Send + 'static,
+    {
+        Self::framed(reader, writer, NdjsonCodec::new(max_line))
+    }
+
+    /// Content-Length over a pair of pipes (a child's stdout and stdin, or our own stdio).
+    pub fn content_length<R, W>(reader: R, writer: W, max_body: usize) -> Self
+    where
+        R: AsyncRead + Send + 'static,
+        W: AsyncWrite + Send + 'static,
+    {
+        Self::framed(reader, writer, ContentLengthCodec::new(max_body))
+    }
+
+    /// A transport fed by channels, for framings that are not one byte stream
+    /// (SSE downstream + HTTP POST upstream) and for tests.
+    pub fn channels(inbound: mpsc::Receiver<Frame>, outbound: mpsc::Sender<Outbound>) -> Self {
+        let reader = tokio_stream_from(inbound).map(Ok);
+        let writer = futures_util::sink::unfold(outbound, |tx, item: Outbound| async move {
+            tx.send(item)
+                .await
+                .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))?;
+            Ok::<_, io::Error>(tx)
+        });
+        Transport {
+            reader: Box::pin(reader),
+            writer: Box::pin(writer),
+            wants_keepalive: false,
+        }
+    }
+}
+
+fn tokio_stream_from<T: Send + 'static>(rx: mpsc::Receiver<T>) -> impl Stream<Item = T> + Send {
+    futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    /// Feeds `input` to a decoder in the given chunk sizes and collects every frame,
+    /// finishing with `decode_eof` like `FramedRead` does.
+    pub fn decode_in_chunks<D>(mut decoder: D, input: &[u8], chunks: &[usize]) -> Vec<Frame>
+    where
+        D: Decoder<Item = Frame, Error = io::Error>,
+    {
+        let mut buf = bytes::BytesMut::new();
+        let mut frames = Vec::new();
+        let mut rest = input;
+        let mut sizes = chunks.iter().copied().cycle();
+        while !rest.is_empty() {
+            let n = sizes.next().unwrap_or(rest.len()).clamp(1, rest.len());
+            buf.extend_from_slice(&rest[..n]);
+            rest = &rest[n..];
+            while let Some(frame) = decoder.decode(&mut buf).unwrap() {
+                frames.push(frame);
+            }
+        }
+        while let Some(frame) = decoder.decode_eof(&mut buf).unwrap() {
+            frames.push(frame);
+        }
+        frames
+    }
+
+    /// A small deterministic generator for split points (no dependency needed).
+    pub fn random_chunks(seed: u64, count: usize, max: usize) -> Vec<usize> {
+        let mut x = seed | 1;
+        (0..count)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % max as u64) as usize + 1
+            })
+            .collect()
+    }
+}

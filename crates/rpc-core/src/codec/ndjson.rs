@@ -1,0 +1,210 @@
+//! Newline-delimited JSON: one message (or batch) per line.
+//!
+//! `\r\n` endings are accepted and blank lines ignored. A line longer than the
+//! limit is reported once as [`Frame::TooLarge`] and the rest of it is thrown
+//! away as it arrives, so an 11 MiB line costs at most `max_line` bytes of memory
+//! and the connection goes on with the next line.
+
+use std::io;
+
+use bytes::{BufMut, BytesMut};
+use tokio_util::codec::{Decoder, Encoder};
+
+use super::{Frame, Outbound};
+
+#[derive(Clone, Debug)]
+pub struct NdjsonCodec {
+    max_line: usize,
+    /// Bytes of the buffer already searched for `\n`, so a long line arriving in
+    /// small reads is scanned once, not once per read.
+    searched: usize,
+    /// Inside an oversized line: drop everything up to the next `\n`.
+    discarding: bool,
+}
+
+impl NdjsonCodec {
+    pub fn new(max_line: usize) -> Self {
+        NdjsonCodec {
+            max_line,
+            searched: 0,
+            discarding: false,
+        }
+    }
+}
+
+impl Decoder for NdjsonCodec {
+    type Item = Frame;
+    type Error = io::Error;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> io::Result<Option<Frame>> {
+        loop {
+            let newline = memchr::memchr(b'\n', &buf[self.searched..]).map(|i| self.searched + i);
+            if self.discarding {
+                match newline {
+                    Some(end) => {
+                        let _ = buf.split_to(end + 1);
+                        self.discarding = false;
+                        self.searched = 0;
+                        continue;
+                    }
+                    None => {
+                        buf.clear();
+                        return Ok(None);
+                    }
+                }
+            }
+            let Some(end) = newline else {
+                if buf.len() > self.max_line {
+                    buf.clear();
+                    self.searched = 0;
+                    self.discarding = true;
+                    return Ok(Some(Frame::TooLarge(None)));
+                }
+                self.searched = buf.len();
+                return Ok(None);
+            };
+            let mut line = buf.split_to(end + 1);
+            self.searched = 0;
+            line.truncate(end);
+            if line.last() == Some(&b'\r') {
+                line.truncate(end - 1);
+            }
+            if line.len() > self.max_line {
+                return Ok(Some(Frame::TooLarge(None)));
+            }
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            return Ok(Some(Frame::Message(line.freeze())));
+        }
+    }
+
+    /// A last line without its `\n` (`printf '{...}' | nc`) is still a message.
+    fn decode_eof(&mut self, buf: &mut BytesMut) -> io::Result<Option<Frame>> {
+        if let Some(frame) = self.decode(buf)? {
+            return Ok(Some(frame));
+        }
+        if self.discarding || buf.iter().all(u8::is_ascii_whitespace) {
+            buf.clear();
+            return Ok(None);
+        }
+        let mut line = buf.split();
+        self.searched = 0;
+        if line.last() == Some(&b'\r') {
+            line.truncate(line.len() - 1);
+        }
+        Ok(Some(Frame::Message(line.freeze())))
+    }
+}
+
+impl Encoder<Outbound> for NdjsonCodec {
+    type Error = io::Error;
+
+    fn encode(&mut self, item: Outbound, dst: &mut BytesMut) -> io::Result<()> {
+        if let Outbound::Message { json, .. } = item {
+            dst.reserve(json.len() + 1);
+            let start = dst.len();
+            dst.put_slice(&json);
+            // Raw values passed through from other framings may be pretty-printed.
+            // In valid JSON a raw line break can only be whitespace, so turning it
+            // into a space keeps the message intact and the framing sound.
+            if memchr::memchr2(b'\n', b'\r', &json).is_some() {
+                for b in &mut dst[start..] {
+                    if *b == b'\n' || *b == b'\r' {
+                        *b = b' ';
+                    }
+                }
+            }
+            dst.put_u8(b'\n');
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::test_support::{decode_in_chunks, random_chunks};
+    use crate::message::Kind;
+
+    fn messages(frames: &[Frame]) -> Vec<String> {
+        frames
+            .iter()
+            .map(|f| match f {
+                Frame::Message(b) => String::from_utf8_lossy(b).into_owned(),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    const INPUT: &[u8] = b"{\"a\":1}\n\n  \r\n{\"b\":\"\xc3\xa9\"}\r\n[{\"c\":3}]\n{\"tail\":true}";
+
+    #[test]
+    fn same_messages_byte_by_byte_in_one_chunk_and_random_splits() {
+        let expected = vec![
+            r#"{"a":1}"#,
+            r#"{"b":"é"}"#,
+            r#"[{"c":3}]"#,
+            r#"{"tail":true}"#,
+        ];
+        assert_eq!(
+            messages(&decode_in_chunks(NdjsonCodec::new(1024), INPUT, &[1])),
+            expected
+        );
+        assert_eq!(
+            messages(&decode_in_chunks(
+                NdjsonCodec::new(1024),
+                INPUT,
+                &[INPUT.len()]
+            )),
+            expected
+        );
+        for seed in 1..50 {
+            let chunks = random_chunks(seed, 64, 9);
+            assert_eq!(
+                messages(&decode_in_chunks(NdjsonCodec::new(1024), INPUT, &chunks)),
+                expected,
+                "seed {seed}"
+            );
+        }
+    }
+
+    #[test]
+    fn oversized_line_is_reported_once_and_skipped() {
+        let mut input = b"{\"first\":1}\n".to_vec();
+        input.extend(std::iter::repeat_n(b'x', 5000));
+        input.extend_from_slice(b"\n{\"after\":2}\n");
+        for chunks in [&[1usize][..], &[input.len()], &random_chunks(7, 100, 300)] {
+            let frames = decode_in_chunks(NdjsonCodec::new(100), &input, chunks);
+            assert_eq!(
+                messages(&frames),
+                vec![r#"{"first":1}"#, "TooLarge(None)", r#"{"after":2}"#]
+            );
+        }
+    }
+
+    #[test]
+    fn oversized_line_is_not_buffered() {
+        let mut codec = NdjsonCodec::new(100);
+        let mut buf = BytesMut::new();
+        for _ in 0..1000 {
+            buf.extend_from_slice(&[b'y'; 1000]);
+            let _ = codec.decode(&mut buf).unwrap();
+            assert!(buf.len() <= 1000, "buffer grew to {}", buf.len());
+        }
+    }
+
+    #[test]
+    fn encoder_appends_newline_and_flattens_raw_line_breaks() {
+        let mut codec = NdjsonCodec::new(100);
+        let mut dst = BytesMut::new();
+        codec
+            .encode(
+                Outbound::message(Kind::Response, &b"{\n  \"a\": 1\r\n}"[..]),
+                &mut dst,
+            )
+            .unwrap();
+        codec.encode(Outbound::Ping, &mut dst).unwrap();
+        assert_eq!(&dst[..], b"{   \"a\": 1  }\n");
+    }
+}

@@ -1,0 +1,315 @@
+//! Bounded event fan-out: one publisher, many subscribers, none able to slow it.
+//!
+//! Each subscriber has its own bounded queue. Publishing takes each queue's lock
+//! for a push and never awaits, so a subscriber that stopped reading costs the
+//! publisher nothing more than one that keeps up. When a queue is full its oldest
+//! event is dropped and counted; the subscriber is told how many it missed
+//! ([`Event::Missed`]) before the events that came after the gap, so it knows to
+//! resynchronise (for example with a status call).
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use crate::message::Kind;
+use crate::peer::PeerHandle;
+
+/// Default queue length per subscriber.
+pub const DEFAULT_QUEUE: usize = 1024;
+
+/// Which topics a subscriber wants.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Topics {
+    All,
+    Only(HashSet<String>),
+}
+
+impl Topics {
+    pub fn none() -> Self {
+        Topics::Only(HashSet::new())
+    }
+
+    pub fn contains(&self, topic: &str) -> bool {
+        match self {
+            Topics::All => true,
+            Topics::Only(set) => set.contains(topic),
+        }
+    }
+}
+
+/// What a subscriber receives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event<T> {
+    Item(T),
+    /// This many events were dropped because the queue was full.
+    Missed(u64),
+}
+
+/// The publishing side. Cloning shares the same subscribers.
+pub struct Fanout<T> {
+    inner: Arc<Mutex<Registry<T>>>,
+    capacity: usize,
+}
+
+impl<T> Clone for Fanout<T> {
+    fn clone(&self) -> Self {
+        Fanout {
+            inner: self.inner.clone(),
+            capacity: self.capacity,
+        }
+    }
+}
+
+struct Registry<T> {
+    next_id: u64,
+    queues: Vec<(u64, Arc<Queue<T>>)>,
+}
+
+impl<T> Drop for Registry<T> {
+    /// The publisher is gone: wake every subscriber so it sees the end.
+    fn drop(&mut self) {
+        for (_, queue) in &self.queues {
+            queue.state.lock().unwrap().closed = true;
+            queue.ready.notify_one();
+        }
+    }
+}
+
+struct Queue<T> {
+    state: Mutex<QueueState<T>>,
+    ready: Notify,
+}
+
+struct QueueState<T> {
+    items: VecDeque<T>,
+    missed: u64,
+    topics: Topics,
+    closed: bool,
+}
+
+impl<T: Clone> Fanout<T> {
+    pub fn new(capacity: usize) -> Self {
+        Fanout {
+            inner: Arc::new(Mutex::new(Registry {
+                next_id: 0,
+                queues: Vec::new(),
+            })),
+            capacity: capacity.max(1),
+        }
+    }
+
+    pub fn subscribe(&self, topics: Topics) -> Subscription<T> {
+        let queue = Arc::new(Queue {
+            state: Mutex::new(QueueState {
+                items: VecDeque::new(),
+                missed: 0,
+                topics,
+                closed: false,
+            }),
+            ready: Notify::new(),
+        });
+        let mut registry = self.inner.lock().unwrap();
+        let id = registry.next_id;
+        registry.next_id += 1;
+        registry.queues.push((id, queue.clone()));
+        Subscription {
+            id,
+            queue,
+            registry: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// Delivers `item` to every subscriber of `topic`; returns how many got it.
+    /// Never waits.
+    pub fn publish(&self, topic: &str, item: &T) -> usize {
+        let registry = self.inner.lock().unwrap();
+        let mut delivered = 0;
+        for (_, queue) in &registry.queues {
+            let mut state = queue.state.lock().unwrap();
+            if !state.topics.contains(topic) {
+                continue;
+            }
+            if state.items.len() >= self.capacity {
+                state.items.pop_front();
+                state.missed += 1;
+            }
+            state.items.push_back(item.clone());
+            drop(state);
+            queue.ready.notify_one();
+            delivered += 1;
+        }
+        delivered
+    }
+
+    pub fn subscriber_count(&self) -> usize {
+        self.inner.lock().unwrap().queues.len()
+    }
+}
+
+/// The receiving side of one subscriber; dropping it unsubscribes.
+pub struct Subscription<T> {
+    id: u64,
+    queue: Arc<Queue<T>>,
+    registry: Weak<Mutex<Registry<T>>>,
+}
+
+impl<T> Subscription<T> {
+    /// The next event; `None` once the publisher is gone and the queue is empty.
+    pub async fn recv(&mut self) -> Option<Event<T>> {
+        loop {
+            {
+                let mut state = self.queue.state.lock().unwrap();
+                if state.missed > 0 {
+                    return Some(Event::Missed(std::mem::take(&mut state.missed)));
+                }
+                if let Some(item) = state.items.pop_front() {
+                    return Some(Event::Item(item));
+                }
+                if state.closed {
+                    return None;
+                }
+            }
+            // `notify_one` stores a permit when nobody waits, so a publish between
+            // the check above and this await is not lost.
+            self.queue.ready.notified().await;
+        }
+    }
+
+    pub fn set_topics(&self, topics: Topics) {
+        self.queue.state.lock().unwrap().topics = topics;
+    }
+
+    /// Changes the topic set in place (for subscribe/unsubscribe calls).
+    pub fn update_topics(&self, change: impl FnOnce(&mut Topics)) {
+        change(&mut self.queue.state.lock().unwrap().topics);
+    }
+
+    pub fn topics(&self) -> Topics {
+        self.queue.state.lock().unwrap().topics.clone()
+    }
+
+    /// Events waiting in the queue.
+    pub fn len(&self) -> usize {
+        self.queue.state.lock().unwrap().items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<T> Drop for Subscription<T> {
+    fn drop(&mut self) {
+        if let Some(registry) = self.registry.upgrade() {
+            registry
+                .lock()
+                .unwrap()
+                .queues
+                .retain(|(id, _)| *id != self.id);
+        }
+    }
+}
+
+/// Forwards a subscription of pre-serialised notifications to a connection
+/// until either ends. `missed` builds the notification that reports a gap.
+pub async fn pump(
+    mut subscription: Subscription<Bytes>,
+    peer: PeerHandle,
+    missed: impl Fn(u64) -> Vec<u8>,
+) {
+    loop {
+        let event = tokio::select! {
+            event = subscription.recv() => event,
+            _ = peer.closed() => return,
+        };
+        let json = match event {
+            Some(Event::Item(json)) => json,
+            Some(Event::Missed(count)) => Bytes::from(missed(count)),
+            None => return,
+        };
+        if peer.send_raw(Kind::Notification, json).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn every_subscriber_of_a_topic_gets_each_event_in_order() {
+        let fanout = Fanout::new(16);
+        let mut a = fanout.subscribe(Topics::All);
+        let mut b = fanout.subscribe(Topics::Only(["output".to_owned()].into()));
+        fanout.publish("output", &1);
+        fanout.publish("state", &2);
+        fanout.publish("output", &3);
+        assert_eq!(a.recv().await, Some(Event::Item(1)));
+        assert_eq!(a.recv().await, Some(Event::Item(2)));
+        assert_eq!(a.recv().await, Some(Event::Item(3)));
+        assert_eq!(b.recv().await, Some(Event::Item(1)));
+        assert_eq!(b.recv().await, Some(Event::Item(3)));
+    }
+
+    #[tokio::test]
+    async fn stalled_subscriber_drops_oldest_and_learns_how_many_while_others_get_all() {
+        let fanout = Fanout::new(4);
+        let mut stalled = fanout.subscribe(Topics::All);
+        let mut live = fanout.subscribe(Topics::All);
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            while got.len() < 100 {
+                match live.recv().await {
+                    Some(Event::Item(n)) => got.push(n),
+                    other => panic!("live subscriber saw {other:?}"),
+                }
+            }
+            got
+        });
+        for n in 0..100 {
+            assert!(fanout.publish("x", &n) >= 1);
+            if n % 3 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        // The live one missed nothing even though the other never read.
+        let got = tokio::time::timeout(Duration::from_secs(5), reader)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, (0..100).collect::<Vec<_>>());
+        // The stalled one hears about the gap first, then the newest events.
+        assert_eq!(stalled.recv().await, Some(Event::Missed(96)));
+        for n in 96..100 {
+            assert_eq!(stalled.recv().await, Some(Event::Item(n)));
+        }
+    }
+
+    #[tokio::test]
+    async fn dropping_a_subscription_unsubscribes_and_dropping_the_fanout_ends_streams() {
+        let fanout = Fanout::new(4);
+        let a = fanout.subscribe(Topics::All);
+        let mut b = fanout.subscribe(Topics::All);
+        assert_eq!(fanout.subscriber_count(), 2);
+        drop(a);
+        assert_eq!(fanout.subscriber_count(), 1);
+        fanout.publish("x", &7);
+        drop(fanout);
+        assert_eq!(b.recv().await, Some(Event::Item(7)));
+        assert_eq!(b.recv().await, None);
+    }
+
+    #[tokio::test]
+    async fn topics_can_change_after_subscribing() {
+        let fanout = Fanout::new(4);
+        let mut sub = fanout.subscribe(Topics::none());
+        assert_eq!(fanout.publish("a", &1), 0);
+        sub.update_topics(|t| *t = Topics::Only(["a".to_owned()].into()));
+        fanout.publish("a", &2);
+        assert_eq!(sub.recv().await, Some(Event::Item(2)));
+    }
+}

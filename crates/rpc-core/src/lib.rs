@@ -1,0 +1,31 @@
+//! A strict, bidirectional JSON-RPC 2.0 engine shared by the daemons of this
+//! workspace.
+//!
+//! What it owns, one module each: the message types and their strict parsing
+//! ([`message`]), the three framings ([`codec`]), the peer that correlates
+//! requests in both directions ([`peer`]), method routing ([`router`]), bounded
+//! event fan-out ([`fanout`]), listeners ([`listen`], [`systemd`]) and graceful
+//! shutdown ([`shutdown`]).
+//!
+//! What it is not: it knows no daemon's methods, error codes or session model.
+//! Anything two daemons would otherwise both write belongs here; anything only
+//! one daemon needs stays in that daemon.
+
+pub mod cli;
+pub mod client;
+pub mod codec;
+pub mod fanout;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod listen;
+pub mod message;
+pub mod peer;
+pub mod router;
+pub mod shutdown;
+pub mod systemd;
+
+pub use codec::{Frame, Outbound, Transport};
+pub use message::{Id, RpcError};
+pub use peer::{CallError, Connection, PeerConfig, PeerHandle};
+pub use router::{Ctx, NoParams, Router};
+pub use shutdown::Shutdown;

@@ -1,0 +1,324 @@
+//! Listeners: binding TCP and Unix sockets safely, and the accept loop.
+//!
+//! The accept loop bounds connections with a semaphore. Past the limit a new
+//! connection is accepted and closed at once with a log line: left in the
+//! backlog it would hang its client until a timeout, with no hint why.
+
+use std::fs;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixListener, UnixStream};
+use tokio::sync::Semaphore;
+
+use crate::codec::Transport;
+use crate::shutdown::Shutdown;
+
+/// Binds a TCP listener with `SO_REUSEADDR`, so a restarted daemon does not
+/// wait out TIME_WAIT connections of its previous run.
+pub fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// Whether binding `host` would expose the daemon beyond this machine.
+pub fn is_loopback(host: &str) -> bool {
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
+    }
+}
+
+/// A Unix socket file we created; removed when dropped (on exit).
+#[derive(Debug)]
+pub struct SocketFile {
+    path: PathBuf,
+}
+
+impl SocketFile {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_file(&self.path)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %self.path.display(), error = %e, "could not remove socket file");
+        }
+    }
+}
+
+/// Why a Unix socket could not be bound.
+#[derive(Debug, thiserror::Error)]
+pub enum UnixBindError {
+    #[error("{0} is in use by a running process")]
+    InUse(PathBuf),
+    #[error("{0} exists and is not a socket; refusing to replace it")]
+    NotASocket(PathBuf),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+}
+
+/// Binds a Unix socket: parent directory created 0700 if missing, a stale socket
+/// (nothing listening) replaced, a live one never taken over, mode 0600 set
+/// before the first accept.
+pub fn bind_unix(path: &Path) -> Result<(UnixListener, SocketFile), UnixBindError> {
+    let io_err = |source| UnixBindError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.exists()
+    {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(io_err)?;
+    }
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            match std::os::unix::net::UnixStream::connect(path) {
+                Ok(_) => return Err(UnixBindError::InUse(path.to_owned())),
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                    tracing::info!(path = %path.display(), "removing stale socket file");
+                    fs::remove_file(path).map_err(io_err)?;
+                }
+                Err(e) => return Err(io_err(e)),
+            }
+        }
+        Ok(_) => return Err(UnixBindError::NotASocket(path.to_owned())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(e)),
+    }
+    let listener = UnixListener::bind(path).map_err(io_err)?;
+    let file = SocketFile {
+        path: path.to_owned(),
+    };
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_err)?;
+    Ok((listener, file))
+}
+
+/// Any listener the daemons use.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+/// An accepted connection.
+#[derive(Debug)]
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    /// Frames the stream as NDJSON, splitting it without a lock.
+    pub fn into_ndjson(self, max_line: usize) -> Transport {
+        match self {
+            Stream::Tcp(s) => {
+                let (r, w) = s.into_split();
+                Transport::ndjson(r, w, max_line)
+            }
+            Stream::Unix(s) => {
+                let (r, w) = s.into_split();
+                Transport::ndjson(r, w, max_line)
+            }
+        }
+    }
+}
+
+impl Listener {
+    pub fn local_addr(&self) -> String {
+        match self {
+            Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            Listener::Unix(l) => l
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Accepts one connection. On Unix sockets, a peer running as another user
+    /// is refused (defence in depth behind the 0600 mode) and `Ok(None)` returned.
+    async fn accept(&self) -> io::Result<Option<(Stream, String)>> {
+        match self {
+            Listener::Tcp(l) => {
+                let (stream, addr) = l.accept().await?;
+                let _ = stream.set_nodelay(true);
+                Ok(Some((Stream::Tcp(stream), addr.to_string())))
+            }
+            Listener::Unix(l) => {
+                let (stream, _) = l.accept().await?;
+                let cred = stream.peer_cred()?;
+                let me = nix::unistd::geteuid().as_raw();
+                if cred.uid() != me {
+                    tracing::warn!(uid = cred.uid(), pid = ?cred.pid(), "refused a connection from another user");
+                    return Ok(None);
+                }
+                let who = match cred.pid() {
+                    Some(pid) => format!("pid {pid}"),
+                    None => "local peer".to_owned(),
+                };
+                Ok(Some((Stream::Unix(stream), who)))
+            }
+        }
+    }
+}
+
+/// Accepts connections until shutdown begins, at most `max_connections` served
+/// at once, each handled by `handler` in a task shutdown waits for.
+pub async fn serve<F, Fut>(
+    listener: Listener,
+    name: &'static str,
+    max_connections: usize,
+    shutdown: &Shutdown,
+    handler: F,
+) where
+    F: Fn(Stream, String) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let draining = shutdown.draining();
+    tokio::pin!(draining);
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut draining => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(Some(conn)) => conn,
+            Ok(None) => continue,
+            Err(e) => {
+                // Out of file descriptors or memory: back off instead of spinning.
+                tracing::warn!(listener = name, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(listener = name, %peer, max_connections, "connection limit reached; closing new connection");
+            drop(stream);
+            continue;
+        };
+        tracing::info!(listener = name, %peer, "connection opened");
+        let conn = handler(stream, peer.clone());
+        shutdown.spawn(async move {
+            conn.await;
+            drop(permit);
+            tracing::info!(listener = name, %peer, "connection closed");
+        });
+    }
+    tracing::debug!(listener = name, "stopped accepting");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("rpc-core-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[tokio::test]
+    async fn unix_socket_has_0600_in_a_new_0700_directory_and_is_removed_on_drop() {
+        let dir = temp_dir("perm");
+        let path = dir.join("sub/daemon.sock");
+        let (listener, file) = bind_unix(&path).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(fs::metadata(dir.join("sub")).unwrap().mode() & 0o777, 0o700);
+        drop(listener);
+        drop(file);
+        assert!(!path.exists());
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn stale_socket_is_replaced_but_live_one_is_not_taken_over() {
+        let dir = temp_dir("stale");
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("d.sock");
+        // A socket file with nobody listening: what a SIGKILLed daemon leaves.
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let (_live, _file) = bind_unix(&path).unwrap();
+        assert!(matches!(bind_unix(&path), Err(UnixBindError::InUse(_))));
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_regular_file_is_never_replaced() {
+        let dir = temp_dir("regular");
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("not-a.sock");
+        fs::write(&path, "data").unwrap();
+        assert!(matches!(
+            bind_unix(&path),
+            Err(UnixBindError::NotASocket(_))
+        ));
+        assert_eq!(fs::read_to_string(&path).unwrap(), "data");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn connections_past_the_limit_are_closed_at_once() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = bind_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let s = shutdown.clone();
+        tokio::spawn(async move {
+            serve(
+                Listener::Tcp(listener),
+                "test",
+                1,
+                &s,
+                |stream, _| async move {
+                    let Stream::Tcp(mut stream) = stream else {
+                        unreachable!()
+                    };
+                    let _ = stream.write_all(b"hi").await;
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                },
+            )
+            .await
+        });
+        let mut first = TcpStream::connect(addr).await.unwrap();
+        let mut buf = [0u8; 2];
+        first.read_exact(&mut buf).await.unwrap();
+        let mut second = TcpStream::connect(addr).await.unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(2), second.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        assert_eq!(n, 0, "the second connection is closed, not served");
+        shutdown.begin();
+    }
+
+    #[test]
+    fn loopback_detection() {
+        assert!(is_loopback("127.0.0.1") && is_loopback("::1") && is_loopback("localhost"));
+        assert!(
+            !is_loopback("0.0.0.0") && !is_loopback("192.168.1.2") && !is_loopback("example.com")
+        );
+    }
+}

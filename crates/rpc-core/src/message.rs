@@ -1,0 +1,729 @@
+//! JSON-RPC 2.0 messages: ids, errors, strict parsing and serialisation.
+//!
+//! Incoming text is parsed into borrowed types (`&RawValue` for params and
+//! results) so the hot path never builds a `serde_json::Value`. Every rule of the
+//! specification is enforced here, once, so that framings and the peer only move
+//! bytes around. Choices the specification leaves open:
+//!
+//! - `"params": null` is accepted and means "no params".
+//! - Number ids are kept as the exact text received (`1.0`, `-0`, `1e400` and
+//!   numbers past 2^64 all come back byte for byte).
+//! - A response carrying both `result` and `error` is reported as
+//!   [`Outcome::Both`]; whether to accept it is the peer's policy.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use serde::de::{Deserializer, IgnoredAny};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// The only protocol version this crate speaks.
+pub const JSONRPC_VERSION: &str = "2.0";
+
+/// A request id exactly as the other side wrote it.
+#[derive(Clone, Debug)]
+pub enum Id {
+    /// `"id": null`. Legal, if discouraged; also what errors without a readable id carry.
+    Null,
+    /// A JSON number, kept as its original text so it is echoed byte for byte.
+    Number(Box<RawValue>),
+    /// A JSON string, decoded (escapes resolved).
+    String(Box<str>),
+}
+
+impl Id {
+    /// Reads an id from its raw JSON text. Objects, arrays and booleans are not ids.
+    pub fn from_raw(raw: &RawValue) -> Option<Id> {
+        let text = raw.get();
+        match text.as_bytes().first()? {
+            b'"' => decode_str(raw).map(|s| Id::String(s.into())),
+            b'-' | b'0'..=b'9' => Some(Id::Number(raw.to_owned())),
+            b'n' => Some(Id::Null),
+            _ => None,
+        }
+    }
+
+    /// The numeric value of an id written as a plain non-negative integer.
+    /// This is how ids we issued ourselves are recognised in responses.
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            Id::Number(raw) => raw.get().parse().ok(),
+            _ => None,
+        }
+    }
+
+    /// Appends the id as JSON.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        match self {
+            Id::Null => out.extend_from_slice(b"null"),
+            Id::Number(raw) => out.extend_from_slice(raw.get().as_bytes()),
+            Id::String(s) => write_json_str(out, s),
+        }
+    }
+}
+
+impl From<u64> for Id {
+    fn from(n: u64) -> Self {
+        Id::Number(RawValue::from_string(n.to_string()).expect("an integer is valid JSON"))
+    }
+}
+
+impl From<&str> for Id {
+    fn from(s: &str) -> Self {
+        Id::String(s.into())
+    }
+}
+
+impl PartialEq for Id {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Id::Null, Id::Null) => true,
+            (Id::Number(a), Id::Number(b)) => a.get() == b.get(),
+            (Id::String(a), Id::String(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Id {}
+
+impl Hash for Id {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match self {
+            Id::Null => state.write_u8(0),
+            Id::Number(raw) => {
+                state.write_u8(1);
+                raw.get().hash(state);
+            }
+            Id::String(s) => {
+                state.write_u8(2);
+                s.hash(state);
+            }
+        }
+    }
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Id::Null => f.write_str("null"),
+            Id::Number(raw) => f.write_str(raw.get()),
+            Id::String(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+impl Serialize for Id {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Id::Null => s.serialize_none(),
+            Id::Number(raw) => raw.serialize(s),
+            Id::String(v) => s.serialize_str(v),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(d)?;
+        Id::from_raw(&raw)
+            .ok_or_else(|| serde::de::Error::custom("an id must be a string, a number or null"))
+    }
+}
+
+/// A JSON-RPC error object, and the error type every handler returns.
+#[derive(Clone, Debug, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[error("{message} ({code})")]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL_ERROR: i64 = -32603;
+
+    /// An error with a daemon's own code (the -32099..-32000 range, or an
+    /// extension's range).
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    pub fn parse_error(detail: impl fmt::Display) -> Self {
+        Self::new(Self::PARSE_ERROR, format!("Parse error: {detail}"))
+    }
+
+    pub fn invalid_request(detail: impl fmt::Display) -> Self {
+        Self::new(Self::INVALID_REQUEST, format!("Invalid Request: {detail}"))
+    }
+
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(
+            Self::METHOD_NOT_FOUND,
+            format!("Method not found: {method}"),
+        )
+    }
+
+    pub fn invalid_params(detail: impl fmt::Display) -> Self {
+        Self::new(Self::INVALID_PARAMS, format!("Invalid params: {detail}"))
+    }
+
+    pub fn internal(detail: impl fmt::Display) -> Self {
+        Self::new(Self::INTERNAL_ERROR, format!("Internal error: {detail}"))
+    }
+}
+
+/// One parsed message, borrowing from the frame it came from.
+#[derive(Debug)]
+pub enum Message<'a> {
+    Request {
+        id: Id,
+        method: Cow<'a, str>,
+        params: Option<&'a RawValue>,
+    },
+    Notification {
+        method: Cow<'a, str>,
+        params: Option<&'a RawValue>,
+    },
+    Response {
+        id: Id,
+        outcome: Outcome<'a>,
+    },
+}
+
+/// What a response carried.
+#[derive(Debug)]
+pub enum Outcome<'a> {
+    Result(&'a RawValue),
+    Error(RpcError),
+    /// Both members present: invalid by the letter of the spec, but some clients
+    /// send it for tool errors. The peer decides what to do with it.
+    Both(&'a RawValue, RpcError),
+    /// An `error` member that is not a valid error object.
+    Malformed(String),
+}
+
+/// A message that cannot be processed, and the error to answer it with.
+#[derive(Debug)]
+pub struct Invalid {
+    /// The id to answer with; `Id::Null` when it could not be read.
+    pub id: Id,
+    pub error: RpcError,
+}
+
+/// A whole frame: one message or a batch.
+#[derive(Debug)]
+pub enum Parsed<'a> {
+    Single(Result<Message<'a>, Invalid>),
+    Batch(Vec<Result<Message<'a>, Invalid>>),
+    /// The frame as a whole is answered with this one error (bad JSON, `[]`, an
+    /// over-long batch, a top-level value that is not an object or array).
+    Rejected(RpcError),
+}
+
+/// Parses one frame. `max_batch` caps the length of a batch.
+pub fn parse(frame: &[u8], max_batch: usize) -> Parsed<'_> {
+    let Some(first) = frame.iter().find(|b| !b.is_ascii_whitespace()) else {
+        return Parsed::Rejected(RpcError::parse_error("empty message"));
+    };
+    match first {
+        b'[' => match serde_json::from_slice::<Vec<&RawValue>>(frame) {
+            Ok(items) if items.is_empty() => {
+                Parsed::Rejected(RpcError::invalid_request("empty batch"))
+            }
+            Ok(items) if items.len() > max_batch => {
+                Parsed::Rejected(RpcError::invalid_request(format!(
+                    "batch of {} messages exceeds the limit of {max_batch}",
+                    items.len()
+                )))
+            }
+            Ok(items) => Parsed::Batch(
+                items
+                    .into_iter()
+                    .map(|raw| parse_object(raw.get().as_bytes()))
+                    .collect(),
+            ),
+            Err(e) => Parsed::Rejected(classify(frame, e)),
+        },
+        b'{' => {
+            let single = parse_object(frame);
+            // A syntax error anywhere in the frame is -32700 as a whole, never -32600.
+            if let Err(Invalid { error, .. }) = &single
+                && error.code == RpcError::PARSE_ERROR
+            {
+                return Parsed::Rejected(single.unwrap_err().error);
+            }
+            Parsed::Single(single)
+        }
+        _ => match serde_json::from_slice::<IgnoredAny>(frame) {
+            Ok(_) => Parsed::Rejected(RpcError::invalid_request(
+                "a message must be an object or an array",
+            )),
+            Err(e) => Parsed::Rejected(RpcError::parse_error(e)),
+        },
+    }
+}
+
+/// The members we look at, borrowed. `present` keeps `"id": null` apart from an
+/// absent id (plain `Option` would fold both into `None`).
+#[derive(Deserialize)]
+struct RawMessage<'a> {
+    #[serde(default, borrow, deserialize_with = "present")]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    method: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    params: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+fn parse_object(text: &[u8]) -> Result<Message<'_>, Invalid> {
+    let raw: RawMessage<'_> = match serde_json::from_slice(text) {
+        Ok(raw) => raw,
+        Err(e) => {
+            return Err(Invalid {
+                id: Id::Null,
+                error: classify(text, e),
+            });
+        }
+    };
+    let invalid = |id: Option<Id>, detail: &str| Invalid {
+        id: id.unwrap_or(Id::Null),
+        error: RpcError::invalid_request(detail),
+    };
+
+    let id = match raw.id {
+        None => None,
+        Some(v) => match Id::from_raw(v) {
+            Some(id) => Some(id),
+            None => return Err(invalid(None, "id must be a string, a number or null")),
+        },
+    };
+    match raw.jsonrpc {
+        Some(v) if decode_str(v).as_deref() == Some(JSONRPC_VERSION) => {}
+        Some(_) => return Err(invalid(id, "jsonrpc must be exactly \"2.0\"")),
+        None => return Err(invalid(id, "missing jsonrpc member")),
+    }
+
+    if let Some(method) = raw.method {
+        let Some(method) = decode_str(method) else {
+            return Err(invalid(id, "method must be a string"));
+        };
+        let params = match raw.params {
+            None => None,
+            Some(p) => match p.get().as_bytes()[0] {
+                b'{' | b'[' => Some(p),
+                b'n' => None,
+                _ => return Err(invalid(id, "params must be an array or an object")),
+            },
+        };
+        return Ok(match id {
+            Some(id) => Message::Request { id, method, params },
+            None => Message::Notification { method, params },
+        });
+    }
+
+    if raw.result.is_some() || raw.error.is_some() {
+        let Some(id) = id else {
+            return Err(invalid(None, "a response must carry an id"));
+        };
+        let error = raw.error.map(|e| {
+            serde_json::from_str::<RpcError>(e.get())
+                .map_err(|err| format!("invalid error object: {err}"))
+        });
+        let outcome = match (raw.result, error) {
+            (_, Some(Err(problem))) => Outcome::Malformed(problem),
+            (Some(result), None) => Outcome::Result(result),
+            (None, Some(Ok(error))) => Outcome::Error(error),
+            (Some(result), Some(Ok(error))) => Outcome::Both(result, error),
+            (None, None) => unreachable!("checked above"),
+        };
+        return Ok(Message::Response { id, outcome });
+    }
+
+    Err(invalid(id, "missing method"))
+}
+
+/// Tells a syntax error (-32700) from valid JSON of the wrong shape (-32600).
+/// serde stops at the first problem, so a shape error is double-checked against
+/// the whole text: `{"id":1,"id":2,` is still a parse error.
+fn classify(text: &[u8], e: serde_json::Error) -> RpcError {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Data => match serde_json::from_slice::<IgnoredAny>(text) {
+            Ok(_) => RpcError::invalid_request(e),
+            Err(syntax) => RpcError::parse_error(syntax),
+        },
+        _ => RpcError::parse_error(e),
+    }
+}
+
+/// Decodes a raw JSON string without copying when it has no escapes.
+fn decode_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let text = raw.get();
+    if !text.starts_with('"') {
+        return None;
+    }
+    if !text.contains('\\') {
+        // A validated JSON string without escapes is its own content, quotes aside.
+        return Some(Cow::Borrowed(&text[1..text.len() - 1]));
+    }
+    serde_json::from_str::<String>(text).ok().map(Cow::Owned)
+}
+
+fn write_json_str(out: &mut Vec<u8>, s: &str) {
+    serde_json::to_writer(out, s).expect("writing to a Vec cannot fail");
+}
+
+/// The kind of an outgoing message, for transports that label them (SSE events).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Request,
+    Notification,
+    Response,
+}
+
+/// Serialises a success response around an already-serialised result.
+pub fn response_ok(id: &Id, result_json: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(40 + result_json.len());
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    id.write_json(&mut out);
+    out.extend_from_slice(b",\"result\":");
+    out.extend_from_slice(result_json);
+    out.push(b'}');
+    out
+}
+
+/// Serialises an error response.
+pub fn response_err(id: &Id, error: &RpcError) -> Vec<u8> {
+    let mut out = Vec::with_capacity(96);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    id.write_json(&mut out);
+    out.extend_from_slice(b",\"error\":");
+    serde_json::to_writer(&mut out, error).expect("an error object always serialises");
+    out.push(b'}');
+    out
+}
+
+/// Serialises a request (`id: Some`) or a notification (`id: None`).
+pub fn request<P: Serialize + ?Sized>(
+    id: Option<&Id>,
+    method: &str,
+    params: &P,
+) -> serde_json::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",");
+    if let Some(id) = id {
+        out.extend_from_slice(b"\"id\":");
+        id.write_json(&mut out);
+        out.push(b',');
+    }
+    out.extend_from_slice(b"\"method\":");
+    write_json_str(&mut out, method);
+    let start = out.len();
+    out.extend_from_slice(b",\"params\":");
+    let params_at = out.len();
+    serde_json::to_writer(&mut out, params)?;
+    // `()` and `None` serialise as null: leave the member out rather than send
+    // a value some peers reject.
+    if &out[params_at..] == b"null" {
+        out.truncate(start);
+    }
+    out.push(b'}');
+    Ok(out)
+}
+
+/// Serialises several replies as one batch array.
+pub fn batch(replies: &[Vec<u8>]) -> Vec<u8> {
+    let len = replies.iter().map(|r| r.len() + 1).sum::<usize>() + 2;
+    let mut out = Vec::with_capacity(len);
+    out.push(b'[');
+    for (i, reply) in replies.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(reply);
+    }
+    out.push(b']');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn single(text: &str) -> Result<Message<'_>, Invalid> {
+        match parse(text.as_bytes(), 1000) {
+            Parsed::Single(m) => m,
+            other => panic!("expected a single message, got {other:?}"),
+        }
+    }
+
+    fn rejected(text: &str) -> RpcError {
+        match parse(text.as_bytes(), 1000) {
+            Parsed::Rejected(e) => e,
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn request_with_positional_params() {
+        let Ok(Message::Request { id, method, params }) =
+            single(r#"{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":1}"#)
+        else {
+            panic!("not a request")
+        };
+        assert_eq!(id.to_string(), "1");
+        assert_eq!(method, "subtract");
+        assert_eq!(params.unwrap().get(), "[42,23]");
+    }
+
+    #[test]
+    fn absent_id_is_a_notification_but_null_id_is_a_request() {
+        assert!(matches!(
+            single(r#"{"jsonrpc":"2.0","method":"n"}"#),
+            Ok(Message::Notification { .. })
+        ));
+        assert!(matches!(
+            single(r#"{"jsonrpc":"2.0","method":"n","id":null}"#),
+            Ok(Message::Request { id: Id::Null, .. })
+        ));
+    }
+
+    #[test]
+    fn number_ids_keep_their_exact_text() {
+        for text in [
+            "-7",
+            "1.50",
+            "1e400",
+            "123456789012345678901234567890",
+            "-0",
+            "2.0E-3",
+        ] {
+            let msg = format!(r#"{{"jsonrpc":"2.0","method":"m","id":{text}}}"#);
+            let Ok(Message::Request { id, .. }) = single(&msg) else {
+                panic!("{text}")
+            };
+            let mut out = Vec::new();
+            id.write_json(&mut out);
+            assert_eq!(String::from_utf8(out).unwrap(), text);
+        }
+    }
+
+    #[test]
+    fn string_ids_are_decoded_and_reencoded() {
+        let Ok(Message::Request { id, .. }) =
+            single(r#"{"jsonrpc":"2.0","method":"m","id":"a\"b\u00e9"}"#)
+        else {
+            panic!()
+        };
+        assert_eq!(id, Id::from("a\"bé"));
+        let mut out = Vec::new();
+        id.write_json(&mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), r#""a\"bé""#);
+    }
+
+    #[test]
+    fn object_array_and_boolean_ids_are_invalid_with_null_id() {
+        for id in ["{}", "[1]", "true", "false"] {
+            let msg = format!(r#"{{"jsonrpc":"2.0","method":"m","id":{id}}}"#);
+            let Err(invalid) = single(&msg) else {
+                panic!("{id} accepted")
+            };
+            assert_eq!(invalid.id, Id::Null);
+            assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
+        }
+    }
+
+    #[test]
+    fn jsonrpc_must_be_exactly_2_0() {
+        for v in [r#""1.0""#, "2.0", r#""2.0 ""#, "null"] {
+            let msg = format!(r#"{{"jsonrpc":{v},"method":"m","id":3}}"#);
+            let Err(invalid) = single(&msg) else {
+                panic!("{v} accepted")
+            };
+            assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
+            assert_eq!(invalid.id.to_string(), "3", "the readable id is kept");
+        }
+        let Err(invalid) = single(r#"{"method":"m","id":3}"#) else {
+            panic!()
+        };
+        assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
+        // An escaped spelling of "2.0" is still "2.0".
+        assert!(single(r#"{"jsonrpc":"2\u002e0","method":"m"}"#).is_ok());
+    }
+
+    #[test]
+    fn method_must_be_a_string() {
+        let Err(invalid) = single(r#"{"jsonrpc":"2.0","method":1,"params":"bar"}"#) else {
+            panic!()
+        };
+        assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
+        assert_eq!(invalid.id, Id::Null);
+    }
+
+    #[test]
+    fn params_must_be_structured_and_null_means_none() {
+        for p in ["1", r#""x""#, "true"] {
+            let msg = format!(r#"{{"jsonrpc":"2.0","method":"m","params":{p},"id":1}}"#);
+            assert_eq!(
+                single(&msg).unwrap_err().error.code,
+                RpcError::INVALID_REQUEST,
+                "{p}"
+            );
+        }
+        let Ok(Message::Request { params, .. }) =
+            single(r#"{"jsonrpc":"2.0","method":"m","params":null,"id":1}"#)
+        else {
+            panic!()
+        };
+        assert!(params.is_none());
+    }
+
+    #[test]
+    fn escaped_method_names_are_decoded() {
+        let Ok(Message::Notification { method, .. }) =
+            single(r#"{"jsonrpc":"2.0","method":"to\u006fls/list"}"#)
+        else {
+            panic!()
+        };
+        assert_eq!(method, "tools/list");
+    }
+
+    #[test]
+    fn invalid_json_is_a_parse_error_even_after_a_shape_error() {
+        assert_eq!(
+            rejected(r#"{"jsonrpc":"2.0","method":"foobar,"params":"bar","baz]"#).code,
+            -32700
+        );
+        assert_eq!(rejected(r#"{"id":1,"id":2,"#).code, -32700);
+        assert_eq!(rejected("\u{feff}").code, -32700);
+    }
+
+    #[test]
+    fn duplicate_members_are_an_invalid_request() {
+        let Err(invalid) = single(r#"{"jsonrpc":"2.0","method":"a","method":"b","id":1}"#) else {
+            panic!()
+        };
+        assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
+    }
+
+    #[test]
+    fn top_level_scalars_are_invalid_requests() {
+        assert_eq!(rejected("1").code, -32600);
+        assert_eq!(rejected(r#""x""#).code, -32600);
+        assert_eq!(rejected("nul").code, -32700);
+    }
+
+    #[test]
+    fn batches_follow_the_spec() {
+        assert_eq!(rejected("[]").code, -32600);
+        let Parsed::Batch(items) = parse(b"[1,2,3]", 1000) else {
+            panic!()
+        };
+        assert_eq!(items.len(), 3);
+        assert!(
+            items
+                .iter()
+                .all(|i| i.as_ref().unwrap_err().error.code == -32600)
+        );
+        assert_eq!(
+            rejected(r#"[{"jsonrpc":"2.0","method":"sum"},{"jsonrpc":"2.0""#).code,
+            -32700
+        );
+        assert_eq!(parse(b"[1,2,3]", 2).rejected_code(), Some(-32600));
+    }
+
+    #[test]
+    fn responses_are_recognised_with_every_outcome() {
+        let Ok(Message::Response {
+            id,
+            outcome: Outcome::Result(r),
+        }) = single(r#"{"jsonrpc":"2.0","result":19,"id":7}"#)
+        else {
+            panic!()
+        };
+        assert_eq!((id.as_u64(), r.get()), (Some(7), "19"));
+        let Ok(Message::Response {
+            outcome: Outcome::Error(e),
+            ..
+        }) = single(
+            r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"x","data":[1]},"id":"a"}"#,
+        )
+        else {
+            panic!()
+        };
+        assert_eq!(e.data, Some(serde_json::json!([1])));
+        assert!(matches!(
+            single(r#"{"jsonrpc":"2.0","result":{},"error":{"code":1,"message":"m"},"id":1}"#),
+            Ok(Message::Response {
+                outcome: Outcome::Both(..),
+                ..
+            })
+        ));
+        assert!(matches!(
+            single(r#"{"jsonrpc":"2.0","error":"bad","id":1}"#),
+            Ok(Message::Response {
+                outcome: Outcome::Malformed(_),
+                ..
+            })
+        ));
+        assert!(single(r#"{"jsonrpc":"2.0","result":1}"#).is_err());
+    }
+
+    #[test]
+    fn serialised_messages_are_exact() {
+        let id = Id::from(5);
+        assert_eq!(
+            response_ok(&id, b"{\"a\":1}"),
+            br#"{"jsonrpc":"2.0","id":5,"result":{"a":1}}"#
+        );
+        let err = response_err(&Id::Null, &RpcError::new(-32600, "Invalid Request"));
+        assert_eq!(
+            err,
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request"}}"#
+        );
+        let req = request(Some(&Id::from("x")), "ping", &()).unwrap();
+        assert_eq!(req, br#"{"jsonrpc":"2.0","id":"x","method":"ping"}"#);
+        let note = request(None, "event", &serde_json::json!({"a": 1})).unwrap();
+        assert_eq!(
+            note,
+            br#"{"jsonrpc":"2.0","method":"event","params":{"a":1}}"#
+        );
+    }
+
+    impl Parsed<'_> {
+        fn rejected_code(&self) -> Option<i64> {
+            match self {
+                Parsed::Rejected(e) => Some(e.code),
+                _ => None,
+            }
+        }
+    }
+}

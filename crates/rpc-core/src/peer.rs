@@ -1,0 +1,828 @@
+//! The peer: one JSON-RPC connection, symmetric in both directions.
+//!
+//! Each connection has two tasks. The **connection task** ([`Connection::run`])
+//! reads frames, routes responses to our pending calls, and runs incoming
+//! handlers as futures it polls itself (no task spawn per message). Because the
+//! reader and the handlers live in one `select!`, a handler that awaits a reply
+//! from the other side never stops the reply from being read: that is the
+//! deadlock tower-lsp's `buffer_unordered(4)` walks into. The **writer task**
+//! owns the write half and drains a bounded queue, flushing only when the queue
+//! is empty, so a burst of replies becomes one write.
+//!
+//! [`PeerHandle`] is the cheap, cloneable side: send requests (with a timeout
+//! each) and notifications, and close the connection. When the connection ends,
+//! every pending call fails at once with [`CallError::Disconnected`].
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::{BoxFuture, join_all};
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, SinkExt, StreamExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::codec::{Frame, FrameSink, Outbound, Transport};
+use crate::message::{self, Id, Invalid, Kind, Message, Outcome, Parsed, RpcError};
+use crate::router::{Ctx, Router};
+use crate::shutdown::Shutdown;
+
+/// Limits and timeouts of one connection.
+#[derive(Clone, Debug)]
+pub struct PeerConfig {
+    /// Incoming requests whose handlers run at once.
+    pub max_concurrent: usize,
+    /// Requests waiting for a handler slot; beyond this they are refused.
+    pub max_queued: usize,
+    /// Outbound messages waiting for the writer.
+    pub write_queue: usize,
+    /// How long a write (or a place in the write queue) may take before the
+    /// other side is judged not to be reading and the connection is dropped.
+    pub write_stall: Duration,
+    /// Default timeout of our own outgoing requests.
+    pub request_timeout: Duration,
+    /// Longest batch accepted.
+    pub max_batch: usize,
+    /// Interval between liveness pings on transports that want them (WebSocket),
+    /// and how many may go unanswered.
+    pub keepalive: Duration,
+    pub keepalive_misses: u32,
+    /// Accept a response carrying both `result` and `error` as a success (some
+    /// clients send that for tool errors). Strictly it is malformed.
+    pub accept_result_with_error: bool,
+    /// Notification sent to the other side when the daemon shuts down.
+    pub goodbye: Option<(String, serde_json::Value)>,
+}
+
+impl Default for PeerConfig {
+    fn default() -> Self {
+        PeerConfig {
+            max_concurrent: 128,
+            max_queued: 1024,
+            write_queue: 1024,
+            write_stall: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(30),
+            max_batch: 1000,
+            keepalive: Duration::from_secs(30),
+            keepalive_misses: 2,
+            accept_result_with_error: false,
+            goodbye: None,
+        }
+    }
+}
+
+/// Why one of our outgoing requests got no result.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CallError {
+    /// The other side answered with an error.
+    #[error("{0}")]
+    Rpc(RpcError),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("connection closed")]
+    Disconnected,
+    #[error("malformed response: {0}")]
+    Malformed(String),
+}
+
+/// The connection was closed; nothing more can be sent on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("connection closed")]
+pub struct Closed;
+
+type Reply = Result<Box<RawValue>, CallError>;
+
+/// Our requests waiting for an answer. Closed for good when the connection ends,
+/// so a request made after that fails at once instead of waiting for a timeout.
+#[derive(Default)]
+struct PendingCalls {
+    calls: HashMap<u64, oneshot::Sender<Reply>>,
+    closed: bool,
+}
+
+struct Shared {
+    conn_id: u64,
+    out: mpsc::Sender<Outbound>,
+    pending: Mutex<PendingCalls>,
+    next_id: AtomicU64,
+    closing: CancellationToken,
+    config: PeerConfig,
+}
+
+/// The cloneable handle to a connection: send requests and notifications, close it.
+#[derive(Clone)]
+pub struct PeerHandle {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for PeerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PeerHandle")
+            .field("conn", &self.shared.conn_id)
+            .finish()
+    }
+}
+
+static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
+
+impl PeerHandle {
+    /// A process-wide unique number for this connection (for logs and registries).
+    pub fn conn_id(&self) -> u64 {
+        self.shared.conn_id
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.shared.closing.is_cancelled()
+    }
+
+    /// Resolves when the connection is closing or closed.
+    pub async fn closed(&self) {
+        self.shared.closing.cancelled().await
+    }
+
+    /// Sends a request and waits for its result, with the default timeout.
+    pub async fn request<R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: impl Serialize,
+    ) -> Result<R, CallError> {
+        let raw = self.request_raw(method, &params, None).await?;
+        serde_json::from_str(raw.get()).map_err(|e| CallError::Malformed(e.to_string()))
+    }
+
+    /// Sends a request and returns the raw result, for callers that pass it on
+    /// untouched. `timeout: None` uses the connection's default.
+    pub async fn request_raw<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: &P,
+        timeout: Option<Duration>,
+    ) -> Reply {
+        let shared = &self.shared;
+        let n = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let json = message::request(Some(&Id::from(n)), method, params)
+            .map_err(|e| CallError::Malformed(format!("params did not serialise: {e}")))?;
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut pending = shared.pending.lock().unwrap();
+            if pending.closed {
+                return Err(CallError::Disconnected);
+            }
+            pending.calls.insert(n, tx);
+        }
+        // Removes the entry however this future ends: answered, timed out, or dropped.
+        let _forget = ForgetOnDrop { shared, id: n };
+        self.send(Outbound::message(Kind::Request, json))
+            .await
+            .map_err(|_| CallError::Disconnected)?;
+        let limit = timeout.unwrap_or(shared.config.request_timeout);
+        match tokio::time::timeout(limit, rx).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => Err(CallError::Disconnected),
+            Err(_) => Err(CallError::Timeout(limit)),
+        }
+    }
+
+    /// Sends a notification.
+    pub async fn notify(&self, method: &str, params: impl Serialize) -> Result<(), Closed> {
+        let json = message::request(None, method, &params).map_err(|_| Closed)?;
+        self.send(Outbound::message(Kind::Notification, json)).await
+    }
+
+    /// Sends an already serialised message (fan-out serialises an event once for
+    /// all subscribers).
+    pub async fn send_raw(&self, kind: Kind, json: Bytes) -> Result<(), Closed> {
+        self.send(Outbound::Message { kind, json }).await
+    }
+
+    /// Queues an item for the writer. A full queue for longer than the stall
+    /// timeout means the other side stopped reading: the connection is dropped.
+    async fn send(&self, item: Outbound) -> Result<(), Closed> {
+        let shared = &self.shared;
+        match shared.out.try_send(item) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(Closed),
+            Err(mpsc::error::TrySendError::Full(item)) => {
+                match shared
+                    .out
+                    .send_timeout(item, shared.config.write_stall)
+                    .await
+                {
+                    Ok(()) => Ok(()),
+                    Err(mpsc::error::SendTimeoutError::Closed(_)) => Err(Closed),
+                    Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
+                        tracing::warn!(
+                            conn = shared.conn_id,
+                            "peer is not reading; dropping the connection"
+                        );
+                        shared.closing.cancel();
+                        Err(Closed)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Closes the connection after what is already queued has been written, with
+    /// this WebSocket close code and reason.
+    pub fn close(&self, code: u16, reason: &str) {
+        let _ = self.shared.out.try_send(Outbound::Close {
+            code,
+            reason: reason.to_owned(),
+        });
+        self.shared.closing.cancel();
+    }
+
+    fn complete(&self, id: &Id, reply: Reply) {
+        let sender = id
+            .as_u64()
+            .and_then(|n| self.shared.pending.lock().unwrap().calls.remove(&n));
+        match sender {
+            Some(tx) => {
+                let _ = tx.send(reply);
+            }
+            None => {
+                tracing::debug!(conn = self.shared.conn_id, %id, "response to no pending request (late or unknown); dropped")
+            }
+        }
+    }
+
+    fn fail_all_pending(&self) {
+        let calls = {
+            let mut pending = self.shared.pending.lock().unwrap();
+            pending.closed = true;
+            std::mem::take(&mut pending.calls)
+        };
+        for (_, tx) in calls {
+            let _ = tx.send(Err(CallError::Disconnected));
+        }
+    }
+}
+
+struct ForgetOnDrop<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for ForgetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.shared.pending.lock().unwrap().calls.remove(&self.id);
+    }
+}
+
+/// How a connection ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The other side closed its end.
+    Eof,
+    /// Closed from our side (`PeerHandle::close`).
+    Closed,
+    /// The daemon shut down.
+    Shutdown,
+    /// Reading or writing failed, or the other side stopped reading or answering pings.
+    Failed(String),
+}
+
+/// A connection not yet running. Get the [`PeerHandle`] from [`Connection::new`],
+/// register it wherever the daemon keeps connections, then [`Connection::run`].
+pub struct Connection<S> {
+    handle: PeerHandle,
+    transport: Transport,
+    out_rx: mpsc::Receiver<Outbound>,
+    router: Arc<Router<S>>,
+    state: Arc<S>,
+    shutdown: Shutdown,
+}
+
+/// One finished unit of incoming work: the ids it held and the reply to write.
+struct Done {
+    ids: DoneIds,
+    reply: Option<Vec<u8>>,
+}
+
+enum DoneIds {
+    One(Id),
+    Many(Vec<Id>),
+}
+
+impl<S: Send + Sync + 'static> Connection<S> {
+    pub fn new(
+        transport: Transport,
+        router: Arc<Router<S>>,
+        state: Arc<S>,
+        config: PeerConfig,
+    ) -> (PeerHandle, Self) {
+        let (out, out_rx) = mpsc::channel(config.write_queue.max(1));
+        let shared = Arc::new(Shared {
+            conn_id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
+            out,
+            pending: Mutex::default(),
+            next_id: AtomicU64::new(1),
+            closing: CancellationToken::new(),
+            config,
+        });
+        let handle = PeerHandle { shared };
+        let conn = Connection {
+            handle: handle.clone(),
+            transport,
+            out_rx,
+            router,
+            state,
+            shutdown: Shutdown::new(),
+        };
+        (handle, conn)
+    }
+
+    /// Ties the connection to the daemon's shutdown signal.
+    pub fn with_shutdown(mut self, shutdown: &Shutdown) -> Self {
+        self.shutdown = shutdown.clone();
+        self
+    }
+
+    /// Serves the connection until either side closes it.
+    pub async fn run(self) -> CloseReason {
+        let Connection {
+            handle,
+            transport,
+            out_rx,
+            router,
+            state,
+            shutdown,
+        } = self;
+        let shared = handle.shared.clone();
+        let config = &shared.config;
+        let mut writer = tokio::spawn(write_loop(transport.writer, out_rx, config.write_stall));
+        let mut reader = transport.reader;
+        let mut work = Work {
+            handle: handle.clone(),
+            router,
+            state,
+            running: FuturesUnordered::new(),
+            queued: VecDeque::new(),
+            in_flight: HashSet::new(),
+            notifications: VecDeque::new(),
+            draining: false,
+        };
+        let mut keepalive = transport.wants_keepalive.then(|| {
+            let mut t = tokio::time::interval_at(
+                tokio::time::Instant::now() + config.keepalive,
+                config.keepalive,
+            );
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
+        });
+        let mut missed_pings = 0u32;
+        let mut reading = true;
+        let mut writer_done = false;
+        // Created once: building these futures anew for every message would
+        // register and unregister a waiter on each token every time.
+        let closing = shared.closing.cancelled();
+        let draining = shutdown.draining();
+        let aborted = shutdown.aborted();
+        tokio::pin!(closing, draining, aborted);
+
+        let reason = loop {
+            if !reading && work.is_idle() {
+                break CloseReason::Eof;
+            }
+            if work.draining && work.is_idle() {
+                break CloseReason::Shutdown;
+            }
+            tokio::select! {
+                biased;
+                _ = &mut closing => break CloseReason::Closed,
+                _ = &mut aborted => break CloseReason::Shutdown,
+                result = &mut writer, if !writer_done => {
+                    writer_done = true;
+                    let why = match result {
+                        Ok(Ok(())) => "writer closed".to_owned(),
+                        Ok(Err(e)) => e.to_string(),
+                        Err(e) => e.to_string(),
+                    };
+                    break CloseReason::Failed(why);
+                }
+                Some(done) = work.running.next(), if !work.running.is_empty() => {
+                    if let Err(reason) = work.finish(done).await {
+                        break reason;
+                    }
+                }
+                () = run_front(&mut work.notifications), if !work.notifications.is_empty() => {
+                    work.notifications.pop_front();
+                }
+                _ = tick(&mut keepalive) => {
+                    if missed_pings >= config.keepalive_misses {
+                        break CloseReason::Failed(format!("no answer to {missed_pings} pings"));
+                    }
+                    missed_pings += 1;
+                    if handle.send(Outbound::Ping).await.is_err() {
+                        break CloseReason::Failed("write queue closed".into());
+                    }
+                }
+                _ = &mut draining, if !work.draining => {
+                    work.draining = true;
+                }
+                frame = reader.next(), if reading => {
+                    missed_pings = 0;
+                    match frame {
+                        None => {
+                            // No more answers can arrive: fail our calls now rather
+                            // than at their timeouts, but finish the handlers (a
+                            // client that half-closed still reads its replies).
+                            reading = false;
+                            handle.fail_all_pending();
+                        }
+                        Some(Err(e)) => {
+                            tracing::debug!(conn = shared.conn_id, error = %e, "read failed");
+                            reading = false;
+                            handle.fail_all_pending();
+                        }
+                        Some(Ok(Frame::Unsupported { close_code, reason })) => {
+                            tracing::info!(conn = shared.conn_id, close_code, reason, "closing connection");
+                            handle.close(close_code, reason);
+                        }
+                        Some(Ok(frame)) => {
+                            if let Err(reason) = work.on_frame(frame).await {
+                                break reason;
+                            }
+                        }
+                    }
+                }
+            }
+        };
+
+        handle.fail_all_pending();
+        shared.closing.cancel();
+        // Dropping the work cancels handlers still running (they lost their peer).
+        drop(work);
+        if !writer_done {
+            if reason == CloseReason::Shutdown
+                && let Some((method, params)) = &config.goodbye
+            {
+                let _ = handle.notify(method, params).await;
+            }
+            let (code, why) = match &reason {
+                CloseReason::Shutdown => (1001, "server shutting down"),
+                CloseReason::Failed(_) => (1011, "connection failed"),
+                _ => (1000, ""),
+            };
+            let _ = shared.out.try_send(Outbound::Close {
+                code,
+                reason: why.to_owned(),
+            });
+            if tokio::time::timeout(config.write_stall, &mut writer)
+                .await
+                .is_err()
+            {
+                writer.abort();
+            }
+        }
+        tracing::debug!(conn = shared.conn_id, ?reason, "connection finished");
+        reason
+    }
+}
+
+/// Runs the notification at the front of the queue (one at a time, in order).
+async fn run_front(queue: &mut VecDeque<BoxFuture<'static, ()>>) {
+    match queue.front_mut() {
+        Some(handler) => handler.await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn tick(timer: &mut Option<tokio::time::Interval>) {
+    match timer {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Everything the connection task does with incoming messages.
+struct Work<S> {
+    handle: PeerHandle,
+    router: Arc<Router<S>>,
+    state: Arc<S>,
+    running: FuturesUnordered<BoxFuture<'static, Done>>,
+    /// Requests read while `max_concurrent` handlers were running: futures not
+    /// yet polled, started in order as slots free up.
+    queued: VecDeque<BoxFuture<'static, Done>>,
+    /// Ids of incoming requests not yet answered, to refuse duplicates.
+    in_flight: HashSet<Id>,
+    /// Notification handlers, run one at a time in arrival order.
+    notifications: VecDeque<BoxFuture<'static, ()>>,
+    draining: bool,
+}
+
+impl<S: Send + Sync + 'static> Work<S> {
+    fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.queued.is_empty() && self.notifications.is_empty()
+    }
+
+    fn ctx(&self) -> Ctx<S> {
+        Ctx {
+            peer: self.handle.clone(),
+            state: self.state.clone(),
+        }
+    }
+
+    fn config(&self) -> &PeerConfig {
+        &self.handle.shared.config
+    }
+
+    async fn write(&mut self, kind: Kind, json: Vec<u8>) -> Result<(), CloseReason> {
+        self.handle
+            .send(Outbound::message(kind, json))
+            .await
+            .map_err(|_| CloseReason::Failed("write queue closed".into()))
+    }
+
+    async fn write_error(&mut self, id: &Id, error: &RpcError) -> Result<(), CloseReason> {
+        self.write(Kind::Response, message::response_err(id, error))
+            .await
+    }
+
+    async fn finish(&mut self, done: Done) -> Result<(), CloseReason> {
+        match done.ids {
+            DoneIds::One(id) => {
+                self.in_flight.remove(&id);
+            }
+            DoneIds::Many(ids) => {
+                for id in ids {
+                    self.in_flight.remove(&id);
+                }
+            }
+        }
+        if let Some(next) = self.queued.pop_front() {
+            self.running.push(next);
+        }
+        match done.reply {
+            Some(reply) => self.write(Kind::Response, reply).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn on_frame(&mut self, frame: Frame) -> Result<(), CloseReason> {
+        match frame {
+            Frame::Message(bytes) => self.on_message(&bytes).await,
+            Frame::TooLarge(None) => self.write_error(&Id::Null, &too_large()).await,
+            Frame::TooLarge(Some(sniffed)) => match sniffed.id {
+                Some(id) if sniffed.has_method => self.write_error(&id, &too_large()).await,
+                Some(id) if sniffed.is_response => {
+                    self.handle
+                        .complete(&id, Err(CallError::Malformed("response too large".into())));
+                    Ok(())
+                }
+                _ => {
+                    tracing::warn!(conn = self.handle.conn_id(), "skipped an oversized message");
+                    Ok(())
+                }
+            },
+            Frame::Alive | Frame::Unsupported { .. } => Ok(()),
+        }
+    }
+
+    async fn on_message(&mut self, bytes: &[u8]) -> Result<(), CloseReason> {
+        match message::parse(bytes, self.config().max_batch) {
+            Parsed::Rejected(error) => self.write_error(&Id::Null, &error).await,
+            Parsed::Single(Ok(message)) => self.on_single(message).await,
+            Parsed::Single(Err(invalid)) => match self.router.adapt(bytes) {
+                Some(adapted) => match message::parse(&adapted, 1) {
+                    Parsed::Single(Ok(message)) => self.on_single(message).await,
+                    _ => self.write_error(&invalid.id, &invalid.error).await,
+                },
+                None => self.write_error(&invalid.id, &invalid.error).await,
+            },
+            Parsed::Batch(items) => self.on_batch(items).await,
+        }
+    }
+
+    async fn on_single(&mut self, message: Message<'_>) -> Result<(), CloseReason> {
+        match message {
+            Message::Request { id, method, params } => {
+                if let Err(error) = self.admit(&id) {
+                    return self.write_error(&id, &error).await;
+                }
+                match self.router.dispatch(self.ctx(), &method, params) {
+                    Ok(handler) => {
+                        self.in_flight.insert(id.clone());
+                        let fut = async move {
+                            let reply = reply_for(&id, handler).await;
+                            Done {
+                                ids: DoneIds::One(id),
+                                reply: Some(reply),
+                            }
+                        };
+                        self.start(Box::pin(fut));
+                        Ok(())
+                    }
+                    Err(error) => self.write_error(&id, &error).await,
+                }
+            }
+            Message::Notification { method, params } => {
+                match self.router.dispatch(self.ctx(), &method, params) {
+                    Ok(handler) => self
+                        .notifications
+                        .push_back(Box::pin(run_notification(method.into_owned(), handler))),
+                    Err(error) => {
+                        tracing::debug!(conn = self.handle.conn_id(), %method, %error, "notification ignored")
+                    }
+                }
+                Ok(())
+            }
+            Message::Response { id, outcome } => {
+                self.on_response(id, outcome);
+                Ok(())
+            }
+        }
+    }
+
+    /// Refuses a request while draining, when too much is queued, or when its
+    /// id is already in flight.
+    fn admit(&self, id: &Id) -> Result<(), RpcError> {
+        if self.draining {
+            return Err(RpcError::internal("server is shutting down")
+                .with_data(serde_json::json!({"reason": "shutting_down"})));
+        }
+        if self.queued.len() >= self.config().max_queued {
+            return Err(
+                RpcError::internal("too many requests in flight on this connection")
+                    .with_data(serde_json::json!({"reason": "overloaded"})),
+            );
+        }
+        if self.in_flight.contains(id) {
+            return Err(RpcError::invalid_request(format!(
+                "duplicate id {id}: a request with this id is still in flight"
+            )));
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, fut: BoxFuture<'static, Done>) {
+        if self.running.len() < self.config().max_concurrent {
+            self.running.push(fut);
+        } else {
+            self.queued.push_back(fut);
+        }
+    }
+
+    fn on_response(&self, id: Id, outcome: Outcome<'_>) {
+        let reply = match outcome {
+            Outcome::Result(result) => Ok(result.to_owned()),
+            Outcome::Error(error) => Err(CallError::Rpc(error)),
+            Outcome::Both(result, _) if self.config().accept_result_with_error => {
+                Ok(result.to_owned())
+            }
+            Outcome::Both(..) => Err(CallError::Malformed(
+                "response has both result and error".into(),
+            )),
+            Outcome::Malformed(problem) => Err(CallError::Malformed(problem)),
+        };
+        if id == Id::Null {
+            // The other side could not read something we sent.
+            if let Err(error) = reply {
+                tracing::warn!(conn = self.handle.conn_id(), %error, "peer reported an error without an id");
+            }
+            return;
+        }
+        self.handle.complete(&id, reply);
+    }
+
+    async fn on_batch(
+        &mut self,
+        items: Vec<Result<Message<'_>, Invalid>>,
+    ) -> Result<(), CloseReason> {
+        let mut ready = Vec::new();
+        let mut parts: Vec<BoxFuture<'static, Option<Vec<u8>>>> = Vec::new();
+        let mut ids = Vec::new();
+        for item in items {
+            match item {
+                Err(invalid) => ready.push(message::response_err(&invalid.id, &invalid.error)),
+                Ok(Message::Request { id, method, params }) => {
+                    let admitted = self.admit(&id).and_then(|()| {
+                        if ids.contains(&id) {
+                            return Err(RpcError::invalid_request(format!(
+                                "duplicate id {id} in batch"
+                            )));
+                        }
+                        self.router.dispatch(self.ctx(), &method, params)
+                    });
+                    match admitted {
+                        Ok(handler) => {
+                            ids.push(id.clone());
+                            parts
+                                .push(Box::pin(async move { Some(reply_for(&id, handler).await) }));
+                        }
+                        Err(error) => ready.push(message::response_err(&id, &error)),
+                    }
+                }
+                Ok(Message::Notification { method, params }) => {
+                    if let Ok(handler) = self.router.dispatch(self.ctx(), &method, params) {
+                        let method = method.into_owned();
+                        parts.push(Box::pin(async move {
+                            run_notification(method, handler).await;
+                            None
+                        }));
+                    }
+                }
+                Ok(Message::Response { id, outcome }) => self.on_response(id, outcome),
+            }
+        }
+        if parts.is_empty() {
+            // A batch of notifications (or responses) gets no reply at all, never `[]`.
+            return match ready.is_empty() {
+                true => Ok(()),
+                false => self.write(Kind::Response, message::batch(&ready)).await,
+            };
+        }
+        self.in_flight.extend(ids.iter().cloned());
+        let fut = async move {
+            ready.extend(join_all(parts).await.into_iter().flatten());
+            let reply = (!ready.is_empty()).then(|| message::batch(&ready));
+            Done {
+                ids: DoneIds::Many(ids),
+                reply,
+            }
+        };
+        self.start(Box::pin(fut));
+        Ok(())
+    }
+}
+
+fn too_large() -> RpcError {
+    RpcError::invalid_request("message too large")
+}
+
+/// Runs a handler, turning an error or a panic into the error response.
+async fn reply_for(id: &Id, handler: crate::router::HandlerFuture) -> Vec<u8> {
+    match AssertUnwindSafe(handler).catch_unwind().await {
+        Ok(Ok(result)) => message::response_ok(id, &result),
+        Ok(Err(error)) => message::response_err(id, &error),
+        Err(panic) => {
+            tracing::error!(%id, panic = panic_message(&panic), "handler panicked");
+            message::response_err(id, &RpcError::internal("the handler failed unexpectedly"))
+        }
+    }
+}
+
+async fn run_notification(method: String, handler: crate::router::HandlerFuture) {
+    match AssertUnwindSafe(handler).catch_unwind().await {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => tracing::debug!(%method, %error, "notification handler failed"),
+        Err(panic) => {
+            tracing::error!(%method, panic = panic_message(&panic), "notification handler panicked")
+        }
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(non-string panic)")
+}
+
+/// The writer task: writes what is queued, flushing once the queue is empty,
+/// until a `Close` item or until every sender is gone.
+async fn write_loop(
+    mut sink: FrameSink,
+    mut rx: mpsc::Receiver<Outbound>,
+    stall: Duration,
+) -> std::io::Result<()> {
+    let timed_out = || {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "write stalled: the peer is not reading",
+        )
+    };
+    while let Some(first) = rx.recv().await {
+        let mut closing = matches!(first, Outbound::Close { .. });
+        tokio::time::timeout(stall, sink.feed(first))
+            .await
+            .map_err(|_| timed_out())??;
+        while !closing {
+            let Ok(item) = rx.try_recv() else { break };
+            closing = matches!(item, Outbound::Close { .. });
+            tokio::time::timeout(stall, sink.feed(item))
+                .await
+                .map_err(|_| timed_out())??;
+        }
+        tokio::time::timeout(stall, sink.flush())
+            .await
+            .map_err(|_| timed_out())??;
+        if closing {
+            break;
+        }
+    }
+    let _ = tokio::time::timeout(stall, sink.close()).await;
+    Ok(())
+}

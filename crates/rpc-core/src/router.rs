@@ -1,0 +1,297 @@
+//! Method routing: one table per daemon mapping names to typed async handlers.
+//!
+//! Params are deserialised with serde before the handler runs, so a handler never
+//! sees malformed input, and a mismatch becomes -32602 with the path of the field
+//! that was wrong (`arguments.code: invalid type: integer, expected a string`).
+//! Handlers return `Result<T, RpcError>`; `T` is serialised straight into the
+//! response, with no `serde_json::Value` in between.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
+
+use crate::message::RpcError;
+use crate::peer::PeerHandle;
+
+/// What a handler gets besides its params: the connection it serves and that
+/// connection's own state (`S`, e.g. "has said hello", "is the browser of X").
+pub struct Ctx<S> {
+    pub peer: PeerHandle,
+    pub state: Arc<S>,
+}
+
+impl<S> Clone for Ctx<S> {
+    fn clone(&self) -> Self {
+        Ctx {
+            peer: self.peer.clone(),
+            state: self.state.clone(),
+        }
+    }
+}
+
+/// Params for a method that takes none. Accepts anything (including absent
+/// params), because rejecting `{}` from a client that always sends it helps no one.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoParams;
+
+impl<'de> Deserialize<'de> for NoParams {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d).map(|_| NoParams)
+    }
+}
+
+/// A handler's result, already serialised to JSON.
+pub type HandlerFuture = BoxFuture<'static, Result<Vec<u8>, RpcError>>;
+
+trait Handler<S>: Send + Sync {
+    fn call(&self, ctx: Ctx<S>, params: Option<&RawValue>) -> Result<HandlerFuture, RpcError>;
+}
+
+struct Typed<F, P, R> {
+    f: F,
+    _types: PhantomData<fn(P) -> R>,
+}
+
+impl<S, F, P, R, Fut> Handler<S> for Typed<F, P, R>
+where
+    S: Send + Sync + 'static,
+    F: Fn(Ctx<S>, P) -> Fut + Send + Sync,
+    P: DeserializeOwned,
+    R: Serialize,
+    Fut: Future<Output = Result<R, RpcError>> + Send + 'static,
+{
+    fn call(&self, ctx: Ctx<S>, params: Option<&RawValue>) -> Result<HandlerFuture, RpcError> {
+        let params: P = parse_params(params)?;
+        let fut = (self.f)(ctx, params);
+        Ok(Box::pin(async move {
+            let value = fut.await?;
+            serde_json::to_vec(&value)
+                .map_err(|e| RpcError::internal(format!("result did not serialise: {e}")))
+        }))
+    }
+}
+
+/// Deserialises params, absent ones as `{}` so that structs whose fields are all
+/// optional work without params. Errors name the offending field.
+pub fn parse_params<P: DeserializeOwned>(params: Option<&RawValue>) -> Result<P, RpcError> {
+    let text = params.map_or("{}", RawValue::get);
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." || path.is_empty() {
+            RpcError::invalid_params(inner)
+        } else {
+            RpcError::invalid_params(format!("{path}: {inner}"))
+        }
+    })
+}
+
+type Guard<S> = Box<dyn Fn(&Ctx<S>, &str) -> Result<(), RpcError> + Send + Sync>;
+type Adapter = Box<dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync>;
+
+/// A daemon's method table.
+pub struct Router<S> {
+    handlers: HashMap<Box<str>, Box<dyn Handler<S>>>,
+    guard: Option<Guard<S>>,
+    adapter: Option<Adapter>,
+}
+
+/// Building a router failed: the same method was registered twice.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("method(s) registered more than once: {}", .0.join(", "))]
+pub struct DuplicateMethods(pub Vec<String>);
+
+/// Collects methods; duplicates are reported together by [`RouterBuilder::build`].
+pub struct RouterBuilder<S> {
+    router: Router<S>,
+    duplicates: Vec<String>,
+}
+
+impl<S: Send + Sync + 'static> Router<S> {
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new() -> RouterBuilder<S> {
+        RouterBuilder {
+            router: Router {
+                handlers: HashMap::new(),
+                guard: None,
+                adapter: None,
+            },
+            duplicates: Vec::new(),
+        }
+    }
+
+    /// A router with no methods, for the client side of a connection that only
+    /// sends requests.
+    pub fn empty() -> Arc<Self> {
+        Arc::new(Router {
+            handlers: HashMap::new(),
+            guard: None,
+            adapter: None,
+        })
+    }
+
+    /// The registered method names, sorted.
+    pub fn methods(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.handlers.keys().map(|k| &**k).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Runs the guard, finds the handler and parses params; the returned future
+    /// runs the handler itself.
+    pub fn dispatch(
+        &self,
+        ctx: Ctx<S>,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<HandlerFuture, RpcError> {
+        if let Some(guard) = &self.guard {
+            guard(&ctx, method)?;
+        }
+        match self.handlers.get(method) {
+            Some(handler) => handler.call(ctx, params),
+            None => Err(RpcError::method_not_found(method)),
+        }
+    }
+
+    /// Offers a frame that is not valid JSON-RPC to the legacy adapter.
+    pub fn adapt(&self, frame: &[u8]) -> Option<Vec<u8>> {
+        self.adapter.as_ref().and_then(|adapt| adapt(frame))
+    }
+}
+
+impl<S: Send + Sync + 'static> RouterBuilder<S> {
+    /// Registers a method. The handler receives the connection context and the
+    /// params deserialised as `P` (use [`NoParams`] for none).
+    pub fn method<P, R, F, Fut>(mut self, name: &str, f: F) -> Self
+    where
+        F: Fn(Ctx<S>, P) -> Fut + Send + Sync + 'static,
+        P: DeserializeOwned + 'static,
+        R: Serialize + 'static,
+        Fut: Future<Output = Result<R, RpcError>> + Send + 'static,
+    {
+        let handler = Box::new(Typed {
+            f,
+            _types: PhantomData,
+        });
+        if self.router.handlers.insert(name.into(), handler).is_some() {
+            self.duplicates.push(name.to_owned());
+        }
+        self
+    }
+
+    /// A check run before every method, with the connection context: the place
+    /// for "say hello first" and "agents may not register tools".
+    pub fn guard(
+        mut self,
+        f: impl Fn(&Ctx<S>, &str) -> Result<(), RpcError> + Send + Sync + 'static,
+    ) -> Self {
+        self.router.guard = Some(Box::new(f));
+        self
+    }
+
+    /// Rewrites frames that are not valid JSON-RPC (an older dialect of the same
+    /// protocol) into JSON-RPC, before they would be answered -32600.
+    pub fn legacy_adapter(
+        mut self,
+        f: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync + 'static,
+    ) -> Self {
+        self.router.adapter = Some(Box::new(f));
+        self
+    }
+
+    pub fn build(self) -> Result<Arc<Router<S>>, DuplicateMethods> {
+        if self.duplicates.is_empty() {
+            Ok(Arc::new(self.router))
+        } else {
+            Err(DuplicateMethods(self.duplicates))
+        }
+    }
+}
+
+impl<S> fmt::Debug for Router<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut names: Vec<&str> = self.handlers.keys().map(|k| &**k).collect();
+        names.sort_unstable();
+        f.debug_struct("Router").field("methods", &names).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    struct Call {
+        name: String,
+        arguments: Args,
+    }
+
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    struct Args {
+        code: String,
+    }
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn invalid_params_name_the_field() {
+        let err = parse_params::<Call>(Some(&raw(r#"{"name":"x","arguments":{"code":1}}"#)))
+            .err()
+            .unwrap();
+        assert_eq!(err.code, RpcError::INVALID_PARAMS);
+        assert!(err.message.contains("arguments.code"), "{}", err.message);
+        let err = parse_params::<Call>(Some(&raw(r#"{"arguments":{"code":"1"}}"#)))
+            .err()
+            .unwrap();
+        assert!(
+            err.message.contains("missing field `name`"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn positional_params_fill_struct_fields_in_order() {
+        let call = parse_params::<Call>(Some(&raw(r#"["x", {"code": "1+1"}]"#))).unwrap();
+        assert_eq!(
+            (call.name.as_str(), call.arguments.code.as_str()),
+            ("x", "1+1")
+        );
+    }
+
+    #[test]
+    fn absent_params_work_for_no_params_and_optional_fields() {
+        #[derive(Deserialize)]
+        struct Opt {
+            #[allow(dead_code)]
+            lines: Option<u32>,
+        }
+        assert!(parse_params::<NoParams>(None).is_ok());
+        assert!(parse_params::<NoParams>(Some(&raw("[1,2]"))).is_ok());
+        assert!(parse_params::<Opt>(None).is_ok());
+    }
+
+    #[test]
+    fn duplicate_registration_is_an_error_at_build() {
+        let err = Router::<()>::new()
+            .method("ping", |_, _: NoParams| async { Ok(()) })
+            .method("ping", |_, _: NoParams| async { Ok(()) })
+            .method("other", |_, _: NoParams| async { Ok(()) })
+            .build()
+            .unwrap_err();
+        assert_eq!(err, DuplicateMethods(vec!["ping".into()]));
+    }
+}
