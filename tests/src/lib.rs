@@ -1,1 +1,322 @@
+//! Harness for the integration tests: start the real daemon binaries on free
+//! ports, wait for them to listen, talk to them over real sockets, and stop them.
+//!
+//! The binaries are found next to the test executable's `deps/` directory
+//! (`target/<profile>/`). Each daemon package has an integration test of its own,
+//! which makes `cargo test --workspace` (and nextest) build its binary first.
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Path of a workspace binary built alongside this test.
+pub fn bin_path(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>");
+    let path = profile_dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is not built; run the tests with `cargo test --workspace` (or `cargo build --workspace` first)",
+        path.display()
+    );
+    path
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Whether an external program the test needs is installed. Missing: the test
+/// should return early after this printed a skip line; under `CI=true` a missing
+/// tool is a failure instead, because CI installs it.
+pub fn require_tool(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if found {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("`{tool}` is required by this test and CI=true: install it (see .ci/run)");
+    }
+    eprintln!("SKIP: `{tool}` is not installed; install it to run this test");
+    false
+}
+
+/// A daemon process started for one test; killed when dropped.
+pub struct Daemon {
+    child: Option<Child>,
+    stderr: Arc<Mutex<String>>,
+    pub name: String,
+}
+
+impl Daemon {
+    /// Starts `bin` with `args` and extra `env`, capturing stderr for diagnostics.
+    pub fn start(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        Self::start_in(bin, args, env, None)
+    }
+
+    pub fn start_in(bin: &str, args: &[&str], env: &[(&str, &str)], cwd: Option<&Path>) -> Daemon {
+        let mut cmd = Command::new(bin_path(bin));
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        cmd.env(
+            "RUST_LOG",
+            std::env::var("TEST_DAEMON_LOG").unwrap_or_else(|_| "info".into()),
+        );
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        }
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Daemon {
+            child: Some(child),
+            stderr,
+            name: bin.to_owned(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Everything the daemon wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until `addr` accepts TCP connections, or panics with the daemon's log.
+    pub fn wait_for_port(&mut self, addr: SocketAddr) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "{} exited with {status} before listening:\n{}",
+                    self.name,
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "{} did not listen on {addr} within 20 s:\n{}",
+            self.name,
+            self.stderr()
+        );
+    }
+
+    /// Waits until the daemon's stderr contains `needle`.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.stderr().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Sends a signal to the daemon.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
+        nix::sys::signal::kill(pid, signal).unwrap();
+    }
+
+    /// Waits for the daemon to exit on its own.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{} did not exit within {timeout:?}:\n{}",
+                    self.name,
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM, then wait for exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        self.wait_exit(Duration::from_secs(15))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("---- {} stderr ----\n{}", self.name, self.stderr());
+        }
+    }
+}
+
+/// Runs a binary to completion (client subcommands), returning status, stdout, stderr.
+pub fn run(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String, String) {
+    let mut cmd = Command::new(bin_path(bin));
+    cmd.args(args).stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {bin}: {e}"));
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A blocking NDJSON client for tests: one JSON value per line each way.
+pub struct LineClient {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl LineClient {
+    pub fn connect(addr: SocketAddr) -> LineClient {
+        let stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream.set_nodelay(true).unwrap();
+        LineClient {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+        }
+    }
+
+    pub fn set_timeout(&self, timeout: Duration) {
+        self.writer.set_read_timeout(Some(timeout)).unwrap();
+    }
+
+    /// Sends raw bytes as they are (add the `\n` yourself).
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).unwrap();
+    }
+
+    pub fn send(&mut self, value: &Value) {
+        let mut line = serde_json::to_vec(value).unwrap();
+        line.push(b'\n');
+        self.writer.write_all(&line).unwrap();
+    }
+
+    /// The next line, raw; `None` on EOF.
+    pub fn recv_line(&mut self) -> Option<String> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => None,
+            Ok(_) => Some(line),
+            Err(e) => panic!("reading a reply: {e}"),
+        }
+    }
+
+    pub fn recv(&mut self) -> Value {
+        let line = self
+            .recv_line()
+            .expect("connection closed while waiting for a reply");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {line}"))
+    }
+
+    /// Sends a request and returns its reply.
+    pub fn call(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        );
+        self.recv()
+    }
+
+    /// Whether the server closed the connection (EOF or reset) within `timeout`.
+    pub fn is_closed_within(&mut self, timeout: Duration) -> bool {
+        self.set_timeout(timeout);
+        let mut buf = String::new();
+        matches!(self.reader.read_line(&mut buf), Ok(0) | Err(_)) && buf.is_empty()
+    }
+
+    pub fn shutdown_write(&self) {
+        self.writer.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+}
+
+/// Lists the pids of live processes whose command line contains `needle`.
+pub fn pids_matching(needle: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let state = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let zombie = state
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z'));
+        if cmdline.contains(needle) && !zombie {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Polls `check` until it holds or `timeout` passes.
+pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    check()
+}

@@ -114,6 +114,8 @@ struct Shared {
     pending: Mutex<PendingCalls>,
     next_id: AtomicU64,
     closing: CancellationToken,
+    /// Set by a handler that wants the connection closed once its reply is out.
+    close_after_reply: std::sync::atomic::AtomicBool,
     config: PeerConfig,
 }
 
@@ -241,6 +243,12 @@ impl PeerHandle {
         self.shared.closing.cancel();
     }
 
+    /// Closes the connection once the reply of the request being handled has
+    /// been written (e.g. after too many failed authentication attempts).
+    pub fn close_after_reply(&self) {
+        self.shared.close_after_reply.store(true, Ordering::Release);
+    }
+
     fn complete(&self, id: &Id, reply: Reply) {
         let sender = id
             .as_u64()
@@ -327,6 +335,7 @@ impl<S: Send + Sync + 'static> Connection<S> {
             pending: Mutex::default(),
             next_id: AtomicU64::new(1),
             closing: CancellationToken::new(),
+            close_after_reply: Default::default(),
             config,
         });
         let handle = PeerHandle { shared };
@@ -564,10 +573,13 @@ impl<S: Send + Sync + 'static> Work<S> {
         if let Some(next) = self.queued.pop_front() {
             self.running.push(next);
         }
-        match done.reply {
-            Some(reply) => self.write(Kind::Response, reply).await,
-            None => Ok(()),
+        if let Some(reply) = done.reply {
+            self.write(Kind::Response, reply).await?;
         }
+        if self.handle.shared.close_after_reply.load(Ordering::Acquire) {
+            return Err(CloseReason::Closed);
+        }
+        Ok(())
     }
 
     async fn on_frame(&mut self, frame: Frame) -> Result<(), CloseReason> {
