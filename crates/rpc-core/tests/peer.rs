@@ -141,7 +141,7 @@ async fn handlers_awaiting_the_other_side_do_not_deadlock_the_reader() {
                 .peer
                 .request("confirm", n)
                 .await
-                .map_err(|e| RpcError::internal(e))?;
+                .map_err(RpcError::internal)?;
             Ok(doubled + 1)
         })
         .build()
