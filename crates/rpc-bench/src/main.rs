@@ -1,1 +1,141 @@
-fn main() {}
+//! rpc-bench: drives the real daemons over real sockets and measures them
+//! against baselines run on the same machine in the same run (performance.md).
+//! Benchmarks are not tests: this prints numbers; `suite` also says which
+//! performance.md targets were met.
+
+mod baseline;
+mod load;
+mod suite;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "rpc-bench",
+    version,
+    about = "Load generator and same-run baselines for the daemons"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Pipelined load against one target; prints throughput and latency percentiles.
+    Load {
+        /// `tcp://HOST:PORT` (NDJSON) or `ws://HOST:PORT/PATH?QUERY`.
+        target: String,
+        #[arg(long, default_value = "ping")]
+        method: String,
+        /// Params as JSON.
+        #[arg(long, default_value = "{}")]
+        params: String,
+        /// Requests in flight per connection.
+        #[arg(long, default_value_t = 64)]
+        window: usize,
+        #[arg(long, default_value_t = 1)]
+        connections: usize,
+        /// Measured seconds, after the warm-up.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 1.0)]
+        warmup: f64,
+        /// A request sent (and answered) on each connection before the load, as
+        /// `METHOD PARAMS_JSON`, e.g. `hello '{"name":"b","version":"1","agent":"b","pid":1}'`.
+        #[arg(long, num_args = 2, value_names = ["METHOD", "PARAMS"])]
+        hello: Option<Vec<String>>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the raw NDJSON echo server baseline (no JSON parsing).
+    EchoServer {
+        #[arg(long, default_value = "127.0.0.1:7000")]
+        addr: SocketAddr,
+    },
+    /// Run the jsonrpsee WebSocket server baseline with a `ping` method.
+    JsonrpseeServer {
+        #[arg(long, default_value = "127.0.0.1:7001")]
+        addr: SocketAddr,
+    },
+    /// Act as a BTCP browser with an `echo` tool that answers at once.
+    BrowserStub {
+        /// Broker base URL, e.g. ws://127.0.0.1:8765
+        #[arg(long, default_value = "ws://127.0.0.1:8765")]
+        url: String,
+        #[arg(long, default_value = "bench")]
+        session: String,
+    },
+    /// Open many idle WebSocket connections, then ping each of them.
+    Idle {
+        url: String,
+        #[arg(long, default_value_t = 10_000)]
+        count: usize,
+    },
+    /// The whole performance.md table: starts the daemons and baselines, runs
+    /// every benchmark, prints the table (and writes it with --write).
+    Suite(suite::Options),
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    // Inherited by the daemons the suite starts.
+    rpc_core::listen::raise_fd_limit();
+    match Cli::parse().command {
+        Command::Load {
+            target,
+            method,
+            params,
+            window,
+            connections,
+            seconds,
+            warmup,
+            hello,
+            json,
+        } => {
+            let load = load::Load {
+                target,
+                method,
+                params,
+                window,
+                connections,
+                duration: Duration::from_secs_f64(seconds),
+                warmup: Duration::from_secs_f64(warmup),
+                hello: hello.map(|h| (h[0].clone(), h[1].clone())),
+            };
+            let report = load::run(&load).await?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                println!("{}", report.line());
+            }
+        }
+        Command::EchoServer { addr } => {
+            let addr = baseline::echo_server(addr).await?;
+            eprintln!("echo server on {addr}");
+            std::future::pending::<()>().await;
+        }
+        Command::JsonrpseeServer { addr } => {
+            let (addr, handle) = baseline::jsonrpsee_server(addr).await?;
+            eprintln!("jsonrpsee server on ws://{addr}");
+            handle.stopped().await;
+        }
+        Command::BrowserStub { url, session } => {
+            let peer = baseline::btcp_browser(&url, &session).await?;
+            eprintln!("browser of session {session} registered `echo`");
+            peer.closed().await;
+        }
+        Command::Idle { url, count } => {
+            let idle = baseline::IdleConnections::open(&url, count).await?;
+            let answered = idle.ping_all().await;
+            println!("{answered} of {count} connections answered ping");
+        }
+        Command::Suite(options) => suite::run(options).await?,
+    }
+    Ok(())
+}

@@ -32,6 +32,18 @@ pub fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.listen(1024)
 }
 
+/// Raises the soft open-file limit to the hard limit. A daemon holding
+/// thousands of connections needs it, and the soft default (often 1024) is a
+/// leftover from select(2) that no tokio program needs. Returns the new limit.
+pub fn raise_fd_limit() -> Option<u64> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_err() {
+        return Some(soft);
+    }
+    Some(hard)
+}
+
 /// Whether binding `host` would expose the daemon beyond this machine.
 pub fn is_loopback(host: &str) -> bool {
     match host.parse::<std::net::IpAddr>() {

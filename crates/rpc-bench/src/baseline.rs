@@ -1,0 +1,161 @@
+//! The baselines measured in the same run as the daemons, and the helpers the
+//! daemon benchmarks need (a fast browser stub for BTCP, idle connections).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures_util::{SinkExt, StreamExt};
+use rpc_core::codec::websocket;
+use rpc_core::{NoParams, PeerHandle, Router};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::Message;
+
+/// B1/B4 baseline: echoes bytes back without looking at them, so a client's
+/// requests come back as their own "replies".
+pub async fn echo_server(addr: SocketAddr) -> Result<SocketAddr> {
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if stream.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Ok(local)
+}
+
+/// B2 baseline: jsonrpsee's WebSocket server with a `ping` method.
+pub async fn jsonrpsee_server(
+    addr: SocketAddr,
+) -> Result<(SocketAddr, jsonrpsee::server::ServerHandle)> {
+    let server = jsonrpsee::server::Server::builder().build(addr).await?;
+    let local = server.local_addr()?;
+    let mut module = jsonrpsee::RpcModule::new(());
+    module.register_method("ping", |_, _, _| json!({"pong": true}))?;
+    Ok((local, server.start(module)))
+}
+
+/// B3's browser side: connects to a BTCP broker as the browser of `session`,
+/// registers an `echo` tool and answers every call at once.
+pub async fn btcp_browser(base: &str, session: &str) -> Result<PeerHandle> {
+    let url = format!("{base}/ws?clientType=browser&sessionId={session}");
+    let (ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .with_context(|| format!("connecting to {url}"))?;
+    let router = Router::<()>::new()
+        .method("tools/call", |_, _: Value| async {
+            Ok(json!({"content": [{"type": "text", "text": "ok"}], "isError": false}))
+        })
+        .method("ping", |_, _: NoParams| async { Ok(json!({"pong": true})) })
+        .build()?;
+    let peer = rpc_core::client::spawn(websocket::transport(ws), router, ());
+    let tools = json!({"tools": [{"name": "echo", "description": "answers at once", "inputSchema": {"type": "object"}}]});
+    let registered: Value = peer
+        .request("tools/register", tools)
+        .await
+        .context("tools/register")?;
+    if registered.get("registered") != Some(&json!(1)) {
+        bail!("unexpected tools/register answer: {registered}");
+    }
+    Ok(peer)
+}
+
+/// B8: opens `count` WebSocket connections and keeps them idle. Returns how many
+/// are open and a function-like handle to ping all of them.
+pub struct IdleConnections {
+    sockets: Vec<tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<bool>>>,
+}
+
+impl IdleConnections {
+    pub async fn open(url: &str, count: usize) -> Result<IdleConnections> {
+        let config = websocket::config(64 * 1024).read_buffer_size(1024);
+        let opened = Arc::new(AtomicUsize::new(0));
+        let mut sockets = Vec::with_capacity(count);
+        let started = Instant::now();
+        for i in 0..count {
+            let (ws, _) = tokio_tungstenite::connect_async_with_config(url, Some(config), false)
+                .await
+                .with_context(|| format!("opening connection {i} of {count}"))?;
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<bool>>(1);
+            let opened = opened.clone();
+            tokio::spawn(async move {
+                let (mut sink, mut stream) = ws.split();
+                opened.fetch_add(1, Ordering::Relaxed);
+                while let Some(done) = rx.recv().await {
+                    let ok = async {
+                        sink.send(Message::text(
+                            r#"{"jsonrpc":"2.0","id":"idle","method":"ping"}"#,
+                        ))
+                        .await
+                        .ok()?;
+                        loop {
+                            match stream.next().await? {
+                                Ok(Message::Text(t)) if t.as_str().contains(r#""id":"idle""#) => {
+                                    return Some(());
+                                }
+                                Ok(_) => continue,
+                                Err(_) => return None,
+                            }
+                        }
+                    };
+                    let answered = tokio::time::timeout(Duration::from_secs(10), ok)
+                        .await
+                        .ok()
+                        .flatten()
+                        .is_some();
+                    let _ = done.send(answered);
+                }
+            });
+            sockets.push(tx);
+        }
+        eprintln!(
+            "opened {count} connections in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        Ok(IdleConnections { sockets })
+    }
+
+    /// Pings every connection (64 at a time); returns how many answered.
+    pub async fn ping_all(&self) -> usize {
+        futures_util::stream::iter(self.sockets.iter())
+            .map(|tx| async move {
+                let (done, result) = tokio::sync::oneshot::channel();
+                tx.send(done).await.ok()?;
+                result.await.ok().filter(|ok| *ok)
+            })
+            .buffer_unordered(64)
+            .filter_map(|r| async move { r })
+            .count()
+            .await
+    }
+}
+
+/// Resident set size of a process, from /proc (Linux).
+pub fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kib / 1024.0)
+}

@@ -1,0 +1,315 @@
+//! The load generator: pipelined JSON-RPC clients over NDJSON/TCP or WebSocket.
+//!
+//! Each connection is one task running a closed loop: it keeps `window`
+//! requests in flight and sends one more for each reply. Replies are matched by
+//! the id that follows `"id":` (requests put it first, so an echo server's copy
+//! of the request matches too) and never parsed further: the generator shares
+//! the machine with the server under test and must cost as little as possible.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures_util::{SinkExt, StreamExt};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+
+/// What to send and how hard.
+#[derive(Clone, Debug)]
+pub struct Load {
+    /// `tcp://host:port` (NDJSON) or `ws://host:port/path?query`.
+    pub target: String,
+    pub method: String,
+    /// JSON text of the params.
+    pub params: String,
+    pub window: usize,
+    pub connections: usize,
+    pub duration: Duration,
+    pub warmup: Duration,
+    /// A request (method, params JSON) sent and answered before the load starts.
+    pub hello: Option<(String, String)>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub requests: u64,
+    pub errors: u64,
+    pub seconds: f64,
+    pub per_second: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+}
+
+impl Report {
+    pub fn line(&self) -> String {
+        format!(
+            "{:>10.0} req/s  p50 {:>7.1} µs  p99 {:>8.1} µs  p99.9 {:>8.1} µs  ({} requests, {} errors)",
+            self.per_second, self.p50_us, self.p99_us, self.p999_us, self.requests, self.errors
+        )
+    }
+}
+
+struct ConnStats {
+    hist: Histogram<u64>,
+    requests: u64,
+    errors: u64,
+}
+
+pub async fn run(load: &Load) -> Result<Report> {
+    let start = Instant::now();
+    let measure_from = start + load.warmup;
+    let stop_at = measure_from + load.duration;
+    let mut tasks = Vec::new();
+    for _ in 0..load.connections {
+        let load = load.clone();
+        tasks.push(tokio::spawn(async move {
+            connection(&load, measure_from, stop_at).await
+        }));
+    }
+    let mut hist = Histogram::<u64>::new(3)?;
+    let (mut requests, mut errors) = (0, 0);
+    for task in tasks {
+        let stats = task.await??;
+        hist.add(&stats.hist)?;
+        requests += stats.requests;
+        errors += stats.errors;
+    }
+    let seconds = load.duration.as_secs_f64();
+    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    Ok(Report {
+        requests,
+        errors,
+        seconds,
+        per_second: requests as f64 / seconds,
+        p50_us: us(0.5),
+        p99_us: us(0.99),
+        p999_us: us(0.999),
+    })
+}
+
+fn request(id: u64, method: &str, params: &str) -> String {
+    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\",\"params\":{params}}}")
+}
+
+/// The id of a reply, or `None` for a notification.
+fn reply_id(text: &[u8]) -> Option<u64> {
+    let at = memchr::memmem::find(text, b"\"id\":")? + 5;
+    let digits = text[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&text[at..at + digits])
+        .ok()?
+        .parse()
+        .ok()
+}
+
+fn is_error(text: &[u8]) -> bool {
+    memchr::memmem::find(text, b"\"error\":").is_some()
+}
+
+/// Bookkeeping shared by both transports: ids, send times, the histogram.
+struct Flight {
+    next_id: u64,
+    sent: HashMap<u64, Instant>,
+    stats: ConnStats,
+    measure_from: Instant,
+    stop_at: Instant,
+}
+
+impl Flight {
+    fn new(measure_from: Instant, stop_at: Instant) -> Result<Self> {
+        Ok(Flight {
+            next_id: 1_000,
+            sent: HashMap::new(),
+            stats: ConnStats {
+                hist: Histogram::new(3)?,
+                requests: 0,
+                errors: 0,
+            },
+            measure_from,
+            stop_at,
+        })
+    }
+
+    fn issue(&mut self, now: Instant) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.sent.insert(id, now);
+        id
+    }
+
+    /// Records a reply; true if it was one of ours.
+    fn complete(&mut self, text: &[u8], now: Instant) -> bool {
+        let Some(sent) = reply_id(text).and_then(|id| self.sent.remove(&id)) else {
+            return false;
+        };
+        if now >= self.measure_from && now < self.stop_at {
+            self.stats.requests += 1;
+            if is_error(text) {
+                self.stats.errors += 1;
+            }
+            let _ = self.stats.hist.record((now - sent).as_nanos() as u64);
+        }
+        true
+    }
+
+    fn running(&self, now: Instant) -> bool {
+        now < self.stop_at
+    }
+}
+
+async fn connection(load: &Load, measure_from: Instant, stop_at: Instant) -> Result<ConnStats> {
+    if let Some(addr) = load.target.strip_prefix("tcp://") {
+        ndjson_connection(addr, load, measure_from, stop_at).await
+    } else if load.target.starts_with("ws://") {
+        ws_connection(load, measure_from, stop_at).await
+    } else {
+        bail!("target must start with tcp:// or ws://: {}", load.target)
+    }
+}
+
+async fn ndjson_connection(
+    addr: &str,
+    load: &Load,
+    measure_from: Instant,
+    stop_at: Instant,
+) -> Result<ConnStats> {
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
+    stream.set_nodelay(true)?;
+    let mut buf = Vec::with_capacity(64 * 1024);
+    if let Some((method, params)) = &load.hello {
+        stream
+            .write_all(format!("{}\n", request(1, method, params)).as_bytes())
+            .await?;
+        read_line(&mut stream, &mut buf).await?;
+        buf.clear();
+    }
+    let mut flight = Flight::new(measure_from, stop_at)?;
+    let mut out = String::new();
+    let now = Instant::now();
+    for _ in 0..load.window {
+        let id = flight.issue(now);
+        out.push_str(&request(id, &load.method, &load.params));
+        out.push('\n');
+    }
+    stream.write_all(out.as_bytes()).await?;
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            bail!("server closed the connection");
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let now = Instant::now();
+        out.clear();
+        let mut start = 0;
+        while let Some(end) = memchr::memchr(b'\n', &buf[start..]) {
+            let line = &buf[start..start + end];
+            start += end + 1;
+            if flight.complete(line, now) && flight.running(now) {
+                let id = flight.issue(now);
+                out.push_str(&request(id, &load.method, &load.params));
+                out.push('\n');
+            }
+        }
+        buf.drain(..start);
+        if !out.is_empty() {
+            stream.write_all(out.as_bytes()).await?;
+        }
+        if !flight.running(now) && flight.sent.is_empty() || now > stop_at + Duration::from_secs(10)
+        {
+            return Ok(flight.stats);
+        }
+    }
+}
+
+async fn read_line(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<()> {
+    let mut byte = [0u8; 1];
+    loop {
+        if stream.read(&mut byte).await? == 0 {
+            bail!("server closed the connection during hello");
+        }
+        if byte[0] == b'\n' {
+            return Ok(());
+        }
+        buf.push(byte[0]);
+    }
+}
+
+async fn ws_connection(load: &Load, measure_from: Instant, stop_at: Instant) -> Result<ConnStats> {
+    let (mut ws, _) = tokio_tungstenite::connect_async(load.target.as_str())
+        .await
+        .with_context(|| format!("connecting to {}", load.target))?;
+    if let Some((method, params)) = &load.hello {
+        ws.send(Message::text(request(1, method, params))).await?;
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Text(t))) if reply_id(t.as_bytes()) == Some(1) => break,
+                Some(Ok(_)) => continue,
+                other => bail!("no answer to hello: {other:?}"),
+            }
+        }
+    }
+    let (mut sink, mut stream) = ws.split();
+    let mut flight = Flight::new(measure_from, stop_at)?;
+    let now = Instant::now();
+    for _ in 0..load.window {
+        let id = flight.issue(now);
+        sink.feed(Message::text(request(id, &load.method, &load.params)))
+            .await?;
+    }
+    sink.flush().await?;
+    loop {
+        // Write what the replies at hand triggered only once no more are at hand.
+        let msg = match futures_util::FutureExt::now_or_never(stream.next()) {
+            Some(msg) => msg,
+            None => {
+                sink.flush().await?;
+                stream.next().await
+            }
+        };
+        let Some(msg) = msg else {
+            bail!("server closed the connection")
+        };
+        let now = Instant::now();
+        let text = match msg? {
+            Message::Text(t) => t,
+            Message::Close(_) => bail!("server closed the connection"),
+            _ => continue,
+        };
+        if flight.complete(text.as_bytes(), now) && flight.running(now) {
+            let id = flight.issue(now);
+            sink.feed(Message::text(request(id, &load.method, &load.params)))
+                .await?;
+        }
+        if !flight.running(now) && flight.sent.is_empty() || now > stop_at + Duration::from_secs(10)
+        {
+            break;
+        }
+    }
+    let mut ws = sink.reunite(stream)?;
+    let _ = ws.close(None).await;
+    Ok(flight.stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reply_ids_are_found_in_replies_and_echoed_requests_but_not_notifications() {
+        assert_eq!(
+            reply_id(br#"{"jsonrpc":"2.0","id":1234,"result":{"pong":true}}"#),
+            Some(1234)
+        );
+        assert_eq!(reply_id(request(77, "ping", "{}").as_bytes()), Some(77));
+        assert_eq!(reply_id(br#"{"jsonrpc":"2.0","method":"welcome","params":{"sessionId":"x","clientId":"y"}}"#), None);
+        assert!(is_error(
+            br#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"x"}}"#
+        ));
+    }
+}
