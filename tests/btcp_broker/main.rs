@@ -1,1 +1,8 @@
-//! Integration tests: see the module files.
+//! btcp-broker over real sockets: the binary started on a free port, spoken to
+//! as browsers and agents over WebSocket and SSE+POST, and by headless Chromium.
+
+mod forwarding;
+mod http;
+mod messages;
+mod sessions;
+mod support;

@@ -1,0 +1,141 @@
+//! Client commands: talk to a running broker, as an HTTP client (`sessions`)
+//! or as an agent over WebSocket (`tools`, `call`). They honour
+//! `BTCP_AUTH_TOKEN` like any other client.
+
+mod agent;
+mod http;
+
+use anyhow::{Context as _, bail};
+use serde_json::{Map, Value};
+
+use crate::config::{Command, EndpointArgs};
+
+pub async fn run(endpoint: &EndpointArgs, command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Serve(_) => unreachable!("serve is not a client command"),
+        Command::Sessions { json } => sessions(endpoint, json).await,
+        Command::Tools { session, json } => tools(endpoint, &session, json).await,
+        Command::Call {
+            session,
+            tool,
+            args,
+            timeout,
+            json,
+        } => call(endpoint, &session, &tool, args, timeout, json).await,
+    }
+}
+
+async fn sessions(endpoint: &EndpointArgs, json: bool) -> anyhow::Result<()> {
+    let list = http::get_json(endpoint, "/sessions").await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(());
+    }
+    let rows = list
+        .as_array()
+        .context("the broker's /sessions is not a list")?;
+    if rows.is_empty() {
+        println!("no sessions");
+        return Ok(());
+    }
+    let width = rows
+        .iter()
+        .filter_map(|r| r["id"].as_str())
+        .map(str::len)
+        .max()
+        .unwrap_or(0)
+        .max("SESSION".len());
+    println!(
+        "{:width$}  BROWSER  AGENTS  TOOLS  LAST ACTIVITY",
+        "SESSION"
+    );
+    for row in rows {
+        println!(
+            "{:width$}  {:7}  {:6}  {:5}  {}",
+            row["id"].as_str().unwrap_or("?"),
+            if row["hasBrowser"].as_bool() == Some(true) {
+                "yes"
+            } else {
+                "no"
+            },
+            row["agentCount"],
+            row["toolCount"],
+            row["lastActivity"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+async fn tools(endpoint: &EndpointArgs, session: &str, json: bool) -> anyhow::Result<()> {
+    let agent = agent::Agent::join(endpoint, session).await?;
+    let tools = agent.joined["tools"].clone();
+    agent.close();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&tools)?);
+        return Ok(());
+    }
+    let tools = tools.as_array().cloned().unwrap_or_default();
+    if tools.is_empty() {
+        println!("session {session} has no tools registered");
+        return Ok(());
+    }
+    let width = tools
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    for tool in &tools {
+        println!(
+            "{:width$}  {}",
+            tool["name"].as_str().unwrap_or("?"),
+            tool["description"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+async fn call(
+    endpoint: &EndpointArgs,
+    session: &str,
+    tool: &str,
+    args: Vec<(String, Value)>,
+    timeout: Option<u64>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let agent = agent::Agent::join(endpoint, session).await?;
+    let arguments: Map<String, Value> = args.into_iter().collect();
+    let mut params = serde_json::json!({ "name": tool, "arguments": arguments });
+    if let Some(ms) = timeout {
+        params["timeout"] = ms.into();
+    }
+    // Wait a little longer than the broker so its timeout error is what we see.
+    let wait = std::time::Duration::from_millis(timeout.unwrap_or(300_000) + 5_000);
+    let result = agent.request("tools/call", &params, wait).await;
+    agent.close();
+    let result = result?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        print_content(&result);
+    }
+    if result["isError"].as_bool() == Some(true) {
+        bail!("the tool reported an error");
+    }
+    Ok(())
+}
+
+/// Prints a tool result's text content as text, anything else as JSON.
+fn print_content(result: &Value) {
+    match result["content"].as_array() {
+        Some(items) => {
+            for item in items {
+                match (item["type"].as_str(), item["text"].as_str()) {
+                    (Some("text"), Some(text)) => println!("{text}"),
+                    _ => println!("{item}"),
+                }
+            }
+        }
+        None => println!("{result}"),
+    }
+}

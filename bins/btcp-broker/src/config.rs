@@ -1,0 +1,299 @@
+//! Command line and settings: every setting is a flag with an `BTCP_*` env name.
+//!
+//! `serve` is the default command, so its settings are accepted both at the top
+//! level (`btcp-broker --port 9000`) and after `serve`. The endpoint settings
+//! (host, port, token) are global because the client commands need them too.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use rpc_core::cli::{LogArgs, config_error};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "btcp-broker",
+    version,
+    about = "BTCP session broker: AI agents call tools that browser pages provide."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub log: LogArgs,
+    #[command(flatten)]
+    pub endpoint: EndpointArgs,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the broker (the default).
+    Serve(ServeArgs),
+    /// List the sessions of a running broker.
+    Sessions {
+        /// Print the broker's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the tools a session's browser registered.
+    Tools {
+        /// The session id.
+        session: String,
+        /// Print the tools as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call a tool as an agent and print its result.
+    Call {
+        /// The session id.
+        session: String,
+        /// The tool name.
+        tool: String,
+        /// An argument, `key=value` (value parsed as JSON when it is JSON); repeatable.
+        #[arg(long = "arg", value_name = "KEY=VALUE", value_parser = parse_tool_arg)]
+        args: Vec<(String, serde_json::Value)>,
+        /// Call timeout in milliseconds (the broker caps it).
+        #[arg(long, value_name = "MS")]
+        timeout: Option<u64>,
+        /// Print the raw JSON result instead of its text content.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_tool_arg(text: &str) -> Result<(String, serde_json::Value), String> {
+    rpc_core::cli::parse_arg(text)
+}
+
+/// Where the broker listens (serve) or where the client commands find it.
+#[derive(Clone, Debug, Args)]
+pub struct EndpointArgs {
+    /// Address to listen on (serve) or connect to (client commands).
+    #[arg(long, env = "BTCP_HOST", default_value = "127.0.0.1", global = true)]
+    pub host: String,
+    /// Port to listen on or connect to.
+    #[arg(long, env = "BTCP_PORT", default_value_t = 8765, global = true)]
+    pub port: u16,
+    /// Shared secret every client must present (`Authorization: Bearer` or
+    /// `token=` query). Required to listen on a non-loopback address.
+    #[arg(long, env = "BTCP_AUTH_TOKEN", hide_env_values = true, global = true)]
+    pub auth_token: Option<String>,
+}
+
+/// The broker's limits and timeouts.
+#[derive(Clone, Debug, Args)]
+pub struct ServeArgs {
+    /// Comma-separated list of allowed `Origin`s (e.g. `https://app.example`).
+    /// Default: no Origin header, or http(s)://localhost|127.0.0.1|[::1] on any port.
+    #[arg(long, env = "BTCP_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+    /// Default tools/call timeout (ms, or a duration like `30s`).
+    #[arg(long, env = "BTCP_CALL_TIMEOUT", default_value = "30000", value_parser = millis)]
+    pub call_timeout: Duration,
+    /// Longest timeout an agent may ask for (ms, or a duration like `5m`).
+    #[arg(long, env = "BTCP_MAX_CALL_TIMEOUT", default_value = "300000", value_parser = millis)]
+    pub max_call_timeout: Duration,
+    /// A session with no browser and no agents is removed after this long
+    /// (seconds, or a duration like `500ms`).
+    #[arg(long, env = "BTCP_SESSION_IDLE_TTL", default_value = "300", value_parser = seconds)]
+    pub session_idle_ttl: Duration,
+    /// Agents allowed in one session.
+    #[arg(long, env = "BTCP_MAX_AGENTS_PER_SESSION", default_value_t = 16)]
+    pub max_agents_per_session: usize,
+    /// Largest JSON-RPC message (bytes) on any transport.
+    #[arg(long, env = "BTCP_MAX_MESSAGE", default_value_t = 4 * 1024 * 1024)]
+    pub max_message: usize,
+    /// Tools one session may register.
+    #[arg(long, env = "BTCP_MAX_TOOLS_PER_SESSION", default_value_t = 256)]
+    pub max_tools_per_session: usize,
+    /// Sessions the broker holds at once.
+    #[arg(long, env = "BTCP_MAX_SESSIONS", default_value_t = 10_000)]
+    pub max_sessions: usize,
+    /// tools/call per agent per second (token bucket); 0 disables the limit.
+    #[arg(long, env = "BTCP_RATE_LIMIT", default_value_t = 50.0)]
+    pub rate_limit: f64,
+    /// Calls an agent may make in a burst above the rate.
+    #[arg(long, env = "BTCP_RATE_BURST", default_value_t = 100.0)]
+    pub rate_burst: f64,
+    /// Browser and agent connections (WebSocket and SSE) held at once.
+    #[arg(long, env = "BTCP_MAX_CONNECTIONS", default_value_t = 20_000)]
+    pub max_connections: usize,
+    /// Interval of WebSocket pings to detect dead peers (two missed: dropped).
+    #[arg(long, env = "BTCP_KEEPALIVE", default_value = "30", value_parser = seconds)]
+    pub keepalive: Duration,
+    /// Time in-flight calls get to finish on SIGTERM before connections close.
+    #[arg(long, env = "BTCP_SHUTDOWN_GRACE", default_value = "5", value_parser = seconds)]
+    pub shutdown_grace: Duration,
+}
+
+/// A duration in milliseconds when it is a bare number, else humantime (`30s`).
+fn millis(text: &str) -> Result<Duration, String> {
+    duration(text, Duration::from_millis)
+}
+
+/// A duration in seconds when it is a bare number, else humantime (`500ms`).
+fn seconds(text: &str) -> Result<Duration, String> {
+    duration(text, Duration::from_secs)
+}
+
+fn duration(text: &str, unit: fn(u64) -> Duration) -> Result<Duration, String> {
+    let text = text.trim();
+    match text.parse::<u64>() {
+        Ok(n) => Ok(unit(n)),
+        Err(_) => humantime::parse_duration(text).map_err(|e| format!("{e} (in {text:?})")),
+    }
+}
+
+/// Validated settings of a running broker.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub auth_token: Option<String>,
+    pub allowed_origins: Option<Vec<String>>,
+    pub call_timeout: Duration,
+    pub max_call_timeout: Duration,
+    pub session_idle_ttl: Duration,
+    pub max_agents_per_session: usize,
+    pub max_message: usize,
+    pub max_tools_per_session: usize,
+    pub max_sessions: usize,
+    pub rate_limit: f64,
+    pub rate_burst: f64,
+    pub max_connections: usize,
+    pub keepalive: Duration,
+    pub shutdown_grace: Duration,
+}
+
+impl Config {
+    /// Checks the settings; a bad one stops the broker with exit code 2.
+    pub fn from_args(endpoint: &EndpointArgs, serve: &ServeArgs) -> Config {
+        let listen = resolve_listen(&endpoint.host, endpoint.port);
+        let auth_token = endpoint.auth_token.clone().filter(|t| !t.is_empty());
+        if !rpc_core::listen::is_loopback(&endpoint.host) && auth_token.is_none() {
+            config_error(
+                "BTCP_HOST",
+                format!(
+                    "{} is not a loopback address; set BTCP_AUTH_TOKEN to listen on it",
+                    endpoint.host
+                ),
+            );
+        }
+        let allowed_origins = match serve.allowed_origins.as_slice() {
+            [] => None,
+            list => {
+                let mut origins = Vec::new();
+                for origin in list.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
+                    if !(origin.starts_with("http://")
+                        || origin.starts_with("https://")
+                        || origin.contains("-extension://"))
+                    {
+                        config_error(
+                            "BTCP_ALLOWED_ORIGINS",
+                            format!("{origin:?} is not an origin like https://app.example"),
+                        );
+                    }
+                    origins.push(origin.trim_end_matches('/').to_ascii_lowercase());
+                }
+                Some(origins)
+            }
+        };
+        if serve.call_timeout.is_zero() {
+            config_error("BTCP_CALL_TIMEOUT", "must be more than 0");
+        }
+        if serve.max_call_timeout < serve.call_timeout {
+            config_error(
+                "BTCP_MAX_CALL_TIMEOUT",
+                "must be at least BTCP_CALL_TIMEOUT",
+            );
+        }
+        if serve.max_message < 1024 {
+            config_error("BTCP_MAX_MESSAGE", "must be at least 1024 bytes");
+        }
+        for (name, value) in [
+            ("BTCP_MAX_AGENTS_PER_SESSION", serve.max_agents_per_session),
+            ("BTCP_MAX_TOOLS_PER_SESSION", serve.max_tools_per_session),
+            ("BTCP_MAX_SESSIONS", serve.max_sessions),
+            ("BTCP_MAX_CONNECTIONS", serve.max_connections),
+        ] {
+            if value == 0 {
+                config_error(name, "must be at least 1");
+            }
+        }
+        if !(serve.rate_limit >= 0.0 && serve.rate_limit.is_finite()) {
+            config_error("BTCP_RATE_LIMIT", "must be a number >= 0");
+        }
+        if !(serve.rate_burst >= 1.0 && serve.rate_burst.is_finite()) {
+            config_error("BTCP_RATE_BURST", "must be a number >= 1");
+        }
+        if serve.keepalive.is_zero() {
+            config_error("BTCP_KEEPALIVE", "must be more than 0");
+        }
+        Config {
+            listen,
+            auth_token,
+            allowed_origins,
+            call_timeout: serve.call_timeout,
+            max_call_timeout: serve.max_call_timeout,
+            session_idle_ttl: serve.session_idle_ttl,
+            max_agents_per_session: serve.max_agents_per_session,
+            max_message: serve.max_message,
+            max_tools_per_session: serve.max_tools_per_session,
+            max_sessions: serve.max_sessions,
+            rate_limit: serve.rate_limit,
+            rate_burst: serve.rate_burst,
+            max_connections: serve.max_connections,
+            keepalive: serve.keepalive,
+            shutdown_grace: serve.shutdown_grace,
+        }
+    }
+}
+
+/// `host:port` as a socket address; `localhost` is 127.0.0.1 (never a DNS lookup).
+fn resolve_listen(host: &str, port: u16) -> SocketAddr {
+    let host = if host.eq_ignore_ascii_case("localhost") {
+        "127.0.0.1"
+    } else {
+        host.trim_start_matches('[').trim_end_matches(']')
+    };
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => SocketAddr::new(ip, port),
+        Err(_) => config_error("BTCP_HOST", format!("{host:?} is not an IP address")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_a_bare_number_in_the_settings_unit_or_humantime() {
+        assert_eq!(millis("1500").unwrap(), Duration::from_millis(1500));
+        assert_eq!(millis("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(seconds("300").unwrap(), Duration::from_secs(300));
+        assert_eq!(seconds("250ms").unwrap(), Duration::from_millis(250));
+        assert!(seconds("soon").is_err());
+    }
+
+    #[test]
+    fn every_setting_parses_with_defaults() {
+        let cli = Cli::try_parse_from(["btcp-broker"]).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.endpoint.port, 8765);
+        assert_eq!(cli.serve.max_agents_per_session, 16);
+        let cli = Cli::try_parse_from([
+            "btcp-broker",
+            "--port",
+            "9",
+            "call",
+            "s",
+            "t",
+            "--arg",
+            "a=1",
+        ])
+        .unwrap();
+        assert_eq!(cli.endpoint.port, 9);
+        assert!(matches!(cli.command, Some(Command::Call { ref args, .. }) if args.len() == 1));
+    }
+}

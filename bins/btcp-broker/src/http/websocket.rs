@@ -1,0 +1,108 @@
+//! `GET /ws`: the WebSocket transport.
+//!
+//! The handshake is done here rather than by a framework extractor so that the
+//! connection runs on rpc-core's tokio-tungstenite adapter (its read buffer is
+//! sized for many idle connections) and so that every refusal is a plain HTTP
+//! status with a JSON reason, sent before any upgrade.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::TokioIo;
+use rpc_core::codec::websocket;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+
+use super::admission::{self, PeerAddr, Rejection, reject};
+use crate::broker::{self, Broker};
+use crate::metrics::TransportKind;
+
+pub async fn upgrade(State(broker): State<Arc<Broker>>, mut request: Request) -> Response {
+    let peer = request.extensions().get::<PeerAddr>().cloned();
+    let query = match admission::query(request.uri()) {
+        Ok(q) => q,
+        Err(rejection) => return rejection.into_response(),
+    };
+    // Token and query problems come first: they are what a client with a
+    // working WebSocket library gets wrong.
+    let checked = match admission::check(&broker, request.headers(), &query, peer.as_ref()) {
+        Ok(checked) => checked,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let key = match handshake_key(request.headers()) {
+        Ok(key) => key,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let spec = match admission::reserve(&broker, checked, peer.as_ref(), TransportKind::WebSocket) {
+        Ok(spec) => spec,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let on_upgrade = hyper::upgrade::on(&mut request);
+    let max_message = broker.config.max_message;
+    let task_broker = broker.clone();
+    broker.shutdown.spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let ws = WebSocketStream::from_raw_socket(
+                    TokioIo::new(upgraded),
+                    Role::Server,
+                    Some(websocket::config(max_message)),
+                )
+                .await;
+                broker::serve_peer(task_broker, websocket::transport(ws), spec).await;
+            }
+            Err(e) => tracing::debug!(error = %e, "websocket upgrade did not complete"),
+        }
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, "websocket")
+        .header(header::SEC_WEBSOCKET_ACCEPT, key)
+        .body(Body::empty())
+        .expect("a valid response")
+}
+
+/// Checks the RFC 6455 handshake headers and computes the accept key.
+fn handshake_key(headers: &HeaderMap) -> Result<HeaderValue, Rejection> {
+    let has_token = |name: header::HeaderName, token: &str| {
+        headers.get_all(name).iter().any(|v| {
+            v.to_str().is_ok_and(|v| {
+                v.split(',')
+                    .any(|part| part.trim().eq_ignore_ascii_case(token))
+            })
+        })
+    };
+    if !has_token(header::UPGRADE, "websocket") || !has_token(header::CONNECTION, "upgrade") {
+        return Err(reject(
+            StatusCode::UPGRADE_REQUIRED,
+            "not_websocket",
+            "this endpoint speaks WebSocket (Upgrade: websocket)",
+        )
+        .with_header(header::UPGRADE, "websocket"));
+    }
+    if headers
+        .get(header::SEC_WEBSOCKET_VERSION)
+        .is_none_or(|v| v.as_bytes() != b"13")
+    {
+        return Err(reject(
+            StatusCode::UPGRADE_REQUIRED,
+            "websocket_version",
+            "only WebSocket version 13 is supported",
+        )
+        .with_header(header::SEC_WEBSOCKET_VERSION, "13"));
+    }
+    let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
+        return Err(reject(
+            StatusCode::BAD_REQUEST,
+            "websocket_key",
+            "Sec-WebSocket-Key is missing",
+        ));
+    };
+    HeaderValue::from_str(&derive_accept_key(key.as_bytes()))
+        .map_err(|_| reject(StatusCode::BAD_REQUEST, "websocket_key", "bad key"))
+}

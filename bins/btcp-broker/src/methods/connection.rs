@@ -1,0 +1,64 @@
+//! `hello` and `ping`.
+
+use rpc_core::{Ctx, NoParams, RpcError};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::broker::{ConnState, PROTOCOL_VERSION, SERVER_VERSION};
+use crate::session::ClientType;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HelloParams {
+    client_type: Option<String>,
+    version: Option<String>,
+    /// Accepted and logged; the broker has no use for them yet.
+    #[serde(default)]
+    capabilities: Option<Value>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HelloReply {
+    session_id: Option<String>,
+    client_id: String,
+    client_type: ClientType,
+    server_version: &'static str,
+    protocol_version: &'static str,
+}
+
+/// Announces the client; the client type was fixed by the connect URL and
+/// cannot change here.
+pub async fn hello(cx: Ctx<ConnState>, params: HelloParams) -> Result<HelloReply, RpcError> {
+    let state = &cx.state;
+    if let Some(claimed) = params.client_type.as_deref()
+        && claimed != state.client_type.as_str()
+    {
+        return Err(RpcError::invalid_params(format!(
+            "clientType: this connection is a {} (from its URL), not {claimed:?}",
+            state.client_type.as_str()
+        )));
+    }
+    tracing::debug!(
+        client = %state.client_id,
+        version = params.version.as_deref().unwrap_or("-"),
+        capabilities = %params.capabilities.unwrap_or(serde_json::Value::Null),
+        "hello"
+    );
+    Ok(HelloReply {
+        session_id: state.session().map(|s| s.id.to_string()),
+        client_id: state.client_id.to_string(),
+        client_type: state.client_type,
+        server_version: SERVER_VERSION,
+        protocol_version: PROTOCOL_VERSION,
+    })
+}
+
+#[derive(Serialize)]
+pub struct Pong {
+    pong: bool,
+}
+
+pub async fn ping(_: Ctx<ConnState>, _: NoParams) -> Result<Pong, RpcError> {
+    Ok(Pong { pong: true })
+}
