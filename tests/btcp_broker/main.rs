@@ -1,8 +1,11 @@
 //! btcp-broker over real sockets: the binary started on a free port, spoken to
 //! as browsers and agents over WebSocket and SSE+POST, and by headless Chromium.
 
+mod chromium;
 mod forwarding;
 mod http;
 mod messages;
+mod public_client;
 mod sessions;
+mod sse;
 mod support;

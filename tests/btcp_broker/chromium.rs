@@ -1,0 +1,189 @@
+//! End to end in a real browser: headless Chromium opens the broker's demo page,
+//! which connects as the session's browser and registers DOM tools; the test
+//! is the agent, and the answers must reflect the real page.
+
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use integration_tests::require_tool;
+use serde_json::{Value, json};
+
+use crate::support::{Broker, Ws};
+
+/// Headless Chromium with its own profile, in its own process group so that
+/// all its helper processes can be killed together.
+struct Chromium {
+    child: Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Chromium {
+    fn open(url: &str) -> Chromium {
+        let profile = tempfile::tempdir().unwrap();
+        let child = Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-extensions",
+                "--disable-dev-shm-usage",
+                &format!("--user-data-dir={}", profile.path().display()),
+                url,
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("starting chromium");
+        Chromium {
+            child,
+            _profile: profile,
+        }
+    }
+}
+
+impl Drop for Chromium {
+    fn drop(&mut self) {
+        let group = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+/// Joins `session` as an agent and waits until the page registered its tools.
+async fn agent_with_page_tools(broker: &Broker, session: &str) -> Ws {
+    let mut agent = broker.agent(session).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut id = 0;
+    loop {
+        id += 1;
+        let reply = agent.call(id, "tools/list", json!({})).await;
+        if reply["result"]["tools"]
+            .as_array()
+            .is_some_and(|t| t.len() >= 5)
+        {
+            return agent;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the demo page did not register its tools within 60 s:\n{}",
+            broker.daemon.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn call_text(agent: &mut Ws, id: u64, name: &str, arguments: Value) -> (String, bool) {
+    let reply = agent
+        .call(
+            id,
+            "tools/call",
+            json!({"name": name, "arguments": arguments, "timeout": 10000}),
+        )
+        .await;
+    let result = &reply["result"];
+    assert!(result.is_object(), "{name}: {reply}");
+    let text = result["content"][0]["text"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    (text, result["isError"] == true)
+}
+
+async fn exercise_the_demo_page(transport: &str) {
+    if !require_tool("chromium") {
+        return;
+    }
+    let broker = Broker::start(&[]);
+    let session = format!("chromium-{transport}");
+    let _chromium = Chromium::open(&format!(
+        "http://127.0.0.1:{}/?sessionId={session}&transport={transport}",
+        broker.port
+    ));
+    let mut agent = agent_with_page_tools(&broker, &session).await;
+
+    let tools = agent.call(100, "tools/list", json!({})).await;
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for expected in ["page_title", "query_text", "click", "fill", "page_info"] {
+        assert!(names.contains(&expected), "{names:?}");
+    }
+
+    assert_eq!(
+        call_text(&mut agent, 1, "page_title", json!({})).await,
+        ("BTCP demo page".to_owned(), false)
+    );
+    assert_eq!(
+        call_text(
+            &mut agent,
+            2,
+            "query_text",
+            json!({"selector": "#greeting"})
+        )
+        .await,
+        ("Hello from the BTCP demo page".to_owned(), false)
+    );
+    assert_eq!(
+        call_text(&mut agent, 3, "query_text", json!({"selector": "#counter"}))
+            .await
+            .0,
+        "0"
+    );
+    for id in 4..6 {
+        let (text, is_error) = call_text(
+            &mut agent,
+            id,
+            "click",
+            json!({"selector": "#counter-button"}),
+        )
+        .await;
+        assert_eq!(
+            (text.as_str(), is_error),
+            ("Clicked: #counter-button", false)
+        );
+    }
+    assert_eq!(
+        call_text(&mut agent, 6, "query_text", json!({"selector": "#counter"}))
+            .await
+            .0,
+        "2",
+        "the clicks changed the real DOM"
+    );
+    let (info, _) = call_text(&mut agent, 7, "page_info", json!({})).await;
+    let info: Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(info["clicks"], 2);
+    assert_eq!(info["items"], json!(["apples", "pears", "plums"]));
+    assert!(info["url"].as_str().unwrap().contains(&session));
+    let (text, is_error) =
+        call_text(&mut agent, 8, "query_text", json!({"selector": "#missing"})).await;
+    assert!(
+        is_error && text.contains("no element matches #missing"),
+        "{text}"
+    );
+
+    let sessions = broker.get("/sessions").json();
+    assert_eq!(sessions[0]["hasBrowser"], true);
+    assert_eq!(sessions[0]["toolCount"], 5);
+}
+
+#[tokio::test]
+async fn the_demo_page_in_headless_chromium_serves_an_agent_over_websocket() {
+    exercise_the_demo_page("websocket").await;
+}
+
+#[tokio::test]
+async fn the_demo_page_in_headless_chromium_serves_an_agent_over_sse() {
+    exercise_the_demo_page("sse").await;
+}
