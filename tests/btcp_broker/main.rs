@@ -2,10 +2,12 @@
 //! as browsers and agents over WebSocket and SSE+POST, and by headless Chromium.
 
 mod chromium;
+mod commands;
 mod forwarding;
 mod http;
 mod messages;
 mod public_client;
+mod service;
 mod sessions;
 mod sse;
 mod support;
