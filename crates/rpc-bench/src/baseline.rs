@@ -52,6 +52,42 @@ pub async fn jsonrpsee_server(
     Ok((local, server.start(module)))
 }
 
+/// The engine alone: rpc-core serving `ping` over NDJSON/TCP and WebSocket, to
+/// see what the daemons' own work costs on top of it.
+pub async fn core_servers(ndjson: SocketAddr, ws: SocketAddr) -> Result<(SocketAddr, SocketAddr)> {
+    let router = Router::<()>::new().method("ping", |_, _: NoParams| async { Ok(json!({"pong": true})) }).build()?;
+    let shutdown = rpc_core::Shutdown::new();
+    let listener = rpc_core::listen::bind_tcp(ndjson)?;
+    let ndjson = listener.local_addr()?;
+    let r = router.clone();
+    tokio::spawn(async move {
+        rpc_core::listen::serve(rpc_core::listen::Listener::Tcp(listener), "core-ndjson", 100_000, &shutdown, move |stream, _| {
+            let router = r.clone();
+            async move {
+                let transport = stream.into_ndjson(rpc_core::codec::DEFAULT_MAX_MESSAGE);
+                let (_peer, conn) = rpc_core::Connection::new(transport, router, Arc::new(()), Default::default());
+                conn.run().await;
+            }
+        })
+        .await
+    });
+    let listener = TcpListener::bind(ws).await?;
+    let ws = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let router = router.clone();
+            tokio::spawn(async move {
+                let _ = stream.set_nodelay(true);
+                let config = websocket::config(websocket::DEFAULT_MAX_MESSAGE);
+                let Ok(ws) = tokio_tungstenite::accept_async_with_config(stream, Some(config)).await else { return };
+                let (_peer, conn) = rpc_core::Connection::new(websocket::transport(ws), router, Arc::new(()), Default::default());
+                conn.run().await;
+            });
+        }
+    });
+    Ok((ndjson, ws))
+}
+
 /// B3's browser side: connects to a BTCP broker as the browser of `session`,
 /// registers an `echo` tool and answers every call at once.
 pub async fn btcp_browser(base: &str, session: &str) -> Result<PeerHandle> {

@@ -63,6 +63,13 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:7001")]
         addr: SocketAddr,
     },
+    /// Run rpc-core alone serving `ping` (NDJSON on --addr, WebSocket on --ws-addr).
+    CoreServer {
+        #[arg(long, default_value = "127.0.0.1:7002")]
+        addr: SocketAddr,
+        #[arg(long, default_value = "127.0.0.1:7003")]
+        ws_addr: SocketAddr,
+    },
     /// Act as a BTCP browser with an `echo` tool that answers at once.
     BrowserStub {
         /// Broker base URL, e.g. ws://127.0.0.1:8765
@@ -124,6 +131,11 @@ async fn main() -> Result<()> {
             let (addr, handle) = baseline::jsonrpsee_server(addr).await?;
             eprintln!("jsonrpsee server on ws://{addr}");
             handle.stopped().await;
+        }
+        Command::CoreServer { addr, ws_addr } => {
+            let (ndjson, ws) = baseline::core_servers(addr, ws_addr).await?;
+            eprintln!("rpc-core ping on tcp://{ndjson} and ws://{ws}");
+            std::future::pending::<()>().await;
         }
         Command::BrowserStub { url, session } => {
             let peer = baseline::btcp_browser(&url, &session).await?;

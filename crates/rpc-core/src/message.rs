@@ -28,7 +28,11 @@ pub const JSONRPC_VERSION: &str = "2.0";
 pub enum Id {
     /// `"id": null`. Legal, if discouraged; also what errors without a readable id carry.
     Null,
-    /// A JSON number, kept as its original text so it is echoed byte for byte.
+    /// A non-negative integer written plainly (`0`, `42`): the common case,
+    /// kept without an allocation. Its text is exactly `n.to_string()`.
+    Int(u64),
+    /// Any other JSON number, kept as its original text so it is echoed byte
+    /// for byte (`-1`, `1.50`, `1e400`, integers past 2^64).
     Number(Box<RawValue>),
     /// A JSON string, decoded (escapes resolved).
     String(Box<str>),
@@ -40,6 +44,11 @@ impl Id {
         let text = raw.get();
         match text.as_bytes().first()? {
             b'"' => decode_str(raw).map(|s| Id::String(s.into())),
+            b'0'..=b'9' if is_plain_integer(text) => text
+                .parse()
+                .ok()
+                .map(Id::Int)
+                .or(Some(Id::Number(raw.to_owned()))),
             b'-' | b'0'..=b'9' => Some(Id::Number(raw.to_owned())),
             b'n' => Some(Id::Null),
             _ => None,
@@ -50,8 +59,19 @@ impl Id {
     /// This is how ids we issued ourselves are recognised in responses.
     pub fn as_u64(&self) -> Option<u64> {
         match self {
-            Id::Number(raw) => raw.get().parse().ok(),
+            Id::Int(n) => Some(*n),
             _ => None,
+        }
+    }
+
+    /// The length of the id as JSON, exact for numbers and null, a good guess
+    /// for strings (escapes make it longer).
+    fn json_len_hint(&self) -> usize {
+        match self {
+            Id::Null => 4,
+            Id::Int(n) => n.checked_ilog10().unwrap_or(0) as usize + 1,
+            Id::Number(raw) => raw.get().len(),
+            Id::String(s) => s.len() + 2,
         }
     }
 
@@ -59,6 +79,7 @@ impl Id {
     pub fn write_json(&self, out: &mut Vec<u8>) {
         match self {
             Id::Null => out.extend_from_slice(b"null"),
+            Id::Int(n) => out.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes()),
             Id::Number(raw) => out.extend_from_slice(raw.get().as_bytes()),
             Id::String(s) => write_json_str(out, s),
         }
@@ -67,8 +88,14 @@ impl Id {
 
 impl From<u64> for Id {
     fn from(n: u64) -> Self {
-        Id::Number(RawValue::from_string(n.to_string()).expect("an integer is valid JSON"))
+        Id::Int(n)
     }
+}
+
+/// Digits only, without a leading zero (JSON allows none anyway): text that
+/// `u64` formatting would reproduce exactly.
+fn is_plain_integer(text: &str) -> bool {
+    text.bytes().all(|b| b.is_ascii_digit()) && (text.len() == 1 || !text.starts_with('0'))
 }
 
 impl From<&str> for Id {
@@ -81,6 +108,7 @@ impl PartialEq for Id {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
             (Id::Null, Id::Null) => true,
+            (Id::Int(a), Id::Int(b)) => a == b,
             (Id::Number(a), Id::Number(b)) => a.get() == b.get(),
             (Id::String(a), Id::String(b)) => a == b,
             _ => false,
@@ -94,6 +122,10 @@ impl Hash for Id {
     fn hash<H: Hasher>(&self, state: &mut H) {
         match self {
             Id::Null => state.write_u8(0),
+            Id::Int(n) => {
+                state.write_u8(3);
+                state.write_u64(*n);
+            }
             Id::Number(raw) => {
                 state.write_u8(1);
                 raw.get().hash(state);
@@ -110,6 +142,7 @@ impl fmt::Display for Id {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Id::Null => f.write_str("null"),
+            Id::Int(n) => write!(f, "{n}"),
             Id::Number(raw) => f.write_str(raw.get()),
             Id::String(s) => write!(f, "{s:?}"),
         }
@@ -120,6 +153,7 @@ impl Serialize for Id {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             Id::Null => s.serialize_none(),
+            Id::Int(n) => s.serialize_u64(*n),
             Id::Number(raw) => raw.serialize(s),
             Id::String(v) => s.serialize_str(v),
         }
@@ -240,11 +274,16 @@ pub enum Parsed<'a> {
 
 /// Parses one frame. `max_batch` caps the length of a batch.
 pub fn parse(frame: &[u8], max_batch: usize) -> Parsed<'_> {
-    let Some(first) = frame.iter().find(|b| !b.is_ascii_whitespace()) else {
+    // One UTF-8 check for the whole frame; after it serde reads `&str` input,
+    // which it does not re-validate string by string.
+    let Ok(text) = std::str::from_utf8(frame) else {
+        return Parsed::Rejected(RpcError::parse_error("invalid UTF-8"));
+    };
+    let Some(first) = text.bytes().find(|b| !b.is_ascii_whitespace()) else {
         return Parsed::Rejected(RpcError::parse_error("empty message"));
     };
     match first {
-        b'[' => match serde_json::from_slice::<Vec<&RawValue>>(frame) {
+        b'[' => match serde_json::from_str::<Vec<&RawValue>>(text) {
             Ok(items) if items.is_empty() => {
                 Parsed::Rejected(RpcError::invalid_request("empty batch"))
             }
@@ -257,13 +296,13 @@ pub fn parse(frame: &[u8], max_batch: usize) -> Parsed<'_> {
             Ok(items) => Parsed::Batch(
                 items
                     .into_iter()
-                    .map(|raw| parse_object(raw.get().as_bytes()))
+                    .map(|raw| parse_object(raw.get()))
                     .collect(),
             ),
-            Err(e) => Parsed::Rejected(classify(frame, e)),
+            Err(e) => Parsed::Rejected(classify(text, e)),
         },
         b'{' => {
-            let single = parse_object(frame);
+            let single = parse_object(text);
             // A syntax error anywhere in the frame is -32700 as a whole, never -32600.
             if let Err(Invalid { error, .. }) = &single
                 && error.code == RpcError::PARSE_ERROR
@@ -272,7 +311,7 @@ pub fn parse(frame: &[u8], max_batch: usize) -> Parsed<'_> {
             }
             Parsed::Single(single)
         }
-        _ => match serde_json::from_slice::<IgnoredAny>(frame) {
+        _ => match serde_json::from_str::<IgnoredAny>(text) {
             Ok(_) => Parsed::Rejected(RpcError::invalid_request(
                 "a message must be an object or an array",
             )),
@@ -303,8 +342,8 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
     <&RawValue>::deserialize(d).map(Some)
 }
 
-fn parse_object(text: &[u8]) -> Result<Message<'_>, Invalid> {
-    let raw: RawMessage<'_> = match serde_json::from_slice(text) {
+fn parse_object(text: &str) -> Result<Message<'_>, Invalid> {
+    let raw: RawMessage<'_> = match serde_json::from_str(text) {
         Ok(raw) => raw,
         Err(e) => {
             return Err(Invalid {
@@ -373,10 +412,10 @@ fn parse_object(text: &[u8]) -> Result<Message<'_>, Invalid> {
 /// Tells a syntax error (-32700) from valid JSON of the wrong shape (-32600).
 /// serde stops at the first problem, so a shape error is double-checked against
 /// the whole text: `{"id":1,"id":2,` is still a parse error.
-fn classify(text: &[u8], e: serde_json::Error) -> RpcError {
+fn classify(text: &str, e: serde_json::Error) -> RpcError {
     use serde_json::error::Category;
     match e.classify() {
-        Category::Data => match serde_json::from_slice::<IgnoredAny>(text) {
+        Category::Data => match serde_json::from_str::<IgnoredAny>(text) {
             Ok(_) => RpcError::invalid_request(e),
             Err(syntax) => RpcError::parse_error(syntax),
         },
@@ -411,7 +450,7 @@ pub enum Kind {
 
 /// Serialises a success response around an already-serialised result.
 pub fn response_ok(id: &Id, result_json: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(40 + result_json.len());
+    let mut out = Vec::with_capacity(33 + id.json_len_hint() + result_json.len());
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     id.write_json(&mut out);
     out.extend_from_slice(b",\"result\":");
@@ -534,6 +573,23 @@ mod tests {
             id.write_json(&mut out);
             assert_eq!(String::from_utf8(out).unwrap(), text);
         }
+    }
+
+    #[test]
+    fn plain_integers_are_ints_and_everything_else_keeps_its_text() {
+        let id =
+            |text: &str| Id::from_raw(&RawValue::from_string(text.to_owned()).unwrap()).unwrap();
+        assert_eq!(id("42"), Id::Int(42));
+        assert_eq!(id("0"), Id::Int(0));
+        assert!(
+            matches!(id("18446744073709551616"), Id::Number(_)),
+            "past u64::MAX"
+        );
+        assert!(matches!(id("-1"), Id::Number(_)));
+        assert!(matches!(id("1.0"), Id::Number(_)));
+        assert_ne!(id("1.0"), id("1"), "different texts are different ids");
+        assert_eq!(id("7").as_u64(), Some(7));
+        assert_eq!(id("7.0").as_u64(), None);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,12 +28,13 @@ use futures_util::{FutureExt, SinkExt, StreamExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
+use std::future::Future;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::codec::{Frame, FrameSink, Outbound, Transport};
 use crate::message::{self, Id, Invalid, Kind, Message, Outcome, Parsed, RpcError};
-use crate::router::{Ctx, Router};
+use crate::router::{Ctx, HandlerFuture, Router};
 use crate::shutdown::Shutdown;
 
 /// Limits and timeouts of one connection.
@@ -286,6 +288,10 @@ impl Drop for ForgetOnDrop<'_> {
     }
 }
 
+/// Frames handled per wake-up of the connection task before it looks at its
+/// other duties (completed handlers, keepalive, shutdown) again.
+const READ_BATCH: usize = 64;
+
 /// How a connection ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CloseReason {
@@ -317,6 +323,7 @@ struct Done {
 }
 
 enum DoneIds {
+    None,
     One(Id),
     Many(Vec<Id>),
 }
@@ -398,7 +405,7 @@ impl<S: Send + Sync + 'static> Connection<S> {
         let aborted = shutdown.aborted();
         tokio::pin!(closing, draining, aborted);
 
-        let reason = loop {
+        let reason = 'serve: loop {
             if !reading && work.is_idle() {
                 break CloseReason::Eof;
             }
@@ -440,28 +447,45 @@ impl<S: Send + Sync + 'static> Connection<S> {
                 }
                 frame = reader.next(), if reading => {
                     missed_pings = 0;
-                    match frame {
-                        None => {
-                            // No more answers can arrive: fail our calls now rather
-                            // than at their timeouts, but finish the handlers (a
-                            // client that half-closed still reads its replies).
-                            reading = false;
-                            handle.fail_all_pending();
-                        }
-                        Some(Err(e)) => {
-                            tracing::debug!(conn = shared.conn_id, error = %e, "read failed");
-                            reading = false;
-                            handle.fail_all_pending();
-                        }
-                        Some(Ok(Frame::Unsupported { close_code, reason })) => {
-                            tracing::info!(conn = shared.conn_id, close_code, reason, "closing connection");
-                            handle.close(close_code, reason);
-                        }
-                        Some(Ok(frame)) => {
-                            if let Err(reason) = work.on_frame(frame).await {
-                                break reason;
+                    // Handle this frame and any others already buffered (a pipelining
+                    // client sends many per read) without a trip through select! each.
+                    let mut next = Some(frame);
+                    let mut budget = READ_BATCH;
+                    while let Some(frame) = next.take() {
+                        match frame {
+                            None => {
+                                // No more answers can arrive: fail our calls now rather
+                                // than at their timeouts, but finish the handlers (a
+                                // client that half-closed still reads its replies).
+                                reading = false;
+                                handle.fail_all_pending();
+                                break;
+                            }
+                            Some(Err(e)) => {
+                                tracing::debug!(conn = shared.conn_id, error = %e, "read failed");
+                                reading = false;
+                                handle.fail_all_pending();
+                                break;
+                            }
+                            Some(Ok(Frame::Unsupported { close_code, reason })) => {
+                                tracing::info!(conn = shared.conn_id, close_code, reason, "closing connection");
+                                handle.close(close_code, reason);
+                                break;
+                            }
+                            Some(Ok(frame)) => {
+                                if let Err(reason) = work.on_frame(frame).await {
+                                    break 'serve reason;
+                                }
                             }
                         }
+                        budget -= 1;
+                        if budget == 0 {
+                            break;
+                        }
+                        next = match std::future::poll_fn(|cx| Poll::Ready(reader.poll_next_unpin(cx))).await {
+                            Poll::Ready(frame) => Some(frame),
+                            Poll::Pending => None,
+                        };
                     }
                 }
             }
@@ -561,6 +585,7 @@ impl<S: Send + Sync + 'static> Work<S> {
 
     async fn finish(&mut self, done: Done) -> Result<(), CloseReason> {
         match done.ids {
+            DoneIds::None => {}
             DoneIds::One(id) => {
                 self.in_flight.remove(&id);
             }
@@ -623,21 +648,40 @@ impl<S: Send + Sync + 'static> Work<S> {
                 if let Err(error) = self.admit(&id) {
                     return self.write_error(&id, &error).await;
                 }
-                match self.router.dispatch(self.ctx(), &method, params) {
-                    Ok(handler) => {
-                        self.in_flight.insert(id.clone());
-                        let fut = async move {
-                            let reply = reply_for(&id, handler).await;
-                            Done {
-                                ids: DoneIds::One(id),
+                let mut handler = match self.router.dispatch(self.ctx(), &method, params) {
+                    Ok(handler) => handler,
+                    Err(error) => return self.write_error(&id, &error).await,
+                };
+                if self.running.len() < self.config().max_concurrent {
+                    // Most handlers finish without waiting for anything: poll once
+                    // here, with this task's waker, and answer at once if so.
+                    let polled = std::future::poll_fn(|cx| {
+                        Poll::Ready(std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            handler.as_mut().poll(cx)
+                        })))
+                    })
+                    .await;
+                    let outcome = match polled {
+                        Ok(Poll::Pending) => None,
+                        Ok(Poll::Ready(result)) => Some(Ok(result)),
+                        Err(panic) => Some(Err(panic)),
+                    };
+                    if let Some(outcome) = outcome {
+                        let reply = reply_from(&id, outcome);
+                        return self
+                            .finish(Done {
+                                ids: DoneIds::None,
                                 reply: Some(reply),
-                            }
-                        };
-                        self.start(Box::pin(fut));
-                        Ok(())
+                            })
+                            .await;
                     }
-                    Err(error) => self.write_error(&id, &error).await,
+                    self.in_flight.insert(id.clone());
+                    self.running.push(running_request(id, handler));
+                } else {
+                    self.in_flight.insert(id.clone());
+                    self.queued.push_back(running_request(id, handler));
                 }
+                Ok(())
             }
             Message::Notification { method, params } => {
                 match self.router.dispatch(self.ctx(), &method, params) {
@@ -670,7 +714,7 @@ impl<S: Send + Sync + 'static> Work<S> {
                     .with_data(serde_json::json!({"reason": "overloaded"})),
             );
         }
-        if self.in_flight.contains(id) {
+        if !self.in_flight.is_empty() && self.in_flight.contains(id) {
             return Err(RpcError::invalid_request(format!(
                 "duplicate id {id}: a request with this id is still in flight"
             )));
@@ -773,9 +817,26 @@ fn too_large() -> RpcError {
     RpcError::invalid_request("message too large")
 }
 
+/// A request whose handler has to wait: it runs in `running` (or waits in `queued`).
+fn running_request(id: Id, handler: HandlerFuture) -> BoxFuture<'static, Done> {
+    Box::pin(async move {
+        let reply = reply_for(&id, handler).await;
+        Done {
+            ids: DoneIds::One(id),
+            reply: Some(reply),
+        }
+    })
+}
+
 /// Runs a handler, turning an error or a panic into the error response.
-async fn reply_for(id: &Id, handler: crate::router::HandlerFuture) -> Vec<u8> {
-    match AssertUnwindSafe(handler).catch_unwind().await {
+async fn reply_for(id: &Id, handler: HandlerFuture) -> Vec<u8> {
+    reply_from(id, AssertUnwindSafe(handler).catch_unwind().await)
+}
+
+type Caught = Result<Result<Vec<u8>, RpcError>, Box<dyn std::any::Any + Send>>;
+
+fn reply_from(id: &Id, outcome: Caught) -> Vec<u8> {
+    match outcome {
         Ok(Ok(result)) => message::response_ok(id, &result),
         Ok(Err(error)) => message::response_err(id, &error),
         Err(panic) => {
@@ -785,7 +846,7 @@ async fn reply_for(id: &Id, handler: crate::router::HandlerFuture) -> Vec<u8> {
     }
 }
 
-async fn run_notification(method: String, handler: crate::router::HandlerFuture) {
+async fn run_notification(method: String, handler: HandlerFuture) {
     match AssertUnwindSafe(handler).catch_unwind().await {
         Ok(Ok(_)) => {}
         Ok(Err(error)) => tracing::debug!(%method, %error, "notification handler failed"),
@@ -810,31 +871,38 @@ async fn write_loop(
     mut rx: mpsc::Receiver<Outbound>,
     stall: Duration,
 ) -> std::io::Result<()> {
-    let timed_out = || {
-        std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "write stalled: the peer is not reading",
-        )
-    };
     while let Some(first) = rx.recv().await {
         let mut closing = matches!(first, Outbound::Close { .. });
-        tokio::time::timeout(stall, sink.feed(first))
-            .await
-            .map_err(|_| timed_out())??;
+        stalling(stall, sink.feed(first)).await?;
         while !closing {
             let Ok(item) = rx.try_recv() else { break };
             closing = matches!(item, Outbound::Close { .. });
-            tokio::time::timeout(stall, sink.feed(item))
-                .await
-                .map_err(|_| timed_out())??;
+            stalling(stall, sink.feed(item)).await?;
         }
-        tokio::time::timeout(stall, sink.flush())
-            .await
-            .map_err(|_| timed_out())??;
+        stalling(stall, sink.flush()).await?;
         if closing {
             break;
         }
     }
     let _ = tokio::time::timeout(stall, sink.close()).await;
     Ok(())
+}
+
+/// Runs a write with the stall timeout, arming the timer only when the write
+/// does not complete at once (the common case costs no timer at all).
+async fn stalling<F: Future<Output = std::io::Result<()>>>(
+    stall: Duration,
+    write: F,
+) -> std::io::Result<()> {
+    let mut write = std::pin::pin!(write);
+    if let Some(done) = (&mut write).now_or_never() {
+        return done;
+    }
+    match tokio::time::timeout(stall, write).await {
+        Ok(done) => done,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "write stalled: the peer is not reading",
+        )),
+    }
 }
