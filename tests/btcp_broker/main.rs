@@ -5,6 +5,7 @@ mod chromium;
 mod commands;
 mod forwarding;
 mod http;
+mod load;
 mod messages;
 mod public_client;
 mod service;
