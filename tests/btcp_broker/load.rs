@@ -89,18 +89,11 @@ async fn agent(mut ws: Socket, me: usize, calls: usize) -> usize {
     count
 }
 
-/// Lets this process hold `needed` descriptors (the soft limit is often 1024).
-fn raise_fd_limit(needed: u64) {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
-    if soft < needed {
-        assert!(hard >= needed, "RLIMIT_NOFILE hard limit {hard} < {needed}");
-        setrlimit(Resource::RLIMIT_NOFILE, needed, hard).unwrap();
-    }
-}
-
 async fn run_load(sessions: usize, agents_per_session: usize, calls: usize) {
-    raise_fd_limit((sessions * (agents_per_session + 1) + 512) as u64);
+    // The soft open-file limit is often 1024: too few for this many sockets.
+    let needed = (sessions * (agents_per_session + 1) + 512) as u64;
+    let limit = rpc_core::listen::raise_fd_limit().unwrap_or(0);
+    assert!(limit >= needed, "RLIMIT_NOFILE {limit} < {needed}");
     let broker = Broker::start(&[("RUST_LOG", "warn"), ("BTCP_RATE_LIMIT", "0")]);
     let connecting = Arc::new(Semaphore::new(64));
     let started = Instant::now();

@@ -40,7 +40,17 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         ),
     };
     let address = listener.local_addr();
-    raise_fd_limit((config.max_connections + EXTRA_HTTP_CONNECTIONS + 64) as u64);
+    // Every connection is a file descriptor; a soft limit of 1024 (a common
+    // default) would refuse connections long before BTCP_MAX_CONNECTIONS.
+    let wanted = (config.max_connections + EXTRA_HTTP_CONNECTIONS) as u64;
+    match listen::raise_fd_limit() {
+        Some(limit) if limit < wanted => tracing::warn!(
+            limit,
+            wanted,
+            "the open-file limit is below BTCP_MAX_CONNECTIONS; raise LimitNOFILE / ulimit -n"
+        ),
+        _ => {}
+    }
     let shutdown = Shutdown::new();
     shutdown
         .on_signals()
@@ -69,28 +79,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     shutdown.wait(broker.config.shutdown_grace).await;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Every connection is a file descriptor; a soft limit of 1024 (a common
-/// default) would refuse connections long before BTCP_MAX_CONNECTIONS.
-fn raise_fd_limit(wanted: u64) {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return;
-    };
-    if soft >= wanted {
-        return;
-    }
-    let new = wanted.min(hard);
-    match setrlimit(Resource::RLIMIT_NOFILE, new, hard) {
-        Ok(()) if new < wanted => tracing::warn!(
-            limit = new,
-            wanted,
-            "the open-file limit is below BTCP_MAX_CONNECTIONS; raise LimitNOFILE / ulimit -n"
-        ),
-        Ok(()) => tracing::debug!(from = soft, to = new, "raised the open-file limit"),
-        Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
-    }
 }
 
 /// A socket handed over by systemd must obey the same rule as our own bind:
