@@ -1,0 +1,227 @@
+//! `supex-bridge repl`: an interactive Ruby console on the REPL server.
+//!
+//! Line editing and history (in the data directory) come from rustyline. A
+//! line that is not a complete expression yet (the server's `complete` says
+//! so) gets a continuation prompt, and the whole expression becomes one
+//! history entry. When the server goes away the client reconnects with
+//! backoff; an evaluation that was cut off is not sent again, since it may
+//! already have run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use rpc_core::{CallError, PeerHandle};
+use rustyline::error::ReadlineError;
+use serde_json::{Value, json};
+
+use super::{address, connect, describe, request, tokio_runtime};
+
+const PROMPT: &str = "supex> ";
+const CONTINUATION: &str = "  ...> ";
+/// Reconnection attempts before giving up, with doubling delays up to 2 s.
+const RECONNECT_ATTEMPTS: u32 = 10;
+
+#[derive(Debug, clap::Args)]
+pub struct ReplArgs {
+    /// Host of the REPL server.
+    #[arg(long, env = "SUPEX_REPL_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port of the REPL server.
+    #[arg(long, env = "SUPEX_REPL_PORT", default_value_t = 4433)]
+    pub port: u16,
+    /// Token for `hello`.
+    #[arg(long, env = "SUPEX_AUTH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// History file [default: <data dir>/supex-bridge/repl_history].
+    #[arg(long, env = "SUPEX_REPL_HISTORY")]
+    pub history: Option<PathBuf>,
+}
+
+pub fn run(args: ReplArgs) -> ExitCode {
+    let rt = tokio_runtime();
+    let mut session = Session {
+        addr: address(&args.host, args.port),
+        token: args.token.clone(),
+        peer: None,
+    };
+    if let Err(e) = rt.block_on(session.ensure_connected()) {
+        eprintln!("supex-bridge repl: {e}");
+        return ExitCode::FAILURE;
+    }
+    let mut editor = match rustyline::DefaultEditor::new() {
+        Ok(editor) => editor,
+        Err(e) => {
+            eprintln!("supex-bridge repl: cannot set up line editing: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let history = args
+        .history
+        .or_else(|| dirs::data_dir().map(|d| d.join("supex-bridge").join("repl_history")));
+    if let Some(path) = &history {
+        // A first run has no history yet; anything else is worth a word.
+        if let Err(e) = editor.load_history(path)
+            && path.exists()
+        {
+            eprintln!(
+                "supex-bridge repl: cannot read history {}: {e}",
+                path.display()
+            );
+        }
+    }
+
+    let mut buffer = String::new();
+    let code = loop {
+        let prompt = if buffer.is_empty() {
+            PROMPT
+        } else {
+            CONTINUATION
+        };
+        let line = match editor.readline(prompt) {
+            Ok(line) => line,
+            Err(ReadlineError::Interrupted) => {
+                buffer.clear();
+                continue;
+            }
+            Err(ReadlineError::Eof) => break ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("supex-bridge repl: {e}");
+                break ExitCode::FAILURE;
+            }
+        };
+        if buffer.is_empty() && matches!(line.trim(), "exit" | "quit") {
+            break ExitCode::SUCCESS;
+        }
+        buffer.push_str(&line);
+        buffer.push('\n');
+        if buffer.trim().is_empty() {
+            buffer.clear();
+            continue;
+        }
+        match rt.block_on(session.complete(&buffer)) {
+            Ok(false) => continue,
+            Ok(true) => {}
+            // Cannot tell: let the evaluation say what is wrong.
+            Err(e) => tracing::debug!("complete failed: {e}"),
+        }
+        let _ = editor.add_history_entry(buffer.trim_end());
+        match rt.block_on(session.eval(&buffer)) {
+            Ok(output) => print!("{output}"),
+            Err(e) => eprintln!("{e}"),
+        }
+        buffer.clear();
+    };
+    if let Some(path) = &history {
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        if let Err(e) = editor.save_history(path) {
+            eprintln!(
+                "supex-bridge repl: cannot save history {}: {e}",
+                path.display()
+            );
+        }
+    }
+    code
+}
+
+/// The connection to the REPL server, re-made when it drops.
+struct Session {
+    addr: String,
+    token: Option<String>,
+    peer: Option<PeerHandle>,
+}
+
+impl Session {
+    async fn ensure_connected(&mut self) -> Result<&PeerHandle, String> {
+        if self.peer.as_ref().is_some_and(|p| !p.is_closed()) {
+            return Ok(self.peer.as_ref().expect("checked above"));
+        }
+        self.peer = None;
+        let mut delay = Duration::from_millis(100);
+        let mut last_error = String::new();
+        for attempt in 0..RECONNECT_ATTEMPTS {
+            if attempt > 0 {
+                eprintln!("reconnecting to {} ({last_error})...", self.addr);
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            match self.connect_once().await {
+                Ok(peer) => {
+                    self.peer = Some(peer);
+                    return Ok(self.peer.as_ref().expect("just set"));
+                }
+                // A refused token will not get better by retrying.
+                Err(Fatal(message)) => return Err(message),
+                Err(Retry(message)) => last_error = message,
+            }
+        }
+        Err(format!("giving up on {}: {last_error}", self.addr))
+    }
+
+    async fn connect_once(&self) -> Result<PeerHandle, ConnectError> {
+        let peer = connect(&self.addr, Duration::from_secs(5))
+            .await
+            .map_err(Retry)?;
+        let mut hello = json!({
+            "name": "supex-bridge-repl",
+            "version": env!("CARGO_PKG_VERSION"),
+            "pid": std::process::id(),
+        });
+        if let Some(token) = &self.token {
+            hello["token"] = json!(token);
+        }
+        match request(&peer, "hello", &hello, Duration::from_secs(10)).await {
+            Ok(_) => Ok(peer),
+            Err(e @ CallError::Rpc(_)) => Err(Fatal(format!("hello refused: {}", describe(&e)))),
+            Err(e) => Err(Retry(e.to_string())),
+        }
+    }
+
+    /// Whether the code is complete; asked again after a reconnection, since
+    /// asking twice is harmless.
+    async fn complete(&mut self, code: &str) -> Result<bool, String> {
+        for _ in 0..2 {
+            let peer = self.ensure_connected().await?.clone();
+            match request(
+                &peer,
+                "complete",
+                &json!({"code": code}),
+                Duration::from_secs(10),
+            )
+            .await
+            {
+                Ok(reply) => return Ok(reply["complete"].as_bool().unwrap_or(true)),
+                Err(CallError::Disconnected) => self.peer = None,
+                Err(e) => return Err(describe(&e)),
+            }
+        }
+        Err("the connection keeps dropping".into())
+    }
+
+    async fn eval(&mut self, code: &str) -> Result<String, String> {
+        let peer = self.ensure_connected().await?.clone();
+        // No client-side timeout: the server enforces SUPEX_EVAL_TIMEOUT.
+        let wait = Duration::from_secs(24 * 3600);
+        match request(&peer, "eval", &json!({"code": code}), wait).await {
+            Ok(reply) => Ok(reply["output"]
+                .as_str()
+                .map_or_else(|| format!("{}\n", Value::to_string(&reply)), str::to_owned)),
+            Err(CallError::Disconnected) => {
+                self.peer = None;
+                Err(
+                    "the connection dropped during the evaluation; it may or may not have run"
+                        .into(),
+                )
+            }
+            Err(e) => Err(describe(&e)),
+        }
+    }
+}
+
+enum ConnectError {
+    Retry(String),
+    Fatal(String),
+}
+use ConnectError::{Fatal, Retry};

@@ -1,0 +1,281 @@
+# Supex runtime driver: the Ruby side of supex-bridge's private pipe protocol.
+#
+# The daemon runs this script as `ruby -e <this file>` (with SUPEX_RUBY as the
+# interpreter) and keeps the process for as long as it lives. It is embedded in
+# the binary with include_str!, so it needs nothing on disk.
+#
+# == Protocol (version 1): one JSON object per line in each direction
+#
+# Requests arrive on the child's stdin (fd 0). Replies go out on fd 3, a pipe of
+# their own, never on stdout: user code may write to fd 1 directly
+# (`system("echo hi")`, `$stdout.syswrite`), and whatever it prints outside an
+# evaluation belongs to the console log, which the daemon reads from the
+# child's stdout and stderr (both the same pipe).
+#
+# First line on fd 3, once the driver is ready:
+#   {"ready":true,"protocol":1,"pid":123,"ruby_version":"3.1.2","ruby_description":"ruby 3.1.2p20 ..."}
+#
+# Requests ("id" is any integer the daemon picks; replies carry it back):
+#   {"id":1,"op":"eval","code":"1+1","scope":"fresh","file":"(eval)","line":1,"show":"to_s"}
+#       scope "fresh": a new binding whose self is `main` and whose constants
+#                      and methods land on Object; locals do not survive the call.
+#       scope "repl":  TOPLEVEL_BINDING, shared by every REPL evaluation, so
+#                      locals carry over as in a Ruby console.
+#       file/line:     name and first line number for backtraces (optional).
+#       show "to_s" | "inspect": how the value is turned into `value`.
+#     Evaluations run one at a time, in the order they arrived, on the main
+#     thread. Everything the code prints, at the Ruby level or straight to fds 1
+#     and 2 (subprocesses included), is captured and returned as `output`.
+#   {"id":2,"op":"complete","code":"def f(x)"}
+#     Whether the code is a complete expression (for continuation prompts).
+#     Answered at once by the reader thread, even while an evaluation runs.
+#   {"id":3,"op":"ping"}
+#     Answered at once by the reader thread.
+#
+# Replies:
+#   {"id":1,"ok":true,"value":"2","output":""}
+#   {"id":1,"ok":false,"error":{"class":"ZeroDivisionError","message":"divided by 0",
+#                               "backtrace":["(eval):1:in `/'", ...]},"output":"..."}
+#   {"id":2,"ok":true,"complete":false}
+#   {"id":3,"ok":true}
+#   {"id":null,"ok":false,"error":{"class":"ProtocolError",...}}   (unreadable request)
+#
+# Every string in a reply is valid UTF-8 (invalid bytes replaced with U+FFFD);
+# `output` is cut at 1 MiB and `value` at 4 MiB, with a note saying so.
+#
+# == Lifetime
+#
+# A reader thread owns stdin. At EOF (the daemon closed the pipe or died, even
+# by SIGKILL) it calls exit! at once: Ruby's timer thread switches threads even
+# during a busy `loop {}`, so a stuck evaluation does not keep the process alive.
+#
+# == Trying it by hand
+#
+#   ruby bins/supex-bridge/src/runtime/driver.rb 3>&1
+#   {"id":1,"op":"eval","code":"puts :hi; 6*7","scope":"fresh"}
+#
+# Nothing below defines a top-level local variable: the REPL scope is the
+# top-level binding, and it must start empty.
+
+require 'json'
+require 'ripper'
+require 'tmpdir'
+
+# The body of a fresh evaluation scope: `binding` inside a method defined at the
+# top level has `main` as self and Object as the lexical class, and no locals.
+# The method is removed right away; the UnboundMethod keeps it callable.
+def __supex_binding__
+  binding
+end
+
+module SupexDriver
+  PROTOCOL = 1
+  OUTPUT_LIMIT = 1 << 20
+  VALUE_LIMIT = 4 << 20
+  BACKTRACE_LIMIT = 20
+  FRESH_BINDING = Object.instance_method(:__supex_binding__)
+  Object.send(:remove_method, :__supex_binding__)
+  DRIVER_FILE = __FILE__
+  # Messages of syntax errors that only mean "there is more to come".
+  INCOMPLETE = /unexpected end-of-input|unexpected \$end|meets end of file|anywhere before EOF/
+
+  class << self
+    def run
+      setup_io
+      @queue = Queue.new
+      reply(ready: true, protocol: PROTOCOL, pid: Process.pid,
+            ruby_version: RUBY_VERSION, ruby_description: RUBY_DESCRIPTION)
+      reader = Thread.new { read_requests }
+      reader.name = 'supex-driver-reader'
+      reader.report_on_exception = false
+      loop { evaluate(@queue.pop) }
+    end
+
+    private
+
+    def setup_io
+      # Requests are ours alone: user code that reads STDIN gets /dev/null, and
+      # Kernel#gets (which reads ARGV's files first) gets nothing either.
+      @requests = STDIN.dup
+      STDIN.reopen(File::NULL)
+      ARGV.clear
+      $0 = 'supex-runtime'
+      @replies = IO.for_fd(3, 'w', autoclose: false)
+      @replies.close_on_exec = true # subprocesses must not hold the reply pipe open
+      @replies.sync = true
+      @reply_lock = Mutex.new
+      # IO#reopen copies the sync flag of its source, so every IO that STDOUT or
+      # STDERR is reopened to is unbuffered too: output keeps its order.
+      @console_out = STDOUT.dup
+      @console_err = STDERR.dup
+      [STDOUT, STDERR, @console_out, @console_err].each { |io| io.sync = true }
+      Encoding.default_external = Encoding::UTF_8 if Encoding.default_external == Encoding::US_ASCII
+      # Captured output goes to an unlinked temporary file rather than a pipe, so
+      # a chatty evaluation never blocks on a full pipe buffer.
+      path = File.join(Dir.tmpdir, "supex-capture-#{Process.pid}-#{rand(1 << 32)}")
+      @capture = File.open(path, File::RDWR | File::CREAT | File::EXCL | File::APPEND, 0o600)
+      File.unlink(path)
+      @capture.binmode
+      @capture.sync = true
+    end
+
+    def read_requests
+      while (line = @requests.gets)
+        handle_line(line)
+      end
+    ensure
+      # EOF: the daemon is gone or wants us gone. exit! skips at_exit handlers
+      # and ensure blocks of whatever user code is running.
+      exit!(0)
+    end
+
+    def handle_line(line)
+      request = JSON.parse(line)
+      raise TypeError, 'a request must be a JSON object' unless request.is_a?(Hash)
+
+      id = request['id']
+      case request['op']
+      when 'eval' then @queue << request
+      when 'complete' then reply(id: id, ok: true, complete: complete?(request['code'].to_s))
+      when 'ping' then reply(id: id, ok: true)
+      else reply(id: id, ok: false, error: protocol_error("unknown op #{request['op'].inspect}"))
+      end
+    rescue StandardError => e
+      reply(id: request.is_a?(Hash) ? request['id'] : nil, ok: false,
+            error: protocol_error("#{e.class}: #{e.message}"))
+    end
+
+    def protocol_error(message)
+      { class: 'ProtocolError', message: utf8(message), backtrace: [] }
+    end
+
+    def complete?(code)
+      parser = CompletenessCheck.new(code, '(complete)', 1)
+      parser.parse
+      !(parser.error? && INCOMPLETE.match?(parser.first_error.to_s))
+    end
+
+    def evaluate(request)
+      code = request['code'].to_s
+      file = (request['file'] || '(eval)').to_s
+      line = Integer(request['line'] || 1)
+      scope = request['scope'] == 'repl' ? TOPLEVEL_BINDING : FRESH_BINDING.bind_call(TOPLEVEL_BINDING.receiver)
+      saved = [$stdout, $stderr]
+      start_capture
+      begin
+        value = eval(code, scope, file, line) # rubocop:disable Security/Eval
+        text = show(value, request['show'])
+        result = { id: request['id'], ok: true, value: limit(utf8(text), VALUE_LIMIT) }
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        # Everything, SystemExit and SyntaxError included: user code must not be
+        # able to end the runtime by accident (exit! still does, on purpose).
+        result = { id: request['id'], ok: false, error: describe(e) }
+      ensure
+        $stdout, $stderr = saved
+        result ||= { id: request['id'], ok: false, error: protocol_error('evaluation was interrupted') }
+        result[:output] = finish_capture
+        reply(result)
+      end
+    end
+
+    def show(value, how)
+      text = how == 'inspect' ? value.inspect : value.to_s
+      # A to_s that returns something else is what string interpolation shrugs off too.
+      text.is_a?(String) ? text : Kernel.instance_method(:to_s).bind_call(value)
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      "#<#{value.class} (#{how || 'to_s'} raised #{e.class})>"
+    end
+
+    def start_capture
+      STDOUT.reopen(@capture)
+      STDERR.reopen(@capture)
+    rescue StandardError
+      nil # a closed STDOUT cannot be redirected; its output is lost, not the runtime
+    end
+
+    def finish_capture
+      [STDOUT, STDERR].each { |io| io.flush rescue nil } # rubocop:disable Style/RescueModifier
+      restore(STDOUT, @console_out)
+      restore(STDERR, @console_err)
+      size = @capture.size
+      return +'' if size.zero?
+
+      @capture.rewind
+      data = @capture.read(OUTPUT_LIMIT) || +''
+      @capture.truncate(0)
+      text = utf8(data)
+      text << "\n[output truncated: #{size} bytes in all, #{OUTPUT_LIMIT} shown]\n" if size > OUTPUT_LIMIT
+      text
+    end
+
+    def restore(io, original)
+      io.reopen(original)
+    rescue StandardError
+      nil
+    end
+
+    def describe(error)
+      {
+        class: utf8(error.class.name || error.class.inspect),
+        message: utf8(message_of(error)),
+        backtrace: clean_backtrace(error.backtrace)
+      }
+    end
+
+    def message_of(error)
+      error.message.to_s
+    rescue Exception # rubocop:disable Lint/RescueException
+      "(#{error.class}#message raised)"
+    end
+
+    def clean_backtrace(backtrace)
+      return [] unless backtrace.is_a?(Array)
+
+      backtrace
+        .reject { |frame| frame.start_with?("#{DRIVER_FILE}:") }
+        .map { |frame| utf8(frame.sub(/(?:Object#)?__supex_binding__/, '<main>')) }
+        .first(BACKTRACE_LIMIT)
+    end
+
+    def limit(text, max)
+      return text if text.bytesize <= max
+
+      text.byteslice(0, max).scrub('') + "... [truncated: #{text.bytesize} bytes in all]"
+    end
+
+    def utf8(value)
+      text = value.to_s
+      return text if text.encoding == Encoding::UTF_8 && text.valid_encoding?
+
+      if [Encoding::UTF_8, Encoding::BINARY, Encoding::US_ASCII].include?(text.encoding)
+        text.dup.force_encoding(Encoding::UTF_8).scrub("\uFFFD")
+      else
+        text.encode(Encoding::UTF_8, invalid: :replace, undef: :replace, replace: "\uFFFD")
+      end
+    rescue StandardError
+      text.dup.force_encoding(Encoding::UTF_8).scrub("\uFFFD")
+    end
+
+    def reply(message)
+      line = JSON.generate(message)
+      @reply_lock.synchronize { @replies.write(line, "\n") }
+    end
+  end
+
+  # Ripper reports syntax errors through these callbacks without printing
+  # anything (RubyVM::InstructionSequence.compile would emit warnings on the
+  # stderr of an evaluation that may be running).
+  class CompletenessCheck < Ripper
+    attr_reader :first_error
+
+    def on_parse_error(message)
+      @first_error ||= message
+    end
+
+    def compile_error(message)
+      @first_error ||= message
+    end
+  end
+end
+
+SupexDriver.run

@@ -1,0 +1,172 @@
+//! The bridge's tools: `tools/list` (each with a JSON Schema) and `tools/call`.
+//!
+//! One file per group: [`eval`] runs Ruby (through the FIFO queue), [`files`]
+//! touches the file system under the path policy, [`runtime`] reports on and
+//! manages the runtime without waiting for it.
+
+mod eval;
+mod files;
+mod runtime;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rpc_core::{Ctx, RpcError};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use crate::bridge::BridgeConn;
+use crate::server::App;
+
+/// What a tool runs with: the shared state and the calling connection's workspace.
+pub struct ToolContext {
+    pub app: Arc<App>,
+    pub workspace: Option<PathBuf>,
+}
+
+/// A tool's entry in `tools/list`.
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub input_schema: fn() -> Value,
+}
+
+/// Every tool, in the order `tools/list` shows them.
+fn specs() -> Vec<ToolSpec> {
+    let mut all = runtime::specs();
+    all.splice(1..1, eval::specs());
+    all.splice(3..3, files::specs());
+    all
+}
+
+pub fn list() -> Value {
+    let tools: Vec<Value> = specs()
+        .into_iter()
+        .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": (t.input_schema)()}))
+        .collect();
+    json!({ "tools": tools })
+}
+
+#[derive(Deserialize)]
+pub struct ToolCall {
+    name: String,
+    #[serde(default)]
+    arguments: Option<Box<RawValue>>,
+}
+
+pub async fn call(
+    app: Arc<App>,
+    cx: Ctx<BridgeConn>,
+    call: ToolCall,
+) -> Result<Box<RawValue>, RpcError> {
+    let cx = ToolContext {
+        app,
+        workspace: cx.state.workspace(),
+    };
+    let args = call.arguments.as_deref();
+    match call.name.as_str() {
+        "ping" => reply(runtime::ping(&cx)),
+        "runtime_info" => reply(runtime::info(&cx)),
+        "reset_runtime" => reply(runtime::reset(&cx).await?),
+        "console_log" => reply(runtime::console_log(&cx, parse(args)?)?),
+        "eval_ruby" => reply(eval::eval_ruby(&cx, parse(args)?).await?),
+        "eval_ruby_file" => reply(eval::eval_ruby_file(&cx, parse(args)?).await?),
+        "read_file" => reply(files::read_file(&cx, parse(args)?).await?),
+        "write_file" => reply(files::write_file(&cx, parse(args)?).await?),
+        "list_dir" => reply(files::list_dir(&cx, parse(args)?).await?),
+        other => {
+            let known: Vec<&str> = specs().iter().map(|t| t.name).collect();
+            Err(RpcError::invalid_params(format!("Unknown tool: {other}"))
+                .with_data(json!({ "tools": known })))
+        }
+    }
+}
+
+/// Parses a tool's arguments; errors name the field (`arguments.code: ...`).
+fn parse<T: DeserializeOwned>(args: Option<&RawValue>) -> Result<T, RpcError> {
+    let text = match args.map(RawValue::get) {
+        None | Some("null") => "{}",
+        Some(text) => text,
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." || path.is_empty() {
+            RpcError::invalid_params(format!("arguments: {inner}"))
+        } else {
+            RpcError::invalid_params(format!("arguments.{path}: {inner}"))
+        }
+    })
+}
+
+fn reply<T: Serialize>(result: T) -> Result<Box<RawValue>, RpcError> {
+    serde_json::value::to_raw_value(&result)
+        .map_err(|e| RpcError::internal(format!("result did not serialise: {e}")))
+}
+
+/// Runs blocking file-system work off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, RpcError> + Send + 'static,
+) -> Result<T, RpcError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| RpcError::internal(format!("file operation failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_is_listed_once_with_an_object_schema() {
+        let names: Vec<&str> = specs().iter().map(|t| t.name).collect();
+        assert_eq!(
+            names,
+            [
+                "ping",
+                "eval_ruby",
+                "eval_ruby_file",
+                "read_file",
+                "write_file",
+                "list_dir",
+                "runtime_info",
+                "reset_runtime",
+                "console_log"
+            ]
+        );
+        for spec in specs() {
+            let schema = (spec.input_schema)();
+            assert_eq!(schema["type"], "object", "{}", spec.name);
+            assert_eq!(schema["additionalProperties"], false, "{}", spec.name);
+            for required in schema["required"].as_array().into_iter().flatten() {
+                let field = required.as_str().unwrap();
+                assert!(
+                    schema["properties"].get(field).is_some(),
+                    "{}: {field}",
+                    spec.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn argument_errors_name_the_field() {
+        #[derive(Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Args {
+            code: String,
+        }
+        let raw = RawValue::from_string(r#"{"code": 5}"#.into()).unwrap();
+        let err = parse::<Args>(Some(&raw)).unwrap_err();
+        assert!(err.message.contains("arguments.code"), "{}", err.message);
+        let err = parse::<Args>(None).unwrap_err();
+        assert!(
+            err.message.contains("arguments: missing field `code`"),
+            "{}",
+            err.message
+        );
+    }
+}
