@@ -1,1 +1,11 @@
-//! Integration tests: see the module files.
+//! supex-bridge over real sockets: the binary started on free ports with a
+//! real `ruby`, spoken to as the Supex driver, the REPL and its own client
+//! commands would.
+
+mod eval;
+mod files;
+mod handshake;
+mod lifecycle;
+mod repl;
+mod service;
+mod support;

@@ -29,13 +29,13 @@ pub struct ServeArgs {
     #[arg(long, env = "SUPEX_REPL_PORT", default_value_t = 4433)]
     pub repl_port: u16,
     /// Do not run the REPL server.
-    #[arg(long, env = "SUPEX_REPL_DISABLED")]
+    #[arg(long, env = "SUPEX_REPL_DISABLED", value_parser = parse_switch)]
     pub repl_disabled: bool,
     /// Token every client must give in `hello` (both servers). Unset: no token.
     #[arg(long, env = "SUPEX_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
     /// Allow a non-loopback bind address (a token is required as well).
-    #[arg(long, env = "SUPEX_ALLOW_REMOTE")]
+    #[arg(long, env = "SUPEX_ALLOW_REMOTE", value_parser = parse_switch)]
     pub allow_remote: bool,
     /// Colon-separated directories file-taking tools may touch; `*` disables the check.
     #[arg(long, env = "SUPEX_ALLOWED_ROOTS")]
@@ -58,6 +58,17 @@ pub struct ServeArgs {
     /// Directory of the runtime console log [default: <data dir>/supex-bridge/logs].
     #[arg(long, env = "SUPEX_LOG_DIR")]
     pub log_dir: Option<PathBuf>,
+}
+
+/// An on/off setting: `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`; empty is off.
+pub fn parse_switch(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "" | "0" | "false" | "no" | "off" => Ok(false),
+        "1" | "true" | "yes" | "on" => Ok(true),
+        other => Err(format!(
+            "expected 1 or 0 (or true/false, yes/no, on/off), got {other:?}"
+        )),
+    }
 }
 
 /// Seconds as a plain number (`30`, `0.5`) or a humantime duration (`1m30s`).
@@ -248,6 +259,17 @@ fn path_policy(allowed: Option<&str>, project_root: Option<&Path>) -> PathPolicy
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn switches_read_like_a_person_would_write_them() {
+        for on in ["1", "true", "YES", " on "] {
+            assert_eq!(parse_switch(on), Ok(true), "{on}");
+        }
+        for off in ["", "0", "false", "no", "Off"] {
+            assert_eq!(parse_switch(off), Ok(false), "{off}");
+        }
+        assert!(parse_switch("maybe").is_err());
+    }
 
     #[test]
     fn seconds_accept_numbers_and_durations() {

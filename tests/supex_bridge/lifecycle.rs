@@ -1,0 +1,243 @@
+//! Start-up checks, signals, the runtime's lifetime, connection limits and the
+//! client commands.
+
+use std::time::Duration;
+
+use integration_tests::{Daemon, LineClient, eventually, free_port, run};
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+use crate::support::{BIN, Bridge, alive, eval, ok, runtime_pid};
+
+#[test]
+fn sigterm_exits_0_and_leaves_no_ruby_behind() {
+    let Some(mut bridge) = Bridge::start() else {
+        return;
+    };
+    let mut client = bridge.client();
+    let ruby = runtime_pid(&mut client);
+    // A grandchild of the runtime goes too.
+    let child: u32 = eval(&mut client, "Process.spawn('sleep', '300')")
+        .parse()
+        .unwrap();
+    assert!(alive(ruby) && alive(child));
+    let status = bridge.daemon.terminate();
+    assert_eq!(status.code(), Some(0), "{}", bridge.daemon.stderr());
+    assert!(eventually(Duration::from_secs(5), || !alive(ruby) && !alive(child)));
+    assert!(bridge.daemon.stderr().contains("ruby runtime stopped"));
+}
+
+#[test]
+fn sigkill_of_the_daemon_during_a_busy_loop_leaves_no_ruby_behind() {
+    let Some(bridge) = Bridge::start() else {
+        return;
+    };
+    let mut client = bridge.client();
+    let ruby = runtime_pid(&mut client);
+    client.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                        "params": {"name": "eval_ruby", "arguments": {"code": "loop {}"}}}));
+    let mut probe = bridge.client();
+    assert!(eventually(Duration::from_secs(10), || {
+        ok(&mut probe, "runtime_info", json!({}))["evals"].as_u64() >= Some(1)
+    }));
+    bridge.daemon.signal(Signal::SIGKILL);
+    assert!(
+        eventually(Duration::from_secs(5), || !alive(ruby)),
+        "ruby {ruby} outlived the daemon"
+    );
+}
+
+#[test]
+fn a_second_signal_exits_at_once() {
+    let Some(mut bridge) = Bridge::start() else {
+        return;
+    };
+    let mut client = bridge.client();
+    let ruby = runtime_pid(&mut client);
+    client.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                        "params": {"name": "eval_ruby", "arguments": {"code": "sleep 60"}}}));
+    std::thread::sleep(Duration::from_millis(300));
+    bridge.daemon.signal(Signal::SIGTERM);
+    std::thread::sleep(Duration::from_millis(200));
+    bridge.daemon.signal(Signal::SIGINT);
+    let status = bridge.daemon.wait_exit(Duration::from_secs(5));
+    assert_eq!(status.code(), Some(1));
+    assert!(eventually(Duration::from_secs(5), || !alive(ruby)));
+}
+
+#[test]
+fn sighup_is_logged_and_ignored() {
+    let Some(bridge) = Bridge::start() else {
+        return;
+    };
+    bridge.daemon.signal(Signal::SIGHUP);
+    assert!(
+        bridge
+            .daemon
+            .wait_for_log("SIGHUP ignored", Duration::from_secs(5))
+    );
+    let mut client = bridge.client();
+    assert_eq!(eval(&mut client, ":alive"), "alive");
+}
+
+fn refused(env: &[(&str, &str)], cwd: Option<&std::path::Path>) -> String {
+    let port = free_port().to_string();
+    let repl = free_port().to_string();
+    let mut all = vec![
+        ("SUPEX_PORT", port.as_str()),
+        ("SUPEX_REPL_PORT", repl.as_str()),
+    ];
+    all.extend_from_slice(env);
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start_in(BIN, &[], &all, Some(cwd.unwrap_or(dir.path())));
+    let status = daemon.wait_exit(Duration::from_secs(10));
+    // The harness reads stderr on a thread of its own, which may lag the exit.
+    eventually(Duration::from_secs(5), || daemon.stderr().ends_with('\n'));
+    assert_eq!(status.code(), Some(2), "{}", daemon.stderr());
+    let stderr = daemon.stderr();
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    stderr
+}
+
+#[test]
+fn a_non_loopback_bind_needs_allow_remote_and_a_token() {
+    let stderr = refused(&[("SUPEX_HOST", "0.0.0.0")], None);
+    assert!(
+        stderr.contains("SUPEX_HOST") && stderr.contains("SUPEX_ALLOW_REMOTE=1"),
+        "{stderr}"
+    );
+    let stderr = refused(
+        &[("SUPEX_HOST", "0.0.0.0"), ("SUPEX_ALLOW_REMOTE", "1")],
+        None,
+    );
+    assert!(stderr.contains("SUPEX_AUTH_TOKEN"), "{stderr}");
+    let stderr = refused(&[("SUPEX_REPL_HOST", "0.0.0.0")], None);
+    assert!(stderr.contains("SUPEX_REPL_HOST"), "{stderr}");
+    // With both, it starts.
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start_in(
+        BIN,
+        &[],
+        &[
+            ("SUPEX_HOST", "0.0.0.0"),
+            ("SUPEX_ALLOW_REMOTE", "1"),
+            ("SUPEX_AUTH_TOKEN", "tok"),
+            ("SUPEX_PORT", &port.to_string()),
+            ("SUPEX_REPL_DISABLED", "1"),
+            ("SUPEX_RUBY", "/nonexistent/ruby"),
+        ],
+        Some(dir.path()),
+    );
+    daemon.wait_for_port(format!("127.0.0.1:{port}").parse().unwrap());
+}
+
+#[test]
+fn bad_settings_stop_the_daemon_with_one_line_naming_them() {
+    let stderr = refused(&[("SUPEX_PORT", "not-a-port")], None);
+    assert!(stderr.contains("SUPEX_PORT"), "{stderr}");
+    let stderr = refused(&[("SUPEX_EVAL_TIMEOUT", "-3")], None);
+    assert!(stderr.contains("SUPEX_EVAL_TIMEOUT"), "{stderr}");
+    let stderr = refused(&[("SUPEX_ALLOWED_ROOTS", "/definitely/not/a/dir")], None);
+    assert!(stderr.contains("SUPEX_ALLOWED_ROOTS"), "{stderr}");
+    let stderr = refused(&[("SUPEX_PROJECT_ROOT", "/definitely/not/a/dir")], None);
+    assert!(stderr.contains("SUPEX_PROJECT_ROOT"), "{stderr}");
+    let stderr = refused(&[("SUPEX_RUBY", "'unbalanced")], None);
+    assert!(stderr.contains("SUPEX_RUBY"), "{stderr}");
+}
+
+#[test]
+fn the_root_directory_is_refused_as_an_implicit_project_root() {
+    let stderr = refused(&[], Some(std::path::Path::new("/")));
+    assert!(stderr.contains("SUPEX_PROJECT_ROOT"), "{stderr}");
+    let stderr = refused(&[("SUPEX_PROJECT_ROOT", "/")], None);
+    assert!(stderr.contains("SUPEX_ALLOWED_ROOTS='*'"), "{stderr}");
+    // Opening everything explicitly is allowed (and warned about).
+    let port = free_port();
+    let mut daemon = Daemon::start_in(
+        BIN,
+        &[],
+        &[
+            ("SUPEX_ALLOWED_ROOTS", "*"),
+            ("SUPEX_PORT", &port.to_string()),
+            ("SUPEX_REPL_DISABLED", "1"),
+            ("SUPEX_RUBY", "/nonexistent/ruby"),
+        ],
+        Some(std::path::Path::new("/")),
+    );
+    daemon.wait_for_port(format!("127.0.0.1:{port}").parse().unwrap());
+    assert!(
+        daemon.wait_for_log("anywhere", Duration::from_secs(5)),
+        "{}",
+        daemon.stderr()
+    );
+}
+
+#[test]
+fn connections_past_the_limit_are_closed() {
+    let Some(bridge) = Bridge::start_with(&[("SUPEX_MAX_CONNECTIONS", "2")]) else {
+        return;
+    };
+    let mut a = bridge.client();
+    let _b = bridge.client();
+    let mut c = LineClient::connect(bridge.bridge);
+    assert!(c.is_closed_within(Duration::from_secs(5)));
+    assert_eq!(eval(&mut a, "1"), "1");
+}
+
+#[test]
+fn call_and_ping_commands_talk_to_the_bridge() {
+    let Some(bridge) = Bridge::start_with(&[("SUPEX_AUTH_TOKEN", "cli-token")]) else {
+        return;
+    };
+    let port = bridge.bridge.port().to_string();
+    let env = [
+        ("SUPEX_PORT", port.as_str()),
+        ("SUPEX_AUTH_TOKEN", "cli-token"),
+    ];
+
+    let (status, stdout, stderr) = run(BIN, &["call", "eval_ruby", "--arg", "code=6 * 7"], &env);
+    assert!(status.success(), "{stderr}");
+    let result: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["result"], "42");
+    // `code=42` is Ruby code (the schema says string), not a number.
+    let (status, stdout, _) = run(BIN, &["call", "eval_ruby", "--arg", "code=42"], &env);
+    assert!(status.success());
+    assert!(stdout.contains("\"42\""), "{stdout}");
+    let (status, stdout, _) = run(
+        BIN,
+        &["call", "eval_ruby", "--json", r#"{"code": "[1].size"}"#],
+        &env,
+    );
+    assert!(status.success() && stdout.contains("\"1\""), "{stdout}");
+    let (status, stdout, _) = run(BIN, &["call", "tools/list"], &env);
+    assert!(status.success() && stdout.contains("eval_ruby_file"));
+
+    let (status, _, stderr) = run(
+        BIN,
+        &["call", "eval_ruby", "--arg", "code=raise 'nope'"],
+        &env,
+    );
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        stderr.contains("-32000") && stderr.contains("nope"),
+        "{stderr}"
+    );
+    let (status, _, stderr) = run(
+        BIN,
+        &["call", "eval_ruby", "--arg", "code=1"],
+        &[("SUPEX_PORT", &port), ("SUPEX_AUTH_TOKEN", "wrong")],
+    );
+    assert_eq!(status.code(), Some(1));
+    assert!(stderr.contains("-32001"), "{stderr}");
+
+    let (status, stdout, _) = run(BIN, &["ping"], &env);
+    assert!(status.success() && stdout.starts_with("ok"), "{stdout}");
+    let repl_port = bridge.repl.port().to_string();
+    let (status, _, _) = run(BIN, &["ping", "--repl"], &[("SUPEX_REPL_PORT", &repl_port)]);
+    assert!(status.success());
+    let dead = free_port().to_string();
+    let (status, _, stderr) = run(BIN, &["ping", "--timeout", "1"], &[("SUPEX_PORT", &dead)]);
+    assert_eq!(status.code(), Some(1));
+    assert!(stderr.contains("cannot connect"), "{stderr}");
+}
