@@ -6,7 +6,7 @@
 //! id is rewritten, the answer goes to the agent that asked, a browser that
 //! drops fails the call at once, and a late answer finds nobody and is dropped.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use rpc_core::{CallError, Ctx, NoParams, RpcError};
@@ -81,6 +81,10 @@ pub struct CallParams {
     timeout: Option<u64>,
 }
 
+/// `arguments` when the agent sent none.
+static NO_ARGUMENTS: LazyLock<Box<RawValue>> =
+    LazyLock::new(|| RawValue::from_string("{}".into()).expect("{} is JSON"));
+
 /// What the browser receives: the call without the broker's own `timeout`.
 #[derive(Serialize)]
 struct ForwardedCall<'a> {
@@ -128,8 +132,7 @@ pub async fn call(cx: Ctx<ConnState>, params: CallParams) -> Result<Box<RawValue
             .with_data(serde_json::json!({ "name": params.name, "sessionId": &*session.id })),
         );
     }
-    let empty = RawValue::from_string("{}".into()).expect("{} is JSON");
-    let arguments = params.arguments.as_deref().unwrap_or(&empty);
+    let arguments = params.arguments.as_deref().unwrap_or(&NO_ARGUMENTS);
     if !arguments.get().starts_with('{') {
         return Err(RpcError::invalid_params("arguments: must be an object"));
     }
