@@ -51,15 +51,15 @@ async fn sessions(endpoint: &EndpointArgs, json: bool) -> anyhow::Result<()> {
     );
     for row in rows {
         println!(
-            "{:width$}  {:7}  {:6}  {:5}  {}",
+            "{:width$}  {:7}  {:<6}  {:<5}  {}",
             row["id"].as_str().unwrap_or("?"),
             if row["hasBrowser"].as_bool() == Some(true) {
                 "yes"
             } else {
                 "no"
             },
-            row["agentCount"],
-            row["toolCount"],
+            row["agentCount"].as_u64().unwrap_or(0),
+            row["toolCount"].as_u64().unwrap_or(0),
             row["lastActivity"].as_str().unwrap_or("")
         );
     }
