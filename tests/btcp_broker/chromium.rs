@@ -187,3 +187,32 @@ async fn the_demo_page_in_headless_chromium_serves_an_agent_over_websocket() {
 async fn the_demo_page_in_headless_chromium_serves_an_agent_over_sse() {
     exercise_the_demo_page("sse").await;
 }
+
+#[tokio::test]
+async fn the_demo_page_reconnects_and_registers_again_after_a_broker_restart() {
+    if !require_tool("chromium") {
+        return;
+    }
+    let mut broker = Broker::start(&[]);
+    let port = broker.port;
+    let _chromium = Chromium::open(&format!("http://127.0.0.1:{port}/?sessionId=again"));
+    let agent = agent_with_page_tools(&broker, "again").await;
+    drop(agent);
+    // The broker goes away and comes back on the same port, empty.
+    let status = broker.daemon.terminate();
+    assert!(status.success());
+    let broker = Broker::start_on(port, &[]);
+    // btcp.js reconnects (backoff from 0.5 s) with the same session id and
+    // registers its tools again, so the page is usable without a reload.
+    let mut agent = agent_with_page_tools(&broker, "again").await;
+    assert_eq!(
+        call_text(
+            &mut agent,
+            1,
+            "query_text",
+            json!({"selector": "#greeting"})
+        )
+        .await,
+        ("Hello from the BTCP demo page".to_owned(), false)
+    );
+}

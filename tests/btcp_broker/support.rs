@@ -25,7 +25,11 @@ pub struct Broker {
 impl Broker {
     /// Starts btcp-broker on a free port with extra environment.
     pub fn start(env: &[(&str, &str)]) -> Broker {
-        let port = free_port();
+        Self::start_on(free_port(), env)
+    }
+
+    /// Starts btcp-broker on `port` (e.g. again after stopping one there).
+    pub fn start_on(port: u16, env: &[(&str, &str)]) -> Broker {
         let port_text = port.to_string();
         let mut all = vec![
             ("BTCP_PORT", port_text.as_str()),
