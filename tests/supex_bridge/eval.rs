@@ -449,3 +449,30 @@ fn an_interpreter_that_is_not_ruby_is_reported_with_what_it_printed() {
         "{message}"
     );
 }
+
+#[test]
+fn an_evaluation_whose_client_left_still_finishes_before_the_next_one() {
+    let Some(bridge) = Bridge::start_with(&[("SUPEX_EVAL_TIMEOUT", "1")]) else {
+        return;
+    };
+    let mut client = bridge.client();
+    eval(&mut client, "$step = :started");
+    {
+        let mut leaving = bridge.client();
+        leaving.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                             "params": {"name": "eval_ruby", "arguments": {"code": "sleep 0.4; $step = :finished"}}}));
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(eval(&mut client, "$step.inspect"), ":finished");
+    // One that never ends is still cut off by the timeout, and the runtime comes back.
+    {
+        let mut leaving = bridge.client();
+        leaving.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                             "params": {"name": "eval_ruby", "arguments": {"code": "loop {}"}}}));
+        thread::sleep(Duration::from_millis(100));
+    }
+    let started = Instant::now();
+    assert_eq!(eval(&mut client, ":alive"), "alive");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(ok(&mut client, "runtime_info", json!({}))["restarts"], 1);
+}

@@ -241,3 +241,23 @@ fn call_and_ping_commands_talk_to_the_bridge() {
     assert_eq!(status.code(), Some(1));
     assert!(stderr.contains("cannot connect"), "{stderr}");
 }
+
+#[test]
+fn sigterm_during_a_long_evaluation_still_exits_0_without_ruby() {
+    let Some(mut bridge) = Bridge::start() else {
+        return;
+    };
+    let mut client = bridge.client();
+    let ruby = runtime_pid(&mut client);
+    client.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                        "params": {"name": "eval_ruby", "arguments": {"code": "sleep 60"}}}));
+    let mut probe = bridge.client();
+    assert!(eventually(Duration::from_secs(10), || {
+        ok(&mut probe, "runtime_info", json!({}))["evals"].as_u64() >= Some(1)
+    }));
+    drop(probe);
+    // The grace period (5 s) runs out; the evaluation is abandoned, Ruby stopped.
+    let status = bridge.daemon.terminate();
+    assert_eq!(status.code(), Some(0), "{}", bridge.daemon.stderr());
+    assert!(eventually(Duration::from_secs(5), || !alive(ruby)));
+}

@@ -1,12 +1,16 @@
 //! The Ruby runtime: one long-lived `ruby` process shared by both servers.
 //!
-//! A single supervisor task owns the process. Evaluations reach it through one
-//! FIFO queue, so they run one at a time in arrival order, whichever server
-//! they came from; everything else (`complete`, `runtime_info`, `ping`) reads
-//! shared state or talks to the driver's reader thread directly and never
-//! waits behind an evaluation. The supervisor enforces the evaluation timeout
-//! by killing the process, restarts it after a crash (with backoff if it keeps
-//! crashing), and stops it with the daemon.
+//! Evaluations take turns on a fair lock (tokio's `Mutex` queues waiters in
+//! arrival order), so they run one at a time, first come first served,
+//! whichever server they came from; the caller's own task then writes the
+//! request and reads the reply, with no hop through another task on the way.
+//! Everything else (`complete`, `runtime_info`, `ping`) reads shared state or
+//! talks to the driver's reader thread directly and never waits for a turn.
+//!
+//! The turn's holder enforces its timeout by killing the process and starts
+//! the next one; a keeper task restarts a process that dies between
+//! evaluations (with backoff if it keeps dying young), and `stop` ends it
+//! with the daemon.
 
 mod console;
 mod process;
@@ -14,14 +18,15 @@ mod protocol;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{OwnedMutexGuard, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use console::ConsoleLog;
 pub use process::ProcessInfo;
-use process::RubyProcess;
+use process::{KillReason, PendingReply, RubyProcess};
 use protocol::{Reply, Request};
 pub use protocol::{RubyException, Scope, Show};
 
@@ -106,66 +111,80 @@ struct Counters {
     restarts: AtomicU64,
 }
 
-struct Job {
-    eval: Eval,
-    reply: oneshot::Sender<Result<Evaluated, RuntimeError>>,
+/// What the holder of the turn may change.
+#[derive(Default)]
+struct Slot {
+    process: Option<Arc<RubyProcess>>,
+    /// Whether a process ever ran: every later start is a restart.
+    ran_before: bool,
+    /// Processes in a row that died young between evaluations.
+    quick_crashes: u32,
 }
 
-type ResetReply = oneshot::Sender<Result<u32, RuntimeError>>;
+struct Inner {
+    command: Vec<String>,
+    console: Arc<ConsoleLog>,
+    turn: Arc<tokio::sync::Mutex<Slot>>,
+    state: watch::Sender<State>,
+    counters: Counters,
+    stop: CancellationToken,
+}
 
 /// The handle every server shares.
 pub struct Runtime {
-    // Unbounded on purpose: the connection limits and each connection's
-    // in-flight limit already bound how many evaluations can wait.
-    jobs: mpsc::UnboundedSender<Job>,
-    resets: mpsc::UnboundedSender<ResetReply>,
-    state: watch::Receiver<State>,
-    counters: Arc<Counters>,
-    console: Arc<ConsoleLog>,
-    stop: CancellationToken,
-    supervisor: tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    inner: Arc<Inner>,
+    keeper: tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Runtime {
-    /// Starts the supervisor, which starts Ruby in the background. Must be
-    /// called from a multi-threaded tokio runtime (see `process::set_up_child`).
+    /// Starts Ruby in the background. Must be called from a multi-threaded
+    /// tokio runtime (see `process::set_up_child`).
     pub fn start(config: RuntimeConfig, console: Arc<ConsoleLog>) -> Runtime {
-        let (jobs_tx, jobs) = mpsc::unbounded_channel();
-        let (resets_tx, resets) = mpsc::unbounded_channel();
-        let (state_tx, state) = watch::channel(State::Starting);
-        let counters = Arc::new(Counters::default());
-        let stop = CancellationToken::new();
-        let supervisor = Supervisor {
+        let inner = Arc::new(Inner {
             command: config.command,
-            console: console.clone(),
-            counters: counters.clone(),
-            state: state_tx,
-            current: None,
-            jobs,
-            resets,
-            stop: stop.clone(),
-            quick_crashes: 0,
-        };
-        let handle = tokio::spawn(supervisor.run());
-        Runtime {
-            jobs: jobs_tx,
-            resets: resets_tx,
-            state,
-            counters,
             console,
-            stop,
-            supervisor: tokio::sync::Mutex::new(Some(handle)),
+            turn: Arc::default(),
+            state: watch::Sender::new(State::Starting),
+            counters: Counters::default(),
+            stop: CancellationToken::new(),
+        });
+        let keeper = tokio::spawn(keep(inner.clone()));
+        Runtime {
+            inner,
+            keeper: tokio::sync::Mutex::new(Some(keeper)),
         }
     }
 
-    /// Queues an evaluation and waits for it. A caller that gives up (its
-    /// client disconnected) before its turn comes takes it out of the queue.
+    /// Waits for its turn, evaluates, and returns what the code printed and
+    /// its value or exception. A caller that gives up before its turn leaves
+    /// the queue; one that gives up during its turn leaves the evaluation to
+    /// finish (or time out) before the next one starts.
     pub async fn eval(&self, eval: Eval) -> Result<Evaluated, RuntimeError> {
-        let (reply, rx) = oneshot::channel();
-        self.jobs
-            .send(Job { eval, reply })
-            .map_err(|_| RuntimeError::Stopped)?;
-        rx.await.map_err(|_| RuntimeError::Stopped)?
+        let inner = &self.inner;
+        let mut slot = inner.turn.clone().lock_owned().await;
+        if inner.stop.is_cancelled() {
+            return Err(RuntimeError::Stopped);
+        }
+        let process = inner.ensure_running(&mut slot).await?;
+        inner.counters.evals.fetch_add(1, Ordering::Relaxed);
+        let pending = process
+            .request(|id| Request::Eval {
+                id,
+                code: &eval.code,
+                scope: eval.scope,
+                file: eval.file.as_deref(),
+                show: eval.show,
+            })
+            .await;
+        let mut flight = InFlight {
+            inner: inner.clone(),
+            slot: Some(slot),
+            process,
+            pending: Some(pending),
+            deadline: Instant::now() + eval.timeout,
+            timeout: eval.timeout,
+        };
+        flight.finish().await
     }
 
     /// Whether `code` is a complete expression. Answered by the driver's reader
@@ -179,36 +198,73 @@ impl Runtime {
         Ok(reply.complete.unwrap_or(true))
     }
 
-    /// Kills the process (failing a running evaluation) and starts a new one.
+    /// Kills the process at once (failing a running evaluation) and waits for
+    /// the next one to start. Returns its pid.
     pub async fn reset(&self) -> Result<u32, RuntimeError> {
-        let (tx, rx) = oneshot::channel();
-        self.resets.send(tx).map_err(|_| RuntimeError::Stopped)?;
-        rx.await.map_err(|_| RuntimeError::Stopped)?
+        let inner = &self.inner;
+        let mut state = inner.state.subscribe();
+        let current = match &*state.borrow_and_update() {
+            State::Running(p) if !p.has_exited() => Some(p.clone()),
+            _ => None,
+        };
+        let Some(old) = current else {
+            // Nothing running to kill: start one in turn.
+            let mut slot = inner.turn.lock().await;
+            if let Some(process) = slot.process.take() {
+                process.kill(KillReason::Reset);
+                process.exited().await;
+            }
+            return inner.start(&mut slot).await.map(|p| p.info.pid);
+        };
+        old.kill(KillReason::Reset);
+        // The evaluation that was running, or the keeper, starts the next one.
+        let next = tokio::time::timeout(
+            STARTUP_TIMEOUT + STOP_GRACE,
+            state.wait_for(|s| match s {
+                State::Running(p) => !Arc::ptr_eq(p, &old),
+                State::Starting => false,
+                State::Unavailable(_) | State::Stopped => true,
+            }),
+        )
+        .await;
+        let Ok(settled) = next else {
+            return Err(RuntimeError::Unavailable {
+                message: "the Ruby runtime did not come back after the reset".into(),
+            });
+        };
+        match settled.as_deref() {
+            Ok(State::Running(p)) => Ok(p.info.pid),
+            Ok(State::Unavailable(message)) => Err(RuntimeError::Unavailable {
+                message: message.clone(),
+            }),
+            _ => Err(RuntimeError::Stopped),
+        }
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        let (state, process, problem) = match &*self.state.borrow() {
+        let (state, process, problem) = match &*self.inner.state.borrow() {
             State::Starting => ("starting", None, None),
             State::Running(p) => ("running", Some(p.info.clone()), None),
             State::Unavailable(why) => ("unavailable", None, Some(why.clone())),
             State::Stopped => ("stopped", None, None),
         };
+        let counters = &self.inner.counters;
         Snapshot {
             state,
             process,
             problem,
-            evals: self.counters.evals.load(Ordering::Relaxed),
-            restarts: self.counters.restarts.load(Ordering::Relaxed),
+            evals: counters.evals.load(Ordering::Relaxed),
+            restarts: counters.restarts.load(Ordering::Relaxed),
         }
     }
 
     pub fn console(&self) -> &ConsoleLog {
-        &self.console
+        &self.inner.console
     }
 
     /// Waits until the runtime is running, or says why it is not.
     async fn running(&self) -> Result<Arc<RubyProcess>, RuntimeError> {
-        let mut state = self.state.clone();
+        let mut state = self.inner.state.subscribe();
         let settled = tokio::time::timeout(
             STARTUP_TIMEOUT,
             state.wait_for(|s| !matches!(s, State::Starting)),
@@ -229,64 +285,39 @@ impl Runtime {
         }
     }
 
-    /// Stops the process (politely, then not) and the supervisor. Evaluations
-    /// still queued fail with [`RuntimeError::Stopped`].
+    /// Stops the process: closes its request pipe so the driver exits, and
+    /// kills it if it has not within a grace period. Evaluations still
+    /// waiting for their turn fail with [`RuntimeError::Stopped`].
     pub async fn stop(&self) {
-        self.stop.cancel();
-        if let Some(handle) = self.supervisor.lock().await.take() {
-            let _ = handle.await;
+        let inner = &self.inner;
+        inner.stop.cancel();
+        if let Some(keeper) = self.keeper.lock().await.take() {
+            let _ = keeper.await;
         }
-    }
-}
-
-/// The task that owns the Ruby process.
-struct Supervisor {
-    command: Vec<String>,
-    console: Arc<ConsoleLog>,
-    counters: Arc<Counters>,
-    state: watch::Sender<State>,
-    current: Option<Arc<RubyProcess>>,
-    jobs: mpsc::UnboundedReceiver<Job>,
-    resets: mpsc::UnboundedReceiver<ResetReply>,
-    stop: CancellationToken,
-    /// Crashes in a row of processes that died young.
-    quick_crashes: u32,
-}
-
-/// How a running evaluation ended.
-enum Ended {
-    Replied(Reply),
-    Died(String),
-    TimedOut,
-    ResetBy(ResetReply),
-    Stopping,
-}
-
-impl Supervisor {
-    async fn run(mut self) {
-        let _ = self.start().await;
-        loop {
-            let current = self.current.clone();
-            let idle_exit = async move {
-                match current {
-                    Some(process) => process.exited().await,
-                    None => std::future::pending().await,
+        let mut slot = inner.turn.lock().await;
+        if let Some(process) = slot.process.take() {
+            process.close_stdin().await;
+            let exited = match tokio::time::timeout(STOP_GRACE, process.exited()).await {
+                Ok(exited) => exited,
+                Err(_) => {
+                    process.kill(KillReason::Shutdown);
+                    process.exited().await
                 }
             };
-            tokio::select! {
-                biased;
-                _ = self.stop.cancelled() => break,
-                Some(reply) = self.resets.recv() => {
-                    let _ = reply.send(self.restart("reset requested").await);
-                }
-                exited = idle_exit => self.after_idle_exit(exited.0).await,
-                Some(job) = self.jobs.recv() => self.run_job(job).await,
-            }
+            let pid = process.info.pid;
+            tracing::info!(pid, %exited, "ruby runtime stopped");
+            inner.console.mark(&format!(
+                "runtime pid {pid} stopped ({exited}): daemon shutting down"
+            ));
         }
-        self.shut_down().await;
+        inner.state.send_replace(State::Stopped);
     }
+}
 
-    async fn start(&mut self) -> Result<Arc<RubyProcess>, RuntimeError> {
+impl Inner {
+    /// Starts a process (the turn must be held).
+    async fn start(&self, slot: &mut Slot) -> Result<Arc<RubyProcess>, RuntimeError> {
+        slot.process = None;
         self.state.send_replace(State::Starting);
         match RubyProcess::spawn(&self.command, &self.console, STARTUP_TIMEOUT).await {
             Ok(process) => {
@@ -296,14 +327,17 @@ impl Supervisor {
                     ruby = %process.info.ruby_description,
                     "ruby runtime started"
                 );
-                self.current = Some(process.clone());
+                if slot.ran_before {
+                    self.counters.restarts.fetch_add(1, Ordering::Relaxed);
+                }
+                slot.ran_before = true;
+                slot.process = Some(process.clone());
                 self.state.send_replace(State::Running(process.clone()));
                 Ok(process)
             }
             Err(e) => {
                 tracing::warn!("{e}");
                 self.console.mark(&e.0);
-                self.current = None;
                 self.state.send_replace(State::Unavailable(e.0.clone()));
                 Err(RuntimeError::Unavailable { message: e.0 })
             }
@@ -312,170 +346,194 @@ impl Supervisor {
 
     /// The live process, started on demand (a missing interpreter may have
     /// been installed since the last attempt).
-    async fn ensure_running(&mut self) -> Result<Arc<RubyProcess>, RuntimeError> {
-        match &self.current {
+    async fn ensure_running(&self, slot: &mut Slot) -> Result<Arc<RubyProcess>, RuntimeError> {
+        match &slot.process {
             Some(process) if !process.has_exited() => Ok(process.clone()),
-            _ => self.start().await,
+            _ => self.start(slot).await,
         }
     }
+}
 
-    /// Kills the current process (if any), waits for it, and starts a new one.
-    async fn restart(&mut self, reason: &str) -> Result<u32, RuntimeError> {
-        if let Some(process) = self.current.take() {
-            process.kill();
-            let exited = process.exited().await;
-            tracing::info!(pid = process.info.pid, %exited, reason, "restarting the ruby runtime");
-            self.console.mark(&format!(
-                "runtime pid {} stopped ({exited}): {reason}",
-                process.info.pid
-            ));
-            self.counters.restarts.fetch_add(1, Ordering::Relaxed);
-        }
-        self.start().await.map(|p| p.info.pid)
-    }
+/// The evaluation holding the turn. If its caller goes away mid-evaluation,
+/// dropping this hands the rest (waiting, the timeout, a restart) to a task,
+/// so the next evaluation still starts only after this one is over.
+struct InFlight {
+    inner: Arc<Inner>,
+    slot: Option<OwnedMutexGuard<Slot>>,
+    process: Arc<RubyProcess>,
+    pending: Option<PendingReply>,
+    deadline: Instant,
+    timeout: Duration,
+}
 
-    async fn after_idle_exit(&mut self, exited: String) {
-        let Some(process) = self.current.take() else {
-            return;
-        };
-        let lived = process.info.started_at.elapsed().unwrap_or_default();
-        tracing::warn!(pid = process.info.pid, %exited, "the ruby runtime exited on its own; restarting it");
-        self.console.mark(&format!(
-            "runtime pid {} exited on its own ({exited})",
-            process.info.pid
-        ));
-        self.counters.restarts.fetch_add(1, Ordering::Relaxed);
-        if lived < HEALTHY_AFTER {
-            self.quick_crashes += 1;
-        } else {
-            self.quick_crashes = 0;
-        }
-        if self.quick_crashes > 1 {
-            let delay = Duration::from_millis(100)
-                .saturating_mul(1 << self.quick_crashes.min(8))
-                .min(MAX_BACKOFF);
-            tracing::warn!(
-                ?delay,
-                crashes = self.quick_crashes,
-                "the runtime keeps crashing; waiting before the next start"
-            );
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = self.stop.cancelled() => return,
-            }
-        }
-        let _ = self.start().await;
-    }
-
-    async fn run_job(&mut self, job: Job) {
-        if job.reply.is_closed() {
-            // Its client went away while it waited: nobody wants the result.
-            return;
-        }
-        let process = match self.ensure_running().await {
-            Ok(process) => process,
-            Err(e) => {
-                let _ = job.reply.send(Err(e));
-                return;
-            }
-        };
-        self.counters.evals.fetch_add(1, Ordering::Relaxed);
-        let started = Instant::now();
-        let Eval {
-            code,
-            scope,
-            file,
-            show,
-            timeout,
-        } = &job.eval;
-        let call = process.call(|id| Request::Eval {
-            id,
-            code,
-            scope: *scope,
-            file: file.as_deref(),
-            show: *show,
-        });
+impl InFlight {
+    async fn finish(&mut self) -> Result<Evaluated, RuntimeError> {
+        let process = self.process.clone();
+        let pending = self.pending.as_mut().expect("finished once");
         let ended = tokio::select! {
-            reply = call => match reply {
-                Ok(reply) => Ended::Replied(reply),
-                Err(exited) => Ended::Died(exited.0),
-            },
-            _ = tokio::time::sleep(*timeout) => Ended::TimedOut,
-            Some(reset) = self.resets.recv() => Ended::ResetBy(reset),
-            _ = self.stop.cancelled() => Ended::Stopping,
+            reply = process.wait(pending) => reply.ok(),
+            _ = tokio::time::sleep_until(self.deadline) => {
+                process.kill(KillReason::Timeout);
+                None
+            }
+            _ = self.inner.stop.cancelled() => {
+                // Shutdown: stop() closes the driver's pipe once the turn is free.
+                self.pending = None;
+                return Err(RuntimeError::Stopped);
+            }
         };
-        let timeout = *timeout;
-        let outcome = match ended {
-            Ended::Replied(reply) => {
-                tracing::debug!(elapsed = ?started.elapsed(), ok = reply.ok, "evaluation finished");
-                let _ = job.reply.send(Ok(evaluated(reply)));
-                return;
-            }
-            Ended::Stopping => {
-                let _ = job.reply.send(Err(RuntimeError::Stopped));
-                return;
-            }
-            Ended::Died(exited) => {
-                tracing::warn!(pid = process.info.pid, %exited, "the ruby runtime died during an evaluation");
-                let _ = job.reply.send(Err(RuntimeError::Crashed {
-                    exited: exited.clone(),
-                }));
-                format!("it exited during an evaluation ({exited})")
-            }
-            Ended::TimedOut => {
-                tracing::warn!(
-                    pid = process.info.pid,
-                    ?timeout,
-                    "evaluation timed out; killing the ruby runtime"
-                );
-                process.kill();
-                process.exited().await;
-                let _ = job
-                    .reply
-                    .send(Err(RuntimeError::Timeout { after: timeout }));
-                format!(
-                    "an evaluation ran past {}",
-                    humantime::format_duration(timeout)
+        self.pending = None;
+        if let Some(reply) = ended {
+            return Ok(evaluated(reply));
+        }
+        let exited = process.exited().await;
+        let pid = process.info.pid;
+        let (error, why) = match process.kill_reason() {
+            Some(KillReason::Timeout) => {
+                tracing::warn!(pid, timeout = ?self.timeout, "evaluation timed out; killed the ruby runtime");
+                (
+                    RuntimeError::Timeout {
+                        after: self.timeout,
+                    },
+                    format!(
+                        "an evaluation ran past {}",
+                        humantime::format_duration(self.timeout)
+                    ),
                 )
             }
-            Ended::ResetBy(reset) => {
-                process.kill();
-                process.exited().await;
-                let _ = job.reply.send(Err(RuntimeError::Reset));
-                let result = self.restart("reset requested during an evaluation").await;
-                let _ = reset.send(result);
-                return;
+            Some(KillReason::Reset) => (RuntimeError::Reset, "reset requested".to_owned()),
+            Some(KillReason::Shutdown) => return Err(RuntimeError::Stopped),
+            None => {
+                tracing::warn!(pid, %exited, "the ruby runtime died during an evaluation");
+                (
+                    RuntimeError::Crashed {
+                        exited: exited.0.clone(),
+                    },
+                    format!("it exited during an evaluation ({exited})"),
+                )
             }
         };
-        drop(process);
-        let _ = self.restart(&outcome).await;
+        self.inner
+            .console
+            .mark(&format!("runtime pid {pid} stopped ({exited}): {why}"));
+        // The error goes back now; the next process starts while the turn is
+        // still held, so whoever is next finds it running.
+        if let Some(slot) = self.slot.take() {
+            restart_in_background(self.inner.clone(), slot, why);
+        }
+        Err(error)
     }
+}
 
-    async fn shut_down(mut self) {
-        self.jobs.close();
-        while let Ok(job) = self.jobs.try_recv() {
-            let _ = job.reply.send(Err(RuntimeError::Stopped));
-        }
-        self.resets.close();
-        while let Ok(reset) = self.resets.try_recv() {
-            let _ = reset.send(Err(RuntimeError::Stopped));
-        }
-        if let Some(process) = self.current.take() {
-            process.close_stdin().await;
-            let exited = match tokio::time::timeout(STOP_GRACE, process.exited()).await {
-                Ok(exited) => exited,
-                Err(_) => {
-                    process.kill();
-                    process.exited().await
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let (Some(mut pending), Some(mut slot)) = (self.pending.take(), self.slot.take()) else {
+            return;
+        };
+        let inner = self.inner.clone();
+        let process = self.process.clone();
+        let deadline = self.deadline;
+        tokio::spawn(async move {
+            let finished = tokio::select! {
+                reply = process.wait(&mut pending) => reply.is_ok(),
+                _ = tokio::time::sleep_until(deadline) => {
+                    process.kill(KillReason::Timeout);
+                    false
                 }
+                _ = inner.stop.cancelled() => true,
             };
-            tracing::info!(pid = process.info.pid, %exited, "ruby runtime stopped");
-            self.console.mark(&format!(
-                "runtime pid {} stopped ({exited}): daemon shutting down",
-                process.info.pid
-            ));
+            if !finished {
+                let exited = process.exited().await;
+                tracing::warn!(pid = process.info.pid, %exited, "an abandoned evaluation ended the runtime");
+                if !inner.stop.is_cancelled() {
+                    let _ = inner.start(&mut slot).await;
+                }
+            }
+        });
+    }
+}
+
+fn restart_in_background(inner: Arc<Inner>, mut slot: OwnedMutexGuard<Slot>, why: String) {
+    tokio::spawn(async move {
+        if inner.stop.is_cancelled() {
+            return;
         }
-        self.state.send_replace(State::Stopped);
+        tracing::info!(reason = %why, "restarting the ruby runtime");
+        let _ = inner.start(&mut slot).await;
+    });
+}
+
+/// Starts the first process, then restarts any that dies between evaluations.
+async fn keep(inner: Arc<Inner>) {
+    {
+        let mut slot = inner.turn.lock().await;
+        let _ = inner.ensure_running(&mut slot).await;
+    }
+    let mut state = inner.state.subscribe();
+    loop {
+        let current = match &*state.borrow_and_update() {
+            State::Running(p) => Some(p.clone()),
+            _ => None,
+        };
+        let Some(process) = current else {
+            tokio::select! {
+                changed = state.changed() => if changed.is_err() { return },
+                _ = inner.stop.cancelled() => return,
+            }
+            continue;
+        };
+        let exited = tokio::select! {
+            exited = process.exited() => exited,
+            _ = inner.stop.cancelled() => return,
+        };
+        let mut slot = tokio::select! {
+            slot = inner.turn.lock() => slot,
+            _ = inner.stop.cancelled() => return,
+        };
+        if !slot
+            .process
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(p, &process))
+        {
+            continue; // Whoever held the turn has already started the next one.
+        }
+        let pid = process.info.pid;
+        match process.kill_reason() {
+            Some(KillReason::Reset) => {
+                tracing::info!(pid, "ruby runtime reset");
+                inner.console.mark(&format!(
+                    "runtime pid {pid} stopped ({exited}): reset requested"
+                ));
+            }
+            _ => {
+                tracing::warn!(pid, %exited, "the ruby runtime exited on its own; restarting it");
+                inner
+                    .console
+                    .mark(&format!("runtime pid {pid} exited on its own ({exited})"));
+                let lived = process.info.started_at.elapsed().unwrap_or_default();
+                slot.quick_crashes = if lived < HEALTHY_AFTER {
+                    slot.quick_crashes + 1
+                } else {
+                    0
+                };
+                if slot.quick_crashes > 1 {
+                    let delay = Duration::from_millis(100)
+                        .saturating_mul(1 << slot.quick_crashes.min(8))
+                        .min(MAX_BACKOFF);
+                    tracing::warn!(
+                        ?delay,
+                        crashes = slot.quick_crashes,
+                        "the runtime keeps crashing; waiting before the next start"
+                    );
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = inner.stop.cancelled() => return,
+                    }
+                }
+            }
+        }
+        drop(process);
+        let _ = inner.start(&mut slot).await;
     }
 }
 

@@ -52,12 +52,32 @@ pub struct ProcessInfo {
     pub ruby_description: String,
 }
 
+/// Why the daemon killed a process (a process that died without one crashed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillReason {
+    Timeout,
+    Reset,
+    Shutdown,
+}
+
+type Replies = FramedRead<tokio::net::unix::pipe::Receiver, NdjsonCodec>;
+
 /// A live (or just-exited) Ruby process. Dropping it kills the process.
 pub struct RubyProcess {
     pub info: ProcessInfo,
     link: Arc<Link>,
+    /// The reply pipe. There is no reader task: whoever waits for a reply
+    /// takes this lock and reads, handing other callers' replies to them, so
+    /// a reply reaches the task waiting for it without a hop through another.
+    replies: tokio::sync::Mutex<Replies>,
     kill: Mutex<Option<oneshot::Sender<()>>>,
+    kill_reason: Mutex<Option<KillReason>>,
     exit: watch::Receiver<Option<Exited>>,
+}
+
+/// A request that was sent; [`RubyProcess::wait`] gets its reply.
+pub struct PendingReply {
+    rx: oneshot::Receiver<Result<Reply, Exited>>,
 }
 
 /// What the reader and watcher tasks share with callers.
@@ -82,6 +102,29 @@ impl Link {
         };
         for (_, tx) in calls {
             let _ = tx.send(Err(exited.clone()));
+        }
+    }
+
+    /// Hands a reply line to the call waiting for it.
+    fn dispatch(&self, line: &[u8], pid: u32) {
+        let reply: Reply = match serde_json::from_slice(line) {
+            Ok(reply) => reply,
+            Err(e) => {
+                tracing::warn!(pid, error = %e, "unreadable reply from the runtime");
+                return;
+            }
+        };
+        let Some(id) = reply.id else {
+            tracing::warn!(pid, error = ?reply.error, "the runtime could not read a request");
+            return;
+        };
+        let waiter = self.pending.lock().unwrap().calls.remove(&id);
+        match waiter {
+            Some(tx) => {
+                let _ = tx.send(Ok(reply));
+            }
+            // Its caller gave up (a client that disconnected).
+            None => tracing::debug!(pid, id, "reply to no waiting call"),
         }
     }
 }
@@ -191,7 +234,6 @@ impl RubyProcess {
             )));
         };
 
-        tokio::spawn(route_replies(replies, link.clone(), pid));
         console.mark(&format!(
             "runtime started: pid {pid}, {}",
             ready.ruby_description
@@ -204,9 +246,70 @@ impl RubyProcess {
                 ruby_description: ready.ruby_description,
             },
             link,
+            replies: tokio::sync::Mutex::new(replies),
             kill: Mutex::new(Some(kill_tx)),
+            kill_reason: Mutex::new(None),
             exit,
         })
+    }
+
+    /// Sends a request. If the process is gone, the reply is already the
+    /// error saying how it ended.
+    pub async fn request<'a>(&self, request: impl FnOnce(u64) -> Request<'a>) -> PendingReply {
+        let id = self.link.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut pending = self.link.pending.lock().unwrap();
+            if let Some(exited) = &pending.exited {
+                let _ = tx.send(Err(exited.clone()));
+                return PendingReply { rx };
+            }
+            pending.calls.insert(id, tx);
+        }
+        let mut line = serde_json::to_vec(&request(id)).expect("requests always serialise");
+        line.push(b'\n');
+        let mut stdin = self.link.stdin.lock().await;
+        let written = match stdin.as_mut() {
+            Some(pipe) => pipe.write_all(&line).await,
+            None => Err(io::ErrorKind::BrokenPipe.into()),
+        };
+        if let Err(e) = written {
+            // The process is going away; its watcher fails the call once it is reaped.
+            tracing::debug!(pid = self.info.pid, error = %e, "writing to the runtime failed");
+        }
+        PendingReply { rx }
+    }
+
+    /// Waits for the reply to `pending`, reading the reply pipe while nobody
+    /// else does. Cancel-safe: the pipe's buffered bytes stay in the reader.
+    pub async fn wait(&self, pending: &mut PendingReply) -> Result<Reply, Exited> {
+        let pid = self.info.pid;
+        let settled = 'wait: {
+            tokio::select! {
+                biased;
+                reply = &mut pending.rx => break 'wait reply,
+                mut replies = self.replies.lock() => loop {
+                    tokio::select! {
+                        biased;
+                        reply = &mut pending.rx => break 'wait reply,
+                        frame = replies.next() => match frame {
+                            Some(Ok(Frame::Message(line))) => self.link.dispatch(&line, pid),
+                            Some(Ok(other)) => tracing::warn!(pid, ?other, "unusable reply from the runtime"),
+                            // The pipe closed: the process is gone, and its
+                            // watcher fails every waiting call once it is reaped.
+                            Some(Err(_)) | None => {
+                                drop(replies);
+                                break 'wait (&mut pending.rx).await;
+                            }
+                        },
+                    }
+                },
+            }
+        };
+        match settled {
+            Ok(reply) => reply,
+            Err(_) => Err(self.exited().await),
+        }
     }
 
     /// Sends a request and waits for its reply, or for the process to end.
@@ -214,39 +317,21 @@ impl RubyProcess {
         &self,
         request: impl FnOnce(u64) -> Request<'a>,
     ) -> Result<Reply, Exited> {
-        let id = self.link.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        {
-            let mut pending = self.link.pending.lock().unwrap();
-            if let Some(exited) = &pending.exited {
-                return Err(exited.clone());
-            }
-            pending.calls.insert(id, tx);
-        }
-        let mut line = serde_json::to_vec(&request(id)).expect("requests always serialise");
-        line.push(b'\n');
-        {
-            let mut stdin = self.link.stdin.lock().await;
-            let written = match stdin.as_mut() {
-                Some(pipe) => pipe.write_all(&line).await,
-                None => Err(io::ErrorKind::BrokenPipe.into()),
-            };
-            if let Err(e) = written {
-                // The process is going away; the watcher fails the call once it is reaped.
-                tracing::debug!(pid = self.info.pid, error = %e, "writing to the runtime failed");
-            }
-        }
-        match rx.await {
-            Ok(reply) => reply,
-            Err(_) => Err(self.exited().await),
-        }
+        let mut pending = self.request(request).await;
+        self.wait(&mut pending).await
     }
 
-    /// Kills the process group at once (SIGKILL).
-    pub fn kill(&self) {
+    /// Kills the process group at once (SIGKILL), remembering why.
+    pub fn kill(&self, reason: KillReason) {
+        self.kill_reason.lock().unwrap().get_or_insert(reason);
         if let Some(kill) = self.kill.lock().unwrap().take() {
             let _ = kill.send(());
         }
+    }
+
+    /// Why the daemon killed the process, if it did.
+    pub fn kill_reason(&self) -> Option<KillReason> {
+        *self.kill_reason.lock().unwrap()
     }
 
     /// Closes the request pipe: the driver's reader sees EOF and exits.
@@ -270,7 +355,7 @@ impl RubyProcess {
 
 impl Drop for RubyProcess {
     fn drop(&mut self) {
-        self.kill();
+        self.kill(KillReason::Shutdown);
     }
 }
 
@@ -321,44 +406,6 @@ fn describe(status: ExitStatus) -> String {
             Err(_) => format!("killed by signal {signal}"),
         },
         _ => status.to_string(),
-    }
-}
-
-async fn route_replies(
-    mut replies: FramedRead<tokio::net::unix::pipe::Receiver, NdjsonCodec>,
-    link: Arc<Link>,
-    pid: u32,
-) {
-    while let Some(frame) = replies.next().await {
-        let line = match frame {
-            Ok(Frame::Message(line)) => line,
-            Ok(other) => {
-                tracing::warn!(pid, ?other, "unusable reply from the runtime");
-                continue;
-            }
-            Err(e) => {
-                tracing::debug!(pid, error = %e, "reply pipe failed");
-                break;
-            }
-        };
-        let reply: Reply = match serde_json::from_slice(&line) {
-            Ok(reply) => reply,
-            Err(e) => {
-                tracing::warn!(pid, error = %e, "unreadable reply from the runtime");
-                continue;
-            }
-        };
-        let Some(id) = reply.id else {
-            tracing::warn!(pid, error = ?reply.error, "the runtime could not read a request");
-            continue;
-        };
-        let waiter = link.pending.lock().unwrap().calls.remove(&id);
-        match waiter {
-            Some(tx) => {
-                let _ = tx.send(Ok(reply));
-            }
-            None => tracing::debug!(pid, id, "reply to no waiting call"),
-        }
     }
 }
 
