@@ -182,14 +182,22 @@ impl PeerHandle {
             }
             pending.calls.insert(n, tx);
         }
-        // Removes the entry however this future ends: answered, timed out, or dropped.
-        let _forget = ForgetOnDrop { shared, id: n };
+        // Removes the entry however this future ends unanswered: timed out,
+        // failed to send, or dropped by its caller.
+        let mut forget = ForgetOnDrop {
+            shared,
+            id: Some(n),
+        };
         self.send(Outbound::message(Kind::Request, json))
             .await
             .map_err(|_| CallError::Disconnected)?;
         let limit = timeout.unwrap_or(shared.config.request_timeout);
         match tokio::time::timeout(limit, rx).await {
-            Ok(Ok(reply)) => reply,
+            Ok(Ok(reply)) => {
+                // Whoever answered already took the entry out of the map.
+                forget.id = None;
+                reply
+            }
             Ok(Err(_)) => Err(CallError::Disconnected),
             Err(_) => Err(CallError::Timeout(limit)),
         }
@@ -279,12 +287,14 @@ impl PeerHandle {
 
 struct ForgetOnDrop<'a> {
     shared: &'a Shared,
-    id: u64,
+    id: Option<u64>,
 }
 
 impl Drop for ForgetOnDrop<'_> {
     fn drop(&mut self) {
-        self.shared.pending.lock().unwrap().calls.remove(&self.id);
+        if let Some(id) = self.id {
+            self.shared.pending.lock().unwrap().calls.remove(&id);
+        }
     }
 }
 

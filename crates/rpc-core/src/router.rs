@@ -64,18 +64,28 @@ where
     S: Send + Sync + 'static,
     F: Fn(Ctx<S>, P) -> Fut + Send + Sync,
     P: DeserializeOwned,
-    R: Serialize,
+    R: Serialize + 'static,
     Fut: Future<Output = Result<R, RpcError>> + Send + 'static,
 {
     fn call(&self, ctx: Ctx<S>, params: Option<&RawValue>) -> Result<HandlerFuture, RpcError> {
         let params: P = parse_params(params)?;
         let fut = (self.f)(ctx, params);
-        Ok(Box::pin(async move {
-            let value = fut.await?;
-            serde_json::to_vec(&value)
-                .map_err(|e| RpcError::internal(format!("result did not serialise: {e}")))
-        }))
+        Ok(Box::pin(async move { to_json(fut.await?) }))
     }
+}
+
+/// Serialises a handler's result. A result that is already JSON text (a
+/// `Box<RawValue>` passed through from another connection) is taken as it is,
+/// without a serializer pass or a copy.
+fn to_json<R: Serialize + 'static>(value: R) -> Result<Vec<u8>, RpcError> {
+    let mut slot = Some(value);
+    if let Some(raw) = (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<Box<RawValue>>>()
+    {
+        let text: Box<str> = raw.take().expect("just put there").into();
+        return Ok(text.into_boxed_bytes().into_vec());
+    }
+    serde_json::to_vec(&slot)
+        .map_err(|e| RpcError::internal(format!("result did not serialise: {e}")))
 }
 
 /// Deserialises params, absent ones as `{}` so that structs whose fields are all
@@ -282,6 +292,16 @@ mod tests {
         assert!(parse_params::<NoParams>(None).is_ok());
         assert!(parse_params::<NoParams>(Some(&raw("[1,2]"))).is_ok());
         assert!(parse_params::<Opt>(None).is_ok());
+    }
+
+    #[test]
+    fn raw_results_pass_through_and_others_serialise() {
+        assert_eq!(
+            to_json(raw(r#"{"a": [1, 2]}"#)).unwrap(),
+            br#"{"a": [1, 2]}"#
+        );
+        assert_eq!(to_json(serde_json::json!({"a": 1})).unwrap(), br#"{"a":1}"#);
+        assert_eq!(to_json(()).unwrap(), b"null");
     }
 
     #[test]
