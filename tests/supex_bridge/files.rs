@@ -327,3 +327,41 @@ fn a_hello_workspace_is_an_extra_root_and_the_base_of_relative_paths() {
         assert_eq!(error(&reply)["code"], -32602, "{reply}");
     }
 }
+
+#[test]
+fn a_large_read_is_cut_at_half_the_message_limit_and_says_so() {
+    let Some(bridge) = Bridge::start_with(&[("SUPEX_MAX_MESSAGE", "4096")]) else {
+        return;
+    };
+    let mut client = bridge.client();
+    let text: String = (0..10_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    std::fs::write(bridge.root.join("big.txt"), &text).unwrap();
+    let first = ok(&mut client, "read_file", json!({"path": "big.txt"}));
+    assert_eq!(
+        (first["length"].as_u64(), first["truncated"].as_bool()),
+        (Some(2048), Some(true))
+    );
+    assert_eq!(first["size"], 10_000);
+    assert_eq!(first["content"], &text[..2048]);
+    let last = ok(
+        &mut client,
+        "read_file",
+        json!({"path": "big.txt", "offset": 8192}),
+    );
+    assert_eq!(
+        (last["length"].as_u64(), last["truncated"].as_bool()),
+        (Some(1808), Some(false))
+    );
+    assert_eq!(last["content"], &text[8192..]);
+    let past = ok(
+        &mut client,
+        "read_file",
+        json!({"path": "big.txt", "offset": 20_000}),
+    );
+    assert_eq!(
+        (past["content"].as_str(), past["truncated"].as_bool()),
+        (Some(""), Some(false))
+    );
+}

@@ -37,7 +37,7 @@ pub fn specs() -> Vec<ToolSpec> {
                         "path": {"type": "string", "description": "File to read; relative paths start at the workspace or project root."},
                         "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "Byte offset to start at."},
                         "length": {"type": "integer", "minimum": 0,
-                                   "description": "Bytes to read at most (default: the rest of the file, up to SUPEX_MAX_MESSAGE)."}
+                                   "description": "Bytes to read at most (default: the rest of the file). One reply carries at most half of SUPEX_MAX_MESSAGE; `truncated` then says to read on from a higher offset."}
                     },
                     "required": ["path"],
                     "additionalProperties": false
@@ -111,8 +111,8 @@ pub struct ReadResult {
     /// Size of the whole file in bytes.
     size: u64,
     encoding: &'static str,
-    /// Bytes returned, and whether the reply was cut at SUPEX_MAX_MESSAGE
-    /// (read on with a higher `offset`).
+    /// Bytes returned, and whether the reply was cut at half of
+    /// SUPEX_MAX_MESSAGE (read on with a higher `offset`).
     length: u64,
     truncated: bool,
 }
@@ -133,7 +133,9 @@ pub async fn read_file(cx: &ToolContext, args: ReadArgs) -> Result<ReadResult, R
             )));
         }
         let size = meta.len();
-        let cap = app.max_message as u64;
+        // Half the message limit, so that even base64 (4/3) or escaped text
+        // keeps the reply within what a Supex driver accepts.
+        let cap = (app.max_message / 2) as u64;
         let rest = size.saturating_sub(args.offset);
         let want = args.length.map_or(rest, |l| l.min(rest));
         let take = want.min(cap);
