@@ -209,3 +209,58 @@ fn the_repl_can_be_turned_off() {
         bridge.daemon.stderr()
     );
 }
+
+#[test]
+fn the_repl_command_reconnects_when_the_server_comes_back() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::mpsc;
+    let Some(mut first) = Bridge::start() else {
+        return;
+    };
+    let repl_port = first.repl.port().to_string();
+    let mut child = Command::new(bin_path(crate::support::BIN))
+        .args([
+            "repl",
+            "--history",
+            first.base().join("h").to_str().unwrap(),
+        ])
+        .env("SUPEX_REPL_PORT", &repl_port)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let (lines_tx, lines) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let next = |what: &str| {
+        lines
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("no output while waiting for {what}"))
+    };
+    input.write_all(b"1 + 1\n").unwrap();
+    assert_eq!(next("the first result"), "=> 2");
+
+    assert_eq!(first.daemon.terminate().code(), Some(0));
+    // The same ports again, as after a service restart.
+    let second = integration_tests::Daemon::start_in(
+        crate::support::BIN,
+        &[],
+        &[
+            ("SUPEX_PORT", &first.bridge.port().to_string()),
+            ("SUPEX_REPL_PORT", &repl_port),
+        ],
+        Some(&first.root),
+    );
+    input.write_all(b"40 + 2\n").unwrap();
+    assert_eq!(next("the result after reconnecting"), "=> 42");
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    drop(second);
+}
