@@ -409,8 +409,24 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
+/// A pipe whose ends are closed on exec: only what is dup'ed onto the
+/// child's fds 0-3 reaches it.
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
+    #[cfg(target_os = "linux")]
+    {
+        Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        // macOS has no pipe2. The window between pipe() and fcntl() only
+        // matters to a fork in another thread, and the daemon forks only here.
+        use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+        let (read, write) = nix::unistd::pipe()?;
+        for end in [&read, &write] {
+            fcntl(end, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+        }
+        Ok((read, write))
+    }
 }
 
 fn spawn_failure(program: &str, error: &io::Error) -> String {
@@ -433,6 +449,7 @@ fn spawn_failure(program: &str, error: &io::Error) -> String {
 /// on Linux, asks the kernel to SIGKILL the child if the daemon dies.
 #[allow(unsafe_code)]
 fn set_up_child(cmd: &mut Command, reply_fd: i32) {
+    #[cfg(target_os = "linux")]
     let parent = nix::unistd::getpid();
     // SAFETY: the closure runs in the forked child before exec, where only
     // async-signal-safe operations are allowed. It makes nothing but direct
@@ -458,9 +475,10 @@ fn set_up_child(cmd: &mut Command, reply_fd: i32) {
             }
             #[cfg(target_os = "linux")]
             {
-                // The death signal follows the *thread* that forked. The runtime
-                // is spawned from a tokio worker thread, which lives as long as
-                // the daemon's runtime does.
+                // The death signal follows the *thread* that forked. Ruby is
+                // spawned from tasks on the multi-threaded runtime's workers,
+                // which live as long as the daemon does (nothing here uses
+                // block_in_place, which could retire one to the blocking pool).
                 nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
                 // The daemon may have died before the line above: then nobody
                 // would ever send the signal.
