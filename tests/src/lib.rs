@@ -62,6 +62,8 @@ pub fn require_tool(tool: &str) -> bool {
 pub struct Daemon {
     child: Option<Child>,
     stderr: Arc<Mutex<String>>,
+    /// Signalled when the stderr reader has read to the end of the pipe.
+    stderr_done: std::sync::mpsc::Receiver<()>,
     pub name: String,
 }
 
@@ -93,6 +95,7 @@ impl Daemon {
         let stderr = Arc::new(Mutex::new(String::new()));
         let mut pipe = child.stderr.take().unwrap();
         let sink = stderr.clone();
+        let (done, stderr_done) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n) = pipe.read(&mut buf) {
@@ -103,10 +106,12 @@ impl Daemon {
                     .unwrap()
                     .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
+            let _ = done.send(());
         });
         Daemon {
             child: Some(child),
             stderr,
+            stderr_done,
             name: bin.to_owned(),
         }
     }
@@ -161,11 +166,13 @@ impl Daemon {
         nix::sys::signal::kill(pid, signal).unwrap();
     }
 
-    /// Waits for the daemon to exit on its own.
+    /// Waits for the daemon to exit on its own, and for its last stderr lines.
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                // A grandchild still holding the pipe must not hang the test.
+                let _ = self.stderr_done.recv_timeout(Duration::from_secs(2));
                 return status;
             }
             if Instant::now() > deadline {

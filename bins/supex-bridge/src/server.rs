@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rpc_core::listen::{self, Listener, Stream};
+use rpc_core::listen::{self, Listener, NdjsonLimits};
 use rpc_core::shutdown::DEFAULT_GRACE;
-use rpc_core::{Connection, PeerConfig, Router, Shutdown, systemd};
+use rpc_core::{PeerConfig, Router, Shutdown, systemd};
 
 use crate::config::Config;
 use crate::paths::PathPolicy;
@@ -37,7 +37,6 @@ pub async fn run(config: Config) -> ExitCode {
         tracing::error!(error = %e, "cannot install signal handlers");
         return ExitCode::FAILURE;
     }
-    ignore_sighup();
 
     let bridge_listener = match listener("bridge", config.bridge_addr, "SUPEX_HOST/SUPEX_PORT") {
         Ok(l) => l,
@@ -79,6 +78,11 @@ pub async fn run(config: Config) -> ExitCode {
         max_message: config.max_message,
     });
 
+    let limits = NdjsonLimits {
+        max_message: config.max_message,
+        max_connections: config.max_connections,
+        peer: PeerConfig::default(),
+    };
     let bridge_router = bridge::router(app.clone());
     let bridge_addr = bridge_listener.local_addr();
     spawn_server(
@@ -87,8 +91,7 @@ pub async fn run(config: Config) -> ExitCode {
         "bridge",
         bridge_router,
         bridge::BridgeConn::default,
-        config.max_message,
-        config.max_connections,
+        limits.clone(),
     );
     let mut repl_addr = None;
     if let Some(l) = repl_listener {
@@ -99,8 +102,7 @@ pub async fn run(config: Config) -> ExitCode {
             "repl",
             repl::router(app.clone()),
             repl::ReplConn::default,
-            config.max_message,
-            config.max_connections,
+            limits,
         );
     }
     tracing::info!(
@@ -137,47 +139,10 @@ fn spawn_server<S: Send + Sync + 'static>(
     name: &'static str,
     router: Arc<Router<S>>,
     new_state: fn() -> S,
-    max_message: usize,
-    max_connections: usize,
+    limits: NdjsonLimits,
 ) {
     let sd = shutdown.clone();
     shutdown.spawn(async move {
-        let inner = sd.clone();
-        listen::serve(
-            listener,
-            name,
-            max_connections,
-            &sd,
-            move |stream: Stream, _peer| {
-                let transport = stream.into_ndjson(max_message);
-                let (_peer, conn) = Connection::new(
-                    transport,
-                    router.clone(),
-                    Arc::new(new_state()),
-                    PeerConfig::default(),
-                );
-                let shutdown = inner.clone();
-                async move {
-                    let reason = conn.with_shutdown(&shutdown).run().await;
-                    tracing::debug!(listener = name, ?reason, "connection ended");
-                }
-            },
-        )
-        .await;
+        listen::serve_ndjson(listener, name, limits, &sd, router, new_state).await
     });
-}
-
-/// SIGHUP would end the process by default; this daemon has nothing to reload.
-fn ignore_sighup() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::hangup()) {
-        Ok(mut hangup) => {
-            tokio::spawn(async move {
-                while hangup.recv().await.is_some() {
-                    tracing::info!("SIGHUP ignored: supex-bridge has no configuration to reload");
-                }
-            });
-        }
-        Err(e) => tracing::warn!(error = %e, "cannot handle SIGHUP"),
-    }
 }

@@ -55,21 +55,20 @@ pub async fn jsonrpsee_server(
 /// The engine alone: rpc-core serving `ping` over NDJSON/TCP and WebSocket, to
 /// see what the daemons' own work costs on top of it.
 pub async fn core_servers(ndjson: SocketAddr, ws: SocketAddr) -> Result<(SocketAddr, SocketAddr)> {
-    let router = Router::<()>::new().method("ping", |_, _: NoParams| async { Ok(json!({"pong": true})) }).build()?;
+    let router = Router::<()>::new()
+        .method("ping", |_, _: NoParams| async { Ok(json!({"pong": true})) })
+        .build()?;
     let shutdown = rpc_core::Shutdown::new();
     let listener = rpc_core::listen::bind_tcp(ndjson)?;
     let ndjson = listener.local_addr()?;
     let r = router.clone();
+    let limits = rpc_core::listen::NdjsonLimits {
+        max_connections: 100_000,
+        ..Default::default()
+    };
     tokio::spawn(async move {
-        rpc_core::listen::serve(rpc_core::listen::Listener::Tcp(listener), "core-ndjson", 100_000, &shutdown, move |stream, _| {
-            let router = r.clone();
-            async move {
-                let transport = stream.into_ndjson(rpc_core::codec::DEFAULT_MAX_MESSAGE);
-                let (_peer, conn) = rpc_core::Connection::new(transport, router, Arc::new(()), Default::default());
-                conn.run().await;
-            }
-        })
-        .await
+        let listener = rpc_core::listen::Listener::Tcp(listener);
+        rpc_core::listen::serve_ndjson(listener, "core-ndjson", limits, &shutdown, r, || ()).await
     });
     let listener = TcpListener::bind(ws).await?;
     let ws = listener.local_addr()?;
@@ -79,8 +78,17 @@ pub async fn core_servers(ndjson: SocketAddr, ws: SocketAddr) -> Result<(SocketA
             tokio::spawn(async move {
                 let _ = stream.set_nodelay(true);
                 let config = websocket::config(websocket::DEFAULT_MAX_MESSAGE);
-                let Ok(ws) = tokio_tungstenite::accept_async_with_config(stream, Some(config)).await else { return };
-                let (_peer, conn) = rpc_core::Connection::new(websocket::transport(ws), router, Arc::new(()), Default::default());
+                let Ok(ws) =
+                    tokio_tungstenite::accept_async_with_config(stream, Some(config)).await
+                else {
+                    return;
+                };
+                let (_peer, conn) = rpc_core::Connection::new(
+                    websocket::transport(ws),
+                    router,
+                    Arc::new(()),
+                    Default::default(),
+                );
                 conn.run().await;
             });
         }

@@ -4,10 +4,8 @@
 //! complete daemon on rpc-core: listener, connection limit, shutdown on
 //! SIGTERM, sd_notify.
 
-use std::sync::Arc;
-
-use rpc_core::listen::{self, Listener};
-use rpc_core::{Connection, NoParams, PeerConfig, Router, Shutdown, systemd};
+use rpc_core::listen::{self, Listener, NdjsonLimits};
+use rpc_core::{NoParams, Router, Shutdown, systemd};
 use serde_json::json;
 
 #[tokio::main]
@@ -30,19 +28,7 @@ async fn main() -> anyhow::Result<()> {
     systemd::notify_ready()?;
     let s = shutdown.clone();
     tokio::spawn(async move {
-        listen::serve(listener, "ping", 64, &s.clone(), move |stream, _| {
-            let (router, s) = (router.clone(), s.clone());
-            async move {
-                let (_peer, conn) = Connection::new(
-                    stream.into_ndjson(1 << 20),
-                    router,
-                    Arc::new(()),
-                    PeerConfig::default(),
-                );
-                conn.with_shutdown(&s).run().await;
-            }
-        })
-        .await
+        listen::serve_ndjson(listener, "ping", NdjsonLimits::default(), &s, router, || ()).await
     });
     shutdown.wait(rpc_core::shutdown::DEFAULT_GRACE).await;
     Ok(())

@@ -35,9 +35,12 @@ impl LogArgs {
         let filter = EnvFilter::try_new(&self.log_level).unwrap_or_else(|e| {
             config_error("--log-level", format!("{e}"));
         });
+        // Colours only for a person at a terminal, never in journald or files.
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
         let builder = tracing_subscriber::fmt()
             .with_env_filter(filter)
-            .with_writer(std::io::stderr);
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi);
         match self.log_format {
             LogFormat::Text => builder.with_target(false).init(),
             LogFormat::Json => builder.json().flatten_event(true).init(),

@@ -17,6 +17,8 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 
 use crate::codec::Transport;
+use crate::peer::{Connection, PeerConfig};
+use crate::router::Router;
 use crate::shutdown::Shutdown;
 
 /// Binds a TCP listener with `SO_REUSEADDR`, so a restarted daemon does not
@@ -195,7 +197,9 @@ impl Listener {
 }
 
 /// Accepts connections until shutdown begins, at most `max_connections` served
-/// at once, each handled by `handler` in a task shutdown waits for.
+/// at once, each handled by `handler` in a task shutdown waits for. Logging a
+/// connection's life is left to the handler, which knows what the connection
+/// carries (an HTTP connection may hand its socket to a WebSocket and end).
 pub async fn serve<F, Fut>(
     listener: Listener,
     name: &'static str,
@@ -229,15 +233,62 @@ pub async fn serve<F, Fut>(
             drop(stream);
             continue;
         };
-        tracing::info!(listener = name, %peer, "connection opened");
-        let conn = handler(stream, peer.clone());
+        tracing::debug!(listener = name, %peer, "accepted");
+        let conn = handler(stream, peer);
         shutdown.spawn(async move {
             conn.await;
             drop(permit);
-            tracing::info!(listener = name, %peer, "connection closed");
         });
     }
     tracing::debug!(listener = name, "stopped accepting");
+}
+
+/// Serves NDJSON JSON-RPC on a listener: each accepted connection is a peer
+/// with the method table `router` and a fresh per-connection state from
+/// `new_state`, logged when it opens and when it closes (with why).
+pub async fn serve_ndjson<S, F>(
+    listener: Listener,
+    name: &'static str,
+    limits: NdjsonLimits,
+    shutdown: &Shutdown,
+    router: Arc<Router<S>>,
+    new_state: F,
+) where
+    S: Send + Sync + 'static,
+    F: Fn() -> S,
+{
+    let inner = shutdown.clone();
+    serve(listener, name, limits.max_connections, shutdown, move |stream, peer| {
+        let transport = stream.into_ndjson(limits.max_message);
+        let (handle, conn) = Connection::new(transport, router.clone(), Arc::new(new_state()), limits.peer.clone());
+        let conn = conn.with_shutdown(&inner);
+        async move {
+            tracing::info!(listener = name, %peer, conn = handle.conn_id(), "connection opened");
+            let reason = conn.run().await;
+            tracing::info!(listener = name, %peer, conn = handle.conn_id(), ?reason, "connection closed");
+        }
+    })
+    .await
+}
+
+/// The limits of an NDJSON server.
+#[derive(Clone, Debug)]
+pub struct NdjsonLimits {
+    /// Longest line (message or batch) accepted.
+    pub max_message: usize,
+    /// Connections served at once; more are accepted and closed.
+    pub max_connections: usize,
+    pub peer: PeerConfig,
+}
+
+impl Default for NdjsonLimits {
+    fn default() -> Self {
+        NdjsonLimits {
+            max_message: crate::codec::DEFAULT_MAX_MESSAGE,
+            max_connections: 64,
+            peer: PeerConfig::default(),
+        }
+    }
 }
 
 #[cfg(test)]

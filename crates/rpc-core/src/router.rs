@@ -91,16 +91,31 @@ fn to_json<R: Serialize + 'static>(value: R) -> Result<Vec<u8>, RpcError> {
 /// Deserialises params, absent ones as `{}` so that structs whose fields are all
 /// optional work without params. Errors name the offending field.
 pub fn parse_params<P: DeserializeOwned>(params: Option<&RawValue>) -> Result<P, RpcError> {
-    let text = params.map_or("{}", RawValue::get);
+    parse_params_at("", params)
+}
+
+/// Like [`parse_params`], for a value nested in the params (where `null` also
+/// counts as absent): errors name the field under `prefix`
+/// (`arguments.code: invalid type ...`).
+pub fn parse_params_at<P: DeserializeOwned>(
+    prefix: &str,
+    params: Option<&RawValue>,
+) -> Result<P, RpcError> {
+    let text = match params.map(RawValue::get) {
+        None | Some("null") => "{}",
+        Some(text) => text,
+    };
     let mut de = serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        if path == "." || path.is_empty() {
-            RpcError::invalid_params(inner)
-        } else {
-            RpcError::invalid_params(format!("{path}: {inner}"))
-        }
+        let at = match (prefix, path.as_str()) {
+            ("", "." | "") => return RpcError::invalid_params(inner),
+            ("", path) => path.to_owned(),
+            (prefix, "." | "") => prefix.to_owned(),
+            (prefix, path) => format!("{prefix}.{path}"),
+        };
+        RpcError::invalid_params(format!("{at}: {inner}"))
     })
 }
 
@@ -268,6 +283,26 @@ mod tests {
             .unwrap();
         assert!(
             err.message.contains("missing field `name`"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn nested_params_errors_carry_the_prefix() {
+        let err = parse_params_at::<Args>("arguments", Some(&raw(r#"{"code":1}"#)))
+            .err()
+            .unwrap();
+        assert!(
+            err.message.contains("arguments.code: invalid type"),
+            "{}",
+            err.message
+        );
+        let err = parse_params_at::<Args>("arguments", Some(&raw("[]")))
+            .err()
+            .unwrap();
+        assert!(
+            err.message.starts_with("Invalid params: arguments: "),
             "{}",
             err.message
         );

@@ -58,11 +58,19 @@ impl Shutdown {
     }
 
     /// Turns SIGTERM and SIGINT into [`Shutdown::begin`]; a second one exits the
-    /// process at once with [`FORCED_EXIT_CODE`].
+    /// process at once with [`FORCED_EXIT_CODE`]. SIGHUP, which would end the
+    /// process by default, is logged and ignored: a daemon that reloads on it
+    /// listens for it itself (tokio delivers a signal to every listener).
     pub fn on_signals(&self) -> std::io::Result<()> {
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
+        let mut hangup = signal(SignalKind::hangup())?;
+        tokio::spawn(async move {
+            while hangup.recv().await.is_some() {
+                tracing::info!("SIGHUP ignored: nothing to reload");
+            }
+        });
         let this = self.clone();
         tokio::spawn(async move {
             for round in 0.. {

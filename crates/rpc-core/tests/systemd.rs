@@ -101,3 +101,46 @@ fn a_socket_passed_by_systemd_is_served_and_readiness_is_notified() {
         "it should have listened on the passed socket: {log}"
     );
 }
+
+#[test]
+fn sighup_is_ignored_rather_than_fatal() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(example("activated_server"))
+        .arg(format!("127.0.0.1:{port}"))
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ping = || -> Option<String> {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        stream
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1}\n")
+            .ok()?;
+        let mut reply = String::new();
+        BufReader::new(&stream).read_line(&mut reply).ok()?;
+        Some(reply)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while ping().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "SIGHUP ended the server"
+    );
+    assert!(ping().is_some_and(|r| r.contains("pong")));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(child.wait().unwrap().success());
+}

@@ -86,20 +86,7 @@ pub async fn call(
 
 /// Parses a tool's arguments; errors name the field (`arguments.code: ...`).
 fn parse<T: DeserializeOwned>(args: Option<&RawValue>) -> Result<T, RpcError> {
-    let text = match args.map(RawValue::get) {
-        None | Some("null") => "{}",
-        Some(text) => text,
-    };
-    let mut de = serde_json::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if path == "." || path.is_empty() {
-            RpcError::invalid_params(format!("arguments: {inner}"))
-        } else {
-            RpcError::invalid_params(format!("arguments.{path}: {inner}"))
-        }
-    })
+    rpc_core::router::parse_params_at("arguments", args)
 }
 
 fn reply<T: Serialize>(result: T) -> Result<Box<RawValue>, RpcError> {
