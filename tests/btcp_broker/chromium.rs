@@ -43,10 +43,7 @@ impl Chromium {
             .process_group(0)
             .spawn()
             .expect("starting chromium");
-        Chromium {
-            child,
-            _profile: profile,
-        }
+        Chromium { child, _profile: profile }
     }
 }
 
@@ -66,10 +63,7 @@ async fn agent_with_page_tools(broker: &Broker, session: &str) -> Ws {
     loop {
         id += 1;
         let reply = agent.call(id, "tools/list", json!({})).await;
-        if reply["result"]["tools"]
-            .as_array()
-            .is_some_and(|t| t.len() >= 5)
-        {
+        if reply["result"]["tools"].as_array().is_some_and(|t| t.len() >= 5) {
             return agent;
         }
         assert!(
@@ -82,19 +76,10 @@ async fn agent_with_page_tools(broker: &Broker, session: &str) -> Ws {
 }
 
 async fn call_text(agent: &mut Ws, id: u64, name: &str, arguments: Value) -> (String, bool) {
-    let reply = agent
-        .call(
-            id,
-            "tools/call",
-            json!({"name": name, "arguments": arguments, "timeout": 10000}),
-        )
-        .await;
+    let reply = agent.call(id, "tools/call", json!({"name": name, "arguments": arguments, "timeout": 10000})).await;
     let result = &reply["result"];
     assert!(result.is_object(), "{name}: {reply}");
-    let text = result["content"][0]["text"]
-        .as_str()
-        .unwrap_or("")
-        .to_owned();
+    let text = result["content"][0]["text"].as_str().unwrap_or("").to_owned();
     (text, result["isError"] == true)
 }
 
@@ -104,60 +89,29 @@ async fn exercise_the_demo_page(transport: &str) {
     }
     let broker = Broker::start(&[]);
     let session = format!("chromium-{transport}");
-    let _chromium = Chromium::open(&format!(
-        "http://127.0.0.1:{}/?sessionId={session}&transport={transport}",
-        broker.port
-    ));
+    let _chromium =
+        Chromium::open(&format!("http://127.0.0.1:{}/?sessionId={session}&transport={transport}", broker.port));
     let mut agent = agent_with_page_tools(&broker, &session).await;
 
     let tools = agent.call(100, "tools/list", json!({})).await;
-    let names: Vec<&str> = tools["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let names: Vec<&str> =
+        tools["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     for expected in ["page_title", "query_text", "click", "fill", "page_info"] {
         assert!(names.contains(&expected), "{names:?}");
     }
 
+    assert_eq!(call_text(&mut agent, 1, "page_title", json!({})).await, ("BTCP demo page".to_owned(), false));
     assert_eq!(
-        call_text(&mut agent, 1, "page_title", json!({})).await,
-        ("BTCP demo page".to_owned(), false)
-    );
-    assert_eq!(
-        call_text(
-            &mut agent,
-            2,
-            "query_text",
-            json!({"selector": "#greeting"})
-        )
-        .await,
+        call_text(&mut agent, 2, "query_text", json!({"selector": "#greeting"})).await,
         ("Hello from the BTCP demo page".to_owned(), false)
     );
-    assert_eq!(
-        call_text(&mut agent, 3, "query_text", json!({"selector": "#counter"}))
-            .await
-            .0,
-        "0"
-    );
+    assert_eq!(call_text(&mut agent, 3, "query_text", json!({"selector": "#counter"})).await.0, "0");
     for id in 4..6 {
-        let (text, is_error) = call_text(
-            &mut agent,
-            id,
-            "click",
-            json!({"selector": "#counter-button"}),
-        )
-        .await;
-        assert_eq!(
-            (text.as_str(), is_error),
-            ("Clicked: #counter-button", false)
-        );
+        let (text, is_error) = call_text(&mut agent, id, "click", json!({"selector": "#counter-button"})).await;
+        assert_eq!((text.as_str(), is_error), ("Clicked: #counter-button", false));
     }
     assert_eq!(
-        call_text(&mut agent, 6, "query_text", json!({"selector": "#counter"}))
-            .await
-            .0,
+        call_text(&mut agent, 6, "query_text", json!({"selector": "#counter"})).await.0,
         "2",
         "the clicks changed the real DOM"
     );
@@ -166,12 +120,8 @@ async fn exercise_the_demo_page(transport: &str) {
     assert_eq!(info["clicks"], 2);
     assert_eq!(info["items"], json!(["apples", "pears", "plums"]));
     assert!(info["url"].as_str().unwrap().contains(&session));
-    let (text, is_error) =
-        call_text(&mut agent, 8, "query_text", json!({"selector": "#missing"})).await;
-    assert!(
-        is_error && text.contains("no element matches #missing"),
-        "{text}"
-    );
+    let (text, is_error) = call_text(&mut agent, 8, "query_text", json!({"selector": "#missing"})).await;
+    assert!(is_error && text.contains("no element matches #missing"), "{text}");
 
     let sessions = broker.get("/sessions").json();
     assert_eq!(sessions[0]["hasBrowser"], true);
@@ -206,13 +156,7 @@ async fn the_demo_page_reconnects_and_registers_again_after_a_broker_restart() {
     // registers its tools again, so the page is usable without a reload.
     let mut agent = agent_with_page_tools(&broker, "again").await;
     assert_eq!(
-        call_text(
-            &mut agent,
-            1,
-            "query_text",
-            json!({"selector": "#greeting"})
-        )
-        .await,
+        call_text(&mut agent, 1, "query_text", json!({"selector": "#greeting"})).await,
         ("Hello from the BTCP demo page".to_owned(), false)
     );
 }

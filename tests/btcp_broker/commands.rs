@@ -40,34 +40,17 @@ async fn sessions_tools_and_call_work_against_a_running_broker() {
 
     let (code, out, err) = command(broker.port, &["tools", "cli"], None).await;
     assert_eq!(code, 0, "{err}");
-    assert!(
-        out.lines()
-            .any(|l| l.starts_with("echo") && l.contains("the echo tool")),
-        "{out}"
-    );
+    assert!(out.lines().any(|l| l.starts_with("echo") && l.contains("the echo tool")), "{out}");
 
     let (code, out, err) = command(
         broker.port,
-        &[
-            "call",
-            "cli",
-            "echo",
-            "--arg",
-            "name=Zoë",
-            "--arg",
-            "n=3",
-            "--arg",
-            "list=[1,2]",
-        ],
+        &["call", "cli", "echo", "--arg", "name=Zoë", "--arg", "n=3", "--arg", "list=[1,2]"],
         None,
     )
     .await;
     assert_eq!(code, 0, "{err}");
     let echoed: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(
-        echoed,
-        serde_json::json!({"name": "Zoë", "n": 3, "list": [1, 2]})
-    );
+    assert_eq!(echoed, serde_json::json!({"name": "Zoë", "n": 3, "list": [1, 2]}));
 
     let (code, out, err) = command(broker.port, &["call", "cli", "fail"], None).await;
     assert_eq!(code, 1, "a tool error is a failure exit");
@@ -76,29 +59,14 @@ async fn sessions_tools_and_call_work_against_a_running_broker() {
 
     let (code, _, err) = command(broker.port, &["call", "cli", "nope"], None).await;
     assert_eq!(code, 1);
-    assert!(
-        err.contains("tool not found") && err.contains("-32004"),
-        "{err}"
-    );
+    assert!(err.contains("tool not found") && err.contains("-32004"), "{err}");
 
     let (code, _, err) = command(broker.port, &["tools", "no-such-session"], None).await;
     assert_eq!(code, 1);
     assert!(err.contains("-32003"), "{err}");
 
-    let (code, _, err) = command(
-        broker.port,
-        &[
-            "call",
-            "cli",
-            "slow",
-            "--arg",
-            "ms=2000",
-            "--timeout",
-            "200",
-        ],
-        None,
-    )
-    .await;
+    let (code, _, err) =
+        command(broker.port, &["call", "cli", "slow", "--arg", "ms=2000", "--timeout", "200"], None).await;
     assert_eq!(code, 1);
     assert!(err.contains("timed out") && err.contains("-32001"), "{err}");
     browser.abort();
@@ -118,10 +86,7 @@ async fn the_commands_send_the_token() {
     assert!(err.contains("401"), "{err}");
     let (code, _, err) = command(broker.port, &["tools", "x"], Some("tok")).await;
     assert_eq!(code, 1);
-    assert!(
-        err.contains("-32003"),
-        "joined with the token, then no session: {err}"
-    );
+    assert!(err.contains("-32003"), "joined with the token, then no session: {err}");
 }
 
 #[tokio::test]

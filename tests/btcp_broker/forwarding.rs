@@ -13,27 +13,19 @@ async fn a_call_is_forwarded_with_a_fresh_id_and_answered_with_the_agents_own() 
     browser.register(&["echo"]).await;
     let mut agent = broker.agent("fwd").await;
     agent
-        .send(
-            &json!({"jsonrpc": "2.0", "id": "agent-id-1", "method": "tools/call",
-            "params": {"name": "echo", "arguments": {"x": 1}, "timeout": 5000}}),
-        )
+        .send(&json!({"jsonrpc": "2.0", "id": "agent-id-1", "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"x": 1}, "timeout": 5000}}))
         .await;
     let forwarded = browser.request().await;
     assert_eq!(forwarded["method"], "tools/call");
     assert_ne!(forwarded["id"], "agent-id-1", "the broker uses its own id");
-    assert_eq!(
-        forwarded["params"],
-        json!({"name": "echo", "arguments": {"x": 1}})
-    );
+    assert_eq!(forwarded["params"], json!({"name": "echo", "arguments": {"x": 1}}));
     browser
         .send(&json!({"jsonrpc": "2.0", "id": forwarded["id"], "result": {
             "content": [{"type": "text", "text": "hi"}], "isError": false}}))
         .await;
     let answer = agent.response(&json!("agent-id-1")).await;
-    assert_eq!(
-        answer["result"],
-        json!({"content": [{"type": "text", "text": "hi"}], "isError": false})
-    );
+    assert_eq!(answer["result"], json!({"content": [{"type": "text", "text": "hi"}], "isError": false}));
 }
 
 #[tokio::test]
@@ -44,23 +36,13 @@ async fn two_agents_using_the_same_id_each_get_their_own_answer() {
     let mut b = broker.agent("same-id").await;
     for round in 0..20 {
         let (ra, rb) = tokio::join!(
-            a.call(
-                7,
-                "tools/call",
-                json!({"name": "echo", "arguments": {"who": "a", "round": round}})
-            ),
-            b.call(
-                7,
-                "tools/call",
-                json!({"name": "echo", "arguments": {"who": "b", "round": round}})
-            ),
+            a.call(7, "tools/call", json!({"name": "echo", "arguments": {"who": "a", "round": round}})),
+            b.call(7, "tools/call", json!({"name": "echo", "arguments": {"who": "b", "round": round}})),
         );
         assert_eq!(ra["id"], 7);
         assert_eq!(rb["id"], 7);
-        let ta: serde_json::Value =
-            serde_json::from_str(ra["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
-        let tb: serde_json::Value =
-            serde_json::from_str(rb["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+        let ta: serde_json::Value = serde_json::from_str(ra["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+        let tb: serde_json::Value = serde_json::from_str(rb["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
         assert_eq!(ta, json!({"who": "a", "round": round}));
         assert_eq!(tb, json!({"who": "b", "round": round}));
     }
@@ -73,14 +55,10 @@ async fn unknown_tool_is_32004_without_contacting_the_browser() {
     let mut browser = broker.browser("unknown").await;
     browser.register(&["echo"]).await;
     let mut agent = broker.agent("unknown").await;
-    let reply = agent
-        .call(1, "tools/call", json!({"name": "nope", "arguments": {}}))
-        .await;
+    let reply = agent.call(1, "tools/call", json!({"name": "nope", "arguments": {}})).await;
     assert_eq!(reply["error"]["code"], -32004, "{reply}");
     assert!(
-        !browser
-            .receives_within(Duration::from_millis(300), |v| v["method"] == "tools/call")
-            .await,
+        !browser.receives_within(Duration::from_millis(300), |v| v["method"] == "tools/call").await,
         "the browser was not bothered"
     );
 }
@@ -90,13 +68,7 @@ async fn no_browser_is_32002_at_once() {
     let broker = Broker::start(&[]);
     let mut agent = broker.agent("empty").await;
     let started = Instant::now();
-    let reply = agent
-        .call(
-            1,
-            "tools/call",
-            json!({"name": "echo", "arguments": {}, "timeout": 60000}),
-        )
-        .await;
+    let reply = agent.call(1, "tools/call", json!({"name": "echo", "arguments": {}, "timeout": 60000})).await;
     assert_eq!(reply["error"]["code"], -32002, "{reply}");
     assert!(started.elapsed() < Duration::from_secs(2));
 }
@@ -123,10 +95,7 @@ async fn every_call_in_flight_fails_at_once_when_the_browser_drops() {
         assert_eq!(reply["error"]["code"], -32002, "{reply}");
         assert_eq!(reply["error"]["message"], "browser disconnected");
     }
-    assert!(
-        dropped.elapsed() < Duration::from_secs(3),
-        "failed at once, not at the 60 s timeout"
-    );
+    assert!(dropped.elapsed() < Duration::from_secs(3), "failed at once, not at the 60 s timeout");
     agent.notification("session/browserDisconnected").await;
 }
 
@@ -145,47 +114,27 @@ async fn timeout_param_is_honoured_and_a_late_answer_is_dropped() {
     let reply = agent.response(&json!(1)).await;
     let elapsed = started.elapsed();
     assert_eq!(reply["error"]["code"], -32001, "{reply}");
-    assert!(
-        elapsed >= Duration::from_millis(290) && elapsed < Duration::from_secs(3),
-        "{elapsed:?}"
-    );
+    assert!(elapsed >= Duration::from_millis(290) && elapsed < Duration::from_secs(3), "{elapsed:?}");
     // The browser answers after all: nobody gets it, nothing breaks.
-    browser
-        .send(&json!({"jsonrpc": "2.0", "id": forwarded["id"], "result": {"content": [], "isError": false}}))
-        .await;
-    assert!(
-        !agent
-            .receives_within(Duration::from_millis(300), |v| v.get("result").is_some())
-            .await
-    );
+    browser.send(&json!({"jsonrpc": "2.0", "id": forwarded["id"], "result": {"content": [], "isError": false}})).await;
+    assert!(!agent.receives_within(Duration::from_millis(300), |v| v.get("result").is_some()).await);
     let ping = agent.call(2, "ping", json!({})).await;
     assert_eq!(ping["result"], json!({"pong": true}));
 }
 
 #[tokio::test]
 async fn default_timeout_applies_and_requested_timeouts_are_capped() {
-    let broker = Broker::start(&[
-        ("BTCP_CALL_TIMEOUT", "200"),
-        ("BTCP_MAX_CALL_TIMEOUT", "400"),
-    ]);
+    let broker = Broker::start(&[("BTCP_CALL_TIMEOUT", "200"), ("BTCP_MAX_CALL_TIMEOUT", "400")]);
     let mut browser = broker.browser("caps").await;
     browser.register(&["silent"]).await;
     let mut agent = broker.agent("caps").await;
     let started = Instant::now();
-    let reply = agent
-        .call(1, "tools/call", json!({"name": "silent", "arguments": {}}))
-        .await;
+    let reply = agent.call(1, "tools/call", json!({"name": "silent", "arguments": {}})).await;
     assert_eq!(reply["error"]["code"], -32001);
     assert_eq!(reply["error"]["data"]["timeoutMs"], 200);
     assert!(started.elapsed() < Duration::from_secs(2));
     let started = Instant::now();
-    let reply = agent
-        .call(
-            2,
-            "tools/call",
-            json!({"name": "silent", "arguments": {}, "timeout": 600000}),
-        )
-        .await;
+    let reply = agent.call(2, "tools/call", json!({"name": "silent", "arguments": {}, "timeout": 600000})).await;
     assert_eq!(reply["error"]["code"], -32001);
     assert_eq!(reply["error"]["data"]["timeoutMs"], 400, "capped");
     assert!(started.elapsed() < Duration::from_secs(2));
@@ -196,15 +145,11 @@ async fn result_with_error_is_kept_as_the_result_and_malformed_answers_are_32603
     let broker = Broker::start(&[]);
     let browser = scripted_browser(broker.browser("norm").await).await;
     let mut agent = broker.agent("norm").await;
-    let reply = agent
-        .call(1, "tools/call", json!({"name": "fail", "arguments": {}}))
-        .await;
+    let reply = agent.call(1, "tools/call", json!({"name": "fail", "arguments": {}})).await;
     assert!(reply.get("error").is_none(), "{reply}");
     assert_eq!(reply["result"]["isError"], true);
     assert_eq!(reply["result"]["content"][0]["text"], "Error: boom");
-    let reply = agent
-        .call(2, "tools/call", json!({"name": "bad", "arguments": {}}))
-        .await;
+    let reply = agent.call(2, "tools/call", json!({"name": "bad", "arguments": {}})).await;
     assert_eq!(reply["error"]["code"], -32603, "{reply}");
     browser.abort();
 }
@@ -225,10 +170,7 @@ async fn a_browser_error_answer_is_passed_on_as_it_is() {
             "error": {"code": -32050, "message": "page said no", "data": {"why": 1}}}))
         .await;
     let reply = agent.response(&json!("x")).await;
-    assert_eq!(
-        reply["error"],
-        json!({"code": -32050, "message": "page said no", "data": {"why": 1}})
-    );
+    assert_eq!(reply["error"], json!({"code": -32050, "message": "page said no", "data": {"why": 1}}));
 }
 
 #[tokio::test]
@@ -238,17 +180,13 @@ async fn calls_over_the_rate_get_32005() {
     let mut agent = broker.agent("rate").await;
     let mut codes = Vec::new();
     for id in 0..5 {
-        let reply = agent
-            .call(id, "tools/call", json!({"name": "echo", "arguments": {}}))
-            .await;
+        let reply = agent.call(id, "tools/call", json!({"name": "echo", "arguments": {}})).await;
         codes.push(reply["error"]["code"].as_i64().unwrap_or(0));
     }
     assert_eq!(codes, [0, 0, 0, -32005, -32005]);
     // Another agent has its own bucket.
     let mut other = broker.agent("rate").await;
-    let reply = other
-        .call(1, "tools/call", json!({"name": "echo", "arguments": {}}))
-        .await;
+    let reply = other.call(1, "tools/call", json!({"name": "echo", "arguments": {}})).await;
     assert!(reply.get("result").is_some(), "{reply}");
     browser.abort();
 }
@@ -265,9 +203,7 @@ async fn an_agent_leaving_forgets_its_calls_and_the_browser_carries_on() {
         .await;
     let forwarded = browser.request().await;
     agent.close().await;
-    browser
-        .send(&json!({"jsonrpc": "2.0", "id": forwarded["id"], "result": {"content": [], "isError": false}}))
-        .await;
+    browser.send(&json!({"jsonrpc": "2.0", "id": forwarded["id"], "result": {"content": [], "isError": false}})).await;
     let reply = browser.call(9, "ping", json!({})).await;
     assert_eq!(reply["result"]["pong"], true);
 }

@@ -24,12 +24,7 @@ fn missing_or_invalid_client_type_is_400_with_a_json_reason_before_any_upgrade()
         let response = http(broker.port, "GET", path, &WS_HEADERS, b"");
         assert_eq!(response.status, 400, "{path}: {}", response.body);
         assert_eq!(response.json()["reason"], reason, "{path}");
-        assert!(
-            response.json()["error"]
-                .as_str()
-                .unwrap()
-                .contains("clientType")
-        );
+        assert!(response.json()["error"].as_str().unwrap().contains("clientType"));
         assert!(response.header("upgrade").is_none(), "no upgrade happened");
     }
 }
@@ -43,10 +38,7 @@ fn a_plain_get_of_ws_is_426_and_a_good_handshake_is_101() {
     let response = http(broker.port, "GET", "/ws?clientType=agent", &WS_HEADERS, b"");
     assert_eq!(response.status, 101);
     // RFC 6455's own example key and accept value.
-    assert_eq!(
-        response.header("sec-websocket-accept"),
-        Some("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")
-    );
+    assert_eq!(response.header("sec-websocket-accept"), Some("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="));
 }
 
 #[tokio::test]
@@ -55,40 +47,20 @@ async fn the_token_is_required_as_bearer_header_or_query_and_checked_before_upgr
     let base = broker.url("/ws?clientType=agent");
     let refused = Ws::try_connect(&base, &[]).await.err().unwrap();
     assert!(refused.starts_with("401"), "{refused}");
-    let refused = Ws::try_connect(&format!("{base}&token=wrong"), &[])
-        .await
-        .err()
-        .unwrap();
-    assert!(
-        refused.starts_with("401") && refused.contains("wrong token"),
-        "{refused}"
-    );
-    Ws::try_connect(&format!("{base}&token=s3cret"), &[])
-        .await
-        .unwrap();
-    Ws::try_connect(&base, &[("Authorization", "Bearer s3cret")])
-        .await
-        .unwrap();
+    let refused = Ws::try_connect(&format!("{base}&token=wrong"), &[]).await.err().unwrap();
+    assert!(refused.starts_with("401") && refused.contains("wrong token"), "{refused}");
+    Ws::try_connect(&format!("{base}&token=s3cret"), &[]).await.unwrap();
+    Ws::try_connect(&base, &[("Authorization", "Bearer s3cret")]).await.unwrap();
     // The read-only endpoints too; the static ones and /health stay open.
     assert_eq!(broker.get("/sessions").status, 401);
     assert_eq!(broker.get("/metrics").status, 401);
     assert_eq!(broker.get("/sessions?token=s3cret").status, 200);
-    let response = http(
-        broker.port,
-        "GET",
-        "/metrics",
-        &[("Authorization", "Bearer s3cret")],
-        b"",
-    );
+    let response = http(broker.port, "GET", "/metrics", &[("Authorization", "Bearer s3cret")], b"");
     assert_eq!(response.status, 200);
     assert_eq!(broker.get("/health").status, 200);
     assert_eq!(broker.get("/btcp.js").status, 200);
     // Failures are logged without the token.
-    assert!(
-        broker
-            .daemon
-            .wait_for_log("authentication failed", crate::support::WAIT)
-    );
+    assert!(broker.daemon.wait_for_log("authentication failed", crate::support::WAIT));
     assert!(!broker.daemon.stderr().contains("s3cret"));
     assert!(!broker.daemon.stderr().contains("wrong"));
 }
@@ -104,46 +76,24 @@ fn origins_outside_the_policy_are_403() {
     assert_eq!(with_origin("http://evil.example"), 403);
     assert_eq!(with_origin("null"), 403);
     assert_eq!(with_origin("http://localhost:3000"), 101);
-    assert_eq!(
-        with_origin(&format!("http://127.0.0.1:{}", broker.port)),
-        101
-    );
+    assert_eq!(with_origin(&format!("http://127.0.0.1:{}", broker.port)), 101);
 
-    let listed = Broker::start(&[(
-        "BTCP_ALLOWED_ORIGINS",
-        "https://app.example, chrome-extension://abcdef",
-    )]);
-    let status =
-        |origin: &str| http(listed.port, "GET", "/health", &[("Origin", origin)], b"").status;
+    let listed = Broker::start(&[("BTCP_ALLOWED_ORIGINS", "https://app.example, chrome-extension://abcdef")]);
+    let status = |origin: &str| http(listed.port, "GET", "/health", &[("Origin", origin)], b"").status;
     assert_eq!(status("https://app.example"), 200);
     assert_eq!(status("chrome-extension://abcdef"), 200);
-    assert_eq!(
-        status("http://localhost:3000"),
-        403,
-        "the list replaces the default"
-    );
+    assert_eq!(status("http://localhost:3000"), 403, "the list replaces the default");
     // Allowed origins may read responses (EventSource, fetch) and preflight.
     let response = http(
         listed.port,
         "OPTIONS",
         "/message",
-        &[
-            ("Origin", "https://app.example"),
-            ("Access-Control-Request-Method", "POST"),
-        ],
+        &[("Origin", "https://app.example"), ("Access-Control-Request-Method", "POST")],
         b"",
     );
     assert_eq!(response.status, 204);
-    assert_eq!(
-        response.header("access-control-allow-origin"),
-        Some("https://app.example")
-    );
-    assert!(
-        response
-            .header("access-control-allow-headers")
-            .unwrap()
-            .contains("x-client-id")
-    );
+    assert_eq!(response.header("access-control-allow-origin"), Some("https://app.example"));
+    assert!(response.header("access-control-allow-headers").unwrap().contains("x-client-id"));
 }
 
 #[tokio::test]
@@ -152,18 +102,12 @@ async fn health_sessions_and_metrics_report_what_is_connected() {
     let mut browser = broker.browser("stats").await;
     browser.register(&["echo", "other"]).await;
     let mut agent = broker.agent("stats").await;
-    agent
-        .call(1, "tools/call", json!({"name": "missing", "arguments": {}}))
-        .await;
+    agent.call(1, "tools/call", json!({"name": "missing", "arguments": {}})).await;
 
     let health = broker.get("/health").json();
     assert_eq!(health["status"], "ok");
     assert_eq!(
-        (
-            health["sessions"].as_u64(),
-            health["browsers"].as_u64(),
-            health["agents"].as_u64()
-        ),
+        (health["sessions"].as_u64(), health["browsers"].as_u64(), health["agents"].as_u64()),
         (Some(1), Some(1), Some(1))
     );
     assert!(health["version"].is_string() && health["uptime_s"].is_u64());
@@ -179,23 +123,14 @@ async fn health_sessions_and_metrics_report_what_is_connected() {
 
     let metrics = broker.get("/metrics");
     assert_eq!(metrics.status, 200);
-    assert!(
-        metrics
-            .header("content-type")
-            .unwrap()
-            .contains("openmetrics-text")
-    );
+    assert!(metrics.header("content-type").unwrap().contains("openmetrics-text"));
     for needle in [
         "btcp_sessions 1",
         "btcp_tool_calls_total{outcome=\"unknown_tool\"} 1",
         "btcp_connections{client_type=\"agent\",transport=\"websocket\"} 1",
         "btcp_tool_call_duration_seconds_count",
     ] {
-        assert!(
-            metrics.body.contains(needle),
-            "missing {needle}:\n{}",
-            metrics.body
-        );
+        assert!(metrics.body.contains(needle), "missing {needle}:\n{}", metrics.body);
     }
 }
 
@@ -204,20 +139,11 @@ fn the_browser_client_and_the_demo_page_are_served() {
     let broker = Broker::start(&[]);
     let script = broker.get("/btcp.js");
     assert_eq!(script.status, 200);
-    assert!(
-        script
-            .header("content-type")
-            .unwrap()
-            .starts_with("text/javascript")
-    );
+    assert!(script.header("content-type").unwrap().starts_with("text/javascript"));
     assert!(script.body.contains("export class BtcpClient"));
     let page = broker.get("/");
     assert_eq!(page.status, 200);
-    assert!(
-        page.header("content-type")
-            .unwrap()
-            .starts_with("text/html")
-    );
+    assert!(page.header("content-type").unwrap().starts_with("text/html"));
     assert!(page.body.contains("./btcp.js") && page.body.contains("page_title"));
     assert_eq!(broker.get("/nope").status, 404);
 }

@@ -12,15 +12,12 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::support::{Broker, tool};
 
-type Socket =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn open(url: String, connecting: &Semaphore) -> Socket {
     // A bounded number of handshakes at a time keeps the listen backlog sane.
     let _permit = connecting.acquire().await.unwrap();
-    let (mut ws, _) = tokio_tungstenite::connect_async(&url)
-        .await
-        .unwrap_or_else(|e| panic!("{url}: {e}"));
+    let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap_or_else(|e| panic!("{url}: {e}"));
     // The welcome.
     let first = ws.next().await.unwrap().unwrap();
     assert!(first.to_text().unwrap().contains("\"welcome\""));
@@ -74,15 +71,11 @@ async fn agent(mut ws: Socket, me: usize, calls: usize) -> usize {
         };
         let m: Value = serde_json::from_str(&text).unwrap();
         let Some(n) = m["id"].as_u64() else { continue }; // notifications
-        let text = m["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_else(|| panic!("agent {me}: not a result: {m}"));
+        let text =
+            m["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("agent {me}: not a result: {m}"));
         let echoed: Value = serde_json::from_str(text).unwrap();
         assert_eq!(echoed, json!({"agent": me, "n": n}), "misrouted answer");
-        assert!(
-            !std::mem::replace(&mut answered[n as usize], true),
-            "answered twice"
-        );
+        assert!(!std::mem::replace(&mut answered[n as usize], true), "answered twice");
         count += 1;
     }
     let _ = ws.close(None).await;
@@ -103,9 +96,7 @@ async fn run_load(sessions: usize, agents_per_session: usize, calls: usize) {
         let url = broker.url(&format!("/ws?clientType=browser&sessionId=load-{s}"));
         let connecting = connecting.clone();
         let registered = registered_tx.clone();
-        browsers.push(tokio::spawn(async move {
-            browser(open(url, &connecting).await, registered).await
-        }));
+        browsers.push(tokio::spawn(async move { browser(open(url, &connecting).await, registered).await }));
     }
     for _ in 0..sessions {
         tokio::time::timeout(Duration::from_secs(60), registered_rx.recv())
@@ -115,14 +106,9 @@ async fn run_load(sessions: usize, agents_per_session: usize, calls: usize) {
     }
     let mut agents = Vec::new();
     for a in 0..sessions * agents_per_session {
-        let url = broker.url(&format!(
-            "/ws?clientType=agent&sessionId=load-{}",
-            a % sessions
-        ));
+        let url = broker.url(&format!("/ws?clientType=agent&sessionId=load-{}", a % sessions));
         let connecting = connecting.clone();
-        agents.push(tokio::spawn(async move {
-            agent(open(url, &connecting).await, a, calls).await
-        }));
+        agents.push(tokio::spawn(async move { agent(open(url, &connecting).await, a, calls).await }));
     }
     let mut answered = 0;
     for agent in agents {

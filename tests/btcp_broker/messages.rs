@@ -17,10 +17,7 @@ async fn welcome_names_the_session_and_client_and_a_browser_without_id_gets_one(
     assert_eq!(w["clientType"], "browser");
     assert_eq!(w["protocolVersion"], "1.0.0");
     assert!(w["clientId"].is_string() && w["serverVersion"].is_string());
-    assert!(
-        w.get("availableSessions").is_none(),
-        "only agents get the list"
-    );
+    assert!(w.get("availableSessions").is_none(), "only agents get the list");
 
     let agent = Ws::connect(&broker.url("/ws?clientType=agent")).await;
     assert_eq!(agent.welcome["clientType"], "agent");
@@ -34,28 +31,16 @@ async fn hello_and_ping_answer_with_string_ids() {
     let broker = Broker::start(&[]);
     let mut browser = broker.browser("hp").await;
     let reply = browser
-        .call(
-            "h-1",
-            "hello",
-            json!({"clientType": "browser", "version": "1.0.0", "capabilities": ["dom:read"]}),
-        )
+        .call("h-1", "hello", json!({"clientType": "browser", "version": "1.0.0", "capabilities": ["dom:read"]}))
         .await;
     assert_eq!(reply["id"], "h-1");
     assert_eq!(reply["result"]["sessionId"], "hp");
     assert_eq!(reply["result"]["clientId"], browser.welcome["clientId"]);
     assert!(reply["result"]["serverVersion"].is_string());
     let reply = browser.call("ping-17", "ping", json!(null)).await;
-    assert_eq!(
-        reply,
-        json!({"jsonrpc": "2.0", "id": "ping-17", "result": {"pong": true}})
-    );
-    let reply = browser
-        .call("h-2", "hello", json!({"clientType": "agent"}))
-        .await;
-    assert_eq!(
-        reply["error"]["code"], -32602,
-        "the type is fixed by the URL"
-    );
+    assert_eq!(reply, json!({"jsonrpc": "2.0", "id": "ping-17", "result": {"pong": true}}));
+    let reply = browser.call("h-2", "hello", json!({"clientType": "agent"})).await;
+    assert_eq!(reply["error"]["code"], -32602, "the type is fixed by the URL");
 }
 
 #[tokio::test]
@@ -66,21 +51,15 @@ async fn join_list_and_leave() {
     let mut agent = Ws::connect(&broker.url("/ws?clientType=agent")).await;
     let reply = agent.call(1, "tools/list", json!({})).await;
     assert_eq!(reply["error"]["code"], -32003, "not joined yet");
-    let reply = agent
-        .call(2, "session/join", json!({"sessionId": "nope"}))
-        .await;
+    let reply = agent.call(2, "session/join", json!({"sessionId": "nope"})).await;
     assert_eq!(reply["error"]["code"], -32003);
-    let reply = agent
-        .call(3, "session/join", json!({"sessionId": "jl"}))
-        .await;
+    let reply = agent.call(3, "session/join", json!({"sessionId": "jl"})).await;
     assert_eq!(reply["result"]["sessionId"], "jl");
     assert_eq!(reply["result"]["tools"], json!([tool("a"), tool("b")]));
     let reply = agent.call(4, "tools/list", json!({})).await;
     assert_eq!(reply["result"]["tools"], json!([tool("a"), tool("b")]));
     assert!(
-        !browser
-            .receives_within(Duration::from_millis(200), |v| v.get("method").is_some())
-            .await,
+        !browser.receives_within(Duration::from_millis(200), |v| v.get("method").is_some()).await,
         "tools/list is answered from the broker's copy"
     );
     let reply = agent.call(5, "session/leave", json!({})).await;
@@ -115,9 +94,7 @@ async fn register_validates_and_lists_every_problem() {
     assert!(message.contains("duplicate name \"a\""), "{message}");
     assert!(message.contains("tools[2].name"), "{message}");
     assert!(message.contains("tools[3].inputSchema"), "{message}");
-    let reply = browser
-        .call(2, "tools/register", json!({"tools": "no"}))
-        .await;
+    let reply = browser.call(2, "tools/register", json!({"tools": "no"})).await;
     assert_eq!(reply["error"]["code"], -32602);
     let reply = browser.register(&["ok"]).await;
     assert_eq!(reply["result"], json!({"registered": 1}));
@@ -145,14 +122,9 @@ async fn each_side_may_only_do_its_own_part() {
     let broker = Broker::start(&[]);
     let mut browser = broker.browser("roles").await;
     let mut agent = broker.agent("roles").await;
-    let reply = agent
-        .call(1, "tools/register", json!({"tools": [tool("x")]}))
-        .await;
+    let reply = agent.call(1, "tools/register", json!({"tools": [tool("x")]})).await;
     assert_eq!(reply["error"]["code"], -32006, "{reply}");
-    for (method, params) in [
-        ("tools/call", json!({"name": "x"})),
-        ("session/join", json!({"sessionId": "roles"})),
-    ] {
+    for (method, params) in [("tools/call", json!({"name": "x"})), ("session/join", json!({"sessionId": "roles"}))] {
         let reply = browser.call(1, method, params).await;
         assert_eq!(reply["error"]["code"], -32006, "{method}: {reply}");
     }
@@ -170,9 +142,7 @@ async fn protocol_errors_are_json_rpc_errors_and_the_connection_lives_on() {
     let reply = agent.call(2, "tools/call", json!({"arguments": {}})).await;
     assert_eq!(reply["error"]["code"], -32602);
     assert!(reply["error"]["message"].as_str().unwrap().contains("name"));
-    agent
-        .send_text(r#"[{"jsonrpc":"2.0","id":"a","method":"ping"},{"jsonrpc":"2.0","id":"b","method":"ping"}]"#)
-        .await;
+    agent.send_text(r#"[{"jsonrpc":"2.0","id":"a","method":"ping"},{"jsonrpc":"2.0","id":"b","method":"ping"}]"#).await;
     let batch = agent.next_matching(|v| v.is_array()).await;
     assert_eq!(batch.as_array().unwrap().len(), 2);
     let reply = agent.call(3, "ping", json!({})).await;

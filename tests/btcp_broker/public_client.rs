@@ -16,13 +16,8 @@ async fn the_public_clients_websocket_behaviour_works_end_to_end() {
     let mut browser = Ws::connect(&broker.url("/ws?clientType=browser&version=1.0.0")).await;
     let session = browser.session_id();
 
-    let pong = browser
-        .call("ping-1700000000000", "ping", json!(null))
-        .await;
-    assert_eq!(
-        pong,
-        json!({"jsonrpc": "2.0", "id": "ping-1700000000000", "result": {"pong": true}})
-    );
+    let pong = browser.call("ping-1700000000000", "ping", json!(null)).await;
+    assert_eq!(pong, json!({"jsonrpc": "2.0", "id": "ping-1700000000000", "result": {"pong": true}}));
     let registered = browser
         .call(
             "btcp-1700000000001-1",
@@ -42,10 +37,7 @@ async fn the_public_clients_websocket_behaviour_works_end_to_end() {
             "params": {"name": "greet", "arguments": {"name": "Ada"}, "timeout": 30000}}))
         .await;
     let call = browser.request().await;
-    assert_eq!(
-        call["params"],
-        json!({"name": "greet", "arguments": {"name": "Ada"}})
-    );
+    assert_eq!(call["params"], json!({"name": "greet", "arguments": {"name": "Ada"}}));
     browser
         .send(&json!({"jsonrpc": "2.0", "id": call["id"],
             "result": {"content": [{"type": "text", "text": "Hello, Ada!"}], "isError": false}}))
@@ -71,14 +63,9 @@ async fn the_public_clients_websocket_behaviour_works_end_to_end() {
     let answer = agent.response(&json!("7")).await;
     assert!(answer.get("error").is_none(), "{answer}");
     assert_eq!(answer["result"]["isError"], true);
-    assert_eq!(
-        answer["result"]["content"][0]["text"],
-        "Error: name is required"
-    );
+    assert_eq!(answer["result"]["content"][0]["text"], "Error: name is required");
 
     // Its keep-alive pings keep working in between.
-    let pong = browser
-        .call("ping-1700000030000", "ping", json!(null))
-        .await;
+    let pong = browser.call("ping-1700000030000", "ping", json!(null)).await;
     assert_eq!(pong["result"]["pong"], true);
 }

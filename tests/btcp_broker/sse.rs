@@ -26,12 +26,9 @@ struct SseClient {
 
 impl SseClient {
     async fn connect(port: u16, query: &str) -> SseClient {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
-        let request = format!(
-            "GET /events?{query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n\r\n"
-        );
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let request =
+            format!("GET /events?{query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n\r\n");
         stream.write_all(request.as_bytes()).await.unwrap();
         let (tx, rx) = mpsc::unbounded_channel();
         let reader = tokio::spawn(async move {
@@ -51,10 +48,7 @@ impl SseClient {
                     };
                     let head = String::from_utf8_lossy(&raw[..end]).into_owned();
                     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-                    assert!(
-                        head.to_ascii_lowercase().contains("text/event-stream"),
-                        "{head}"
-                    );
+                    assert!(head.to_ascii_lowercase().contains("text/event-stream"), "{head}");
                     raw.drain(..end + 4);
                     head_done = true;
                 }
@@ -93,18 +87,9 @@ impl SseClient {
                 }
             }
         });
-        let mut client = SseClient {
-            port,
-            events: rx,
-            backlog: Vec::new(),
-            welcome: Value::Null,
-            reader,
-        };
+        let mut client = SseClient { port, events: rx, backlog: Vec::new(), welcome: Value::Null, reader };
         let welcome = client.next(|e| e.data["method"] == "welcome").await;
-        assert_eq!(
-            welcome.name, "message",
-            "notifications are `message` events"
-        );
+        assert_eq!(welcome.name, "message", "notifications are `message` events");
         client.welcome = welcome.data["params"].clone();
         client
     }
@@ -135,10 +120,7 @@ impl SseClient {
                 port,
                 "POST",
                 "/message",
-                &[
-                    ("X-Client-ID", &client_id),
-                    ("Content-Type", "application/json"),
-                ],
+                &[("X-Client-ID", &client_id), ("Content-Type", "application/json")],
                 body.as_bytes(),
             )
             .status
@@ -148,11 +130,9 @@ impl SseClient {
     }
 
     async fn call(&mut self, id: Value, method: &str, params: Value) -> SseEvent {
-        let status =
-            self.post(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let status = self.post(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         assert_eq!(status, 202);
-        self.next(|e| e.data["id"] == id && e.data.get("method").is_none())
-            .await
+        self.next(|e| e.data["id"] == id && e.data.get("method").is_none()).await
     }
 }
 
@@ -167,13 +147,7 @@ async fn an_sse_browser_serves_a_websocket_agent() {
     let broker = Broker::start(&[]);
     let mut browser = SseClient::connect(broker.port, "clientType=browser&sessionId=mixed").await;
     assert_eq!(browser.welcome["sessionId"], "mixed");
-    let reply = browser
-        .call(
-            json!("r1"),
-            "tools/register",
-            json!({"tools": [tool("echo")]}),
-        )
-        .await;
+    let reply = browser.call(json!("r1"), "tools/register", json!({"tools": [tool("echo")]})).await;
     assert_eq!(reply.name, "response");
     assert_eq!(reply.data["result"], json!({"registered": 1}));
 
@@ -183,10 +157,7 @@ async fn an_sse_browser_serves_a_websocket_agent() {
             "params": {"name": "echo", "arguments": {"q": "sse"}}}))
         .await;
     let forwarded = browser.next(|e| e.data["method"] == "tools/call").await;
-    assert_eq!(
-        forwarded.name, "request",
-        "broker-to-client requests are `request` events"
-    );
+    assert_eq!(forwarded.name, "request", "broker-to-client requests are `request` events");
     assert_eq!(forwarded.data["params"]["arguments"], json!({"q": "sse"}));
     let status = browser.post(&json!({"jsonrpc": "2.0", "id": forwarded.data["id"],
         "result": {"content": [{"type": "text", "text": "via sse"}], "isError": false}}));
@@ -200,13 +171,7 @@ async fn an_sse_agent_calls_a_websocket_browser() {
     let broker = Broker::start(&[]);
     let browser = scripted_browser(broker.browser("mixed2").await).await;
     let mut agent = SseClient::connect(broker.port, "clientType=agent&sessionId=mixed2").await;
-    let reply = agent
-        .call(
-            json!(1),
-            "tools/call",
-            json!({"name": "echo", "arguments": {"n": 2}}),
-        )
-        .await;
+    let reply = agent.call(json!(1), "tools/call", json!({"name": "echo", "arguments": {"n": 2}})).await;
     assert_eq!(reply.name, "response");
     assert_eq!(reply.data["result"]["content"][0]["text"], "{\"n\":2}");
     let reply = agent.call(json!("p"), "ping", json!({})).await;
@@ -217,19 +182,11 @@ async fn an_sse_agent_calls_a_websocket_browser() {
 #[tokio::test]
 async fn a_post_is_routed_by_session_id_to_that_sessions_sse_browser() {
     let broker = Broker::start(&[]);
-    let mut browser =
-        SseClient::connect(broker.port, "clientType=browser&sessionId=bysession").await;
+    let mut browser = SseClient::connect(broker.port, "clientType=browser&sessionId=bysession").await;
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
     let port = broker.port;
     let status = tokio::task::spawn_blocking(move || {
-        http(
-            port,
-            "POST",
-            "/message",
-            &[("X-Session-ID", "bysession")],
-            body.as_bytes(),
-        )
-        .status
+        http(port, "POST", "/message", &[("X-Session-ID", "bysession")], body.as_bytes()).status
     })
     .await
     .unwrap();
@@ -241,23 +198,11 @@ async fn a_post_is_routed_by_session_id_to_that_sessions_sse_browser() {
 #[test]
 fn a_post_for_nobody_is_404_and_an_oversized_one_413() {
     let broker = Broker::start(&[("BTCP_MAX_MESSAGE", "2048")]);
-    let response = http(
-        broker.port,
-        "POST",
-        "/message",
-        &[("X-Client-ID", "nobody")],
-        b"{}",
-    );
+    let response = http(broker.port, "POST", "/message", &[("X-Client-ID", "nobody")], b"{}");
     assert_eq!(response.status, 404);
     assert_eq!(response.json()["reason"], "unknown_client");
     let big = vec![b' '; 4096];
-    let response = http(
-        broker.port,
-        "POST",
-        "/message",
-        &[("X-Client-ID", "nobody")],
-        &big,
-    );
+    let response = http(broker.port, "POST", "/message", &[("X-Client-ID", "nobody")], &big);
     assert_eq!(response.status, 413);
 }
 
@@ -269,8 +214,5 @@ async fn closing_the_event_stream_ends_the_sse_peer() {
     drop(browser);
     agent.notification("session/browserDisconnected").await;
     let health = || broker.get("/health").json()["browsers"].as_u64();
-    assert!(integration_tests::eventually(
-        Duration::from_secs(5),
-        || health() == Some(0)
-    ));
+    assert!(integration_tests::eventually(Duration::from_secs(5), || health() == Some(0)));
 }

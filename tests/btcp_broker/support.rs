@@ -31,10 +31,7 @@ impl Broker {
     /// Starts btcp-broker on `port` (e.g. again after stopping one there).
     pub fn start_on(port: u16, env: &[(&str, &str)]) -> Broker {
         let port_text = port.to_string();
-        let mut all = vec![
-            ("BTCP_PORT", port_text.as_str()),
-            ("BTCP_HOST", "127.0.0.1"),
-        ];
+        let mut all = vec![("BTCP_PORT", port_text.as_str()), ("BTCP_HOST", "127.0.0.1")];
         all.extend_from_slice(env);
         let mut daemon = Daemon::start("btcp-broker", &[], &all);
         daemon.wait_for_port(SocketAddr::from(([127, 0, 0, 1], port)));
@@ -84,20 +81,13 @@ impl Ws {
         let (stream, _) = match tokio_tungstenite::connect_async(request).await {
             Ok(ok) => ok,
             Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-                let body = response
-                    .body()
-                    .as_ref()
-                    .map(|b| String::from_utf8_lossy(b).into_owned())
-                    .unwrap_or_default();
+                let body =
+                    response.body().as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
                 return Err(format!("{} {body}", response.status().as_u16()));
             }
             Err(e) => return Err(format!("error {e}")),
         };
-        let mut ws = Ws {
-            stream,
-            backlog: VecDeque::new(),
-            welcome: Value::Null,
-        };
+        let mut ws = Ws { stream, backlog: VecDeque::new(), welcome: Value::Null };
         let welcome = ws.notification("welcome").await;
         ws.welcome = welcome["params"].clone();
         Ok(ws)
@@ -135,10 +125,7 @@ impl Ws {
             return self.backlog.remove(i).unwrap();
         }
         loop {
-            let value = self
-                .read()
-                .await
-                .expect("connection closed while waiting for a message");
+            let value = self.read().await.expect("connection closed while waiting for a message");
             if matches(&value) {
                 return value;
             }
@@ -147,48 +134,40 @@ impl Ws {
     }
 
     pub async fn notification(&mut self, method: &str) -> Value {
-        self.next_matching(|v| v["method"] == method && v.get("id").is_none())
-            .await
+        self.next_matching(|v| v["method"] == method && v.get("id").is_none()).await
     }
 
     /// The next request the broker sends us (a forwarded tools/call).
     pub async fn request(&mut self) -> Value {
-        self.next_matching(|v| v.get("method").is_some() && v.get("id").is_some())
-            .await
+        self.next_matching(|v| v.get("method").is_some() && v.get("id").is_some()).await
     }
 
     pub async fn response(&mut self, id: &Value) -> Value {
         let id = id.clone();
-        self.next_matching(move |v| v.get("method").is_none() && v["id"] == id)
-            .await
+        self.next_matching(move |v| v.get("method").is_none() && v["id"] == id).await
     }
 
     /// Sends a request and waits for its response.
     pub async fn call(&mut self, id: impl Into<Value>, method: &str, params: Value) -> Value {
         let id = id.into();
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .await;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await;
         self.response(&id).await
     }
 
     /// Registers tools (given by name) as a browser; returns the response.
     pub async fn register(&mut self, names: &[&str]) -> Value {
         let tools: Vec<Value> = names.iter().map(|n| tool(n)).collect();
-        self.call("reg", "tools/register", json!({"tools": tools}))
-            .await
+        self.call("reg", "tools/register", json!({"tools": tools})).await
     }
 
     /// Waits for the close frame (or end) and returns its code.
     pub async fn closed(&mut self) -> Option<u16> {
         loop {
-            let message = tokio::time::timeout(WAIT, self.stream.next())
-                .await
-                .expect("connection not closed within the wait");
+            let message =
+                tokio::time::timeout(WAIT, self.stream.next()).await.expect("connection not closed within the wait");
             match message {
                 Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
-                Some(Ok(Message::Text(text))) => {
-                    self.backlog.push_back(serde_json::from_str(&text).unwrap())
-                }
+                Some(Ok(Message::Text(text))) => self.backlog.push_back(serde_json::from_str(&text).unwrap()),
                 Some(Ok(_)) => {}
                 None | Some(Err(_)) => return None,
             }
@@ -200,11 +179,7 @@ impl Ws {
     }
 
     /// Whether a message matching `matches` arrives within `within`.
-    pub async fn receives_within(
-        &mut self,
-        within: Duration,
-        matches: impl Fn(&Value) -> bool,
-    ) -> bool {
+    pub async fn receives_within(&mut self, within: Duration, matches: impl Fn(&Value) -> bool) -> bool {
         if self.backlog.iter().any(&matches) {
             return true;
         }
@@ -241,8 +216,7 @@ pub fn tool(name: &str) -> Value {
 /// `fail` → `result` (isError) and `error` together, like the public client;
 /// `bad` → a malformed answer; `silent` → never answers.
 pub async fn scripted_browser(mut ws: Ws) -> JoinHandle<()> {
-    ws.register(&["echo", "slow", "fail", "bad", "silent"])
-        .await;
+    ws.register(&["echo", "slow", "fail", "bad", "silent"]).await;
     tokio::spawn(async move {
         let (mut sink, mut stream) = {
             let Ws { stream, .. } = ws;
@@ -296,10 +270,7 @@ pub async fn scripted_browser(mut ws: Ws) -> JoinHandle<()> {
                     );
                 }
                 "bad" => {
-                    let _ = tx.send(
-                        json!({"jsonrpc": "2.0", "id": id, "error": "not an error object"})
-                            .to_string(),
-                    );
+                    let _ = tx.send(json!({"jsonrpc": "2.0", "id": id, "error": "not an error object"}).to_string());
                 }
                 _ => {}
             }
@@ -318,25 +289,15 @@ pub struct HttpResponse {
 
 impl HttpResponse {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.body))
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.body))
     }
 }
 
-pub fn http(
-    port: u16,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> HttpResponse {
+pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpResponse {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream.set_read_timeout(Some(WAIT)).unwrap();
     let mut request = format!(
@@ -369,31 +330,12 @@ fn parse_response(raw: &[u8]) -> HttpResponse {
     let text = String::from_utf8_lossy(raw);
     let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP response");
     let mut lines = head.lines();
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect();
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
-    let body = if chunked {
-        dechunk(rest)
-    } else {
-        rest.to_owned()
-    };
-    HttpResponse {
-        status,
-        headers,
-        body,
-    }
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned())).collect();
+    let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked { dechunk(rest) } else { rest.to_owned() };
+    HttpResponse { status, headers, body }
 }
 
 /// Decodes a chunked body (complete or cut short).

@@ -13,10 +13,7 @@ use integration_tests::{bin_path, eventually, require_tool, run};
 const DAEMONS: &[&str] = &["supex-bridge", "btcp-broker"];
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
 }
 
 /// The environment variables named by a daemon's `--help` and by the help of
@@ -42,10 +39,7 @@ fn env_vars_in_help(daemon: &str) -> BTreeSet<String> {
     let mut vars = BTreeSet::new();
     for text in std::iter::once(top).chain(subcommands.iter().map(|sub| help(&[sub, "--help"]))) {
         for piece in text.split("[env: ").skip(1) {
-            let name: String = piece
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
+            let name: String = piece.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
             vars.insert(name);
         }
     }
@@ -60,10 +54,7 @@ fn vars_in_env_file(path: &Path) -> BTreeSet<String> {
         .filter_map(|l| l.split_once('='))
         .map(|(name, _)| name.trim())
         .filter(|name| {
-            !name.is_empty()
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
         })
         .map(str::to_owned)
         .collect()
@@ -73,21 +64,12 @@ fn vars_in_env_file(path: &Path) -> BTreeSet<String> {
 fn every_setting_a_daemon_reads_is_in_its_env_file() {
     for daemon in DAEMONS {
         let in_help = env_vars_in_help(daemon);
-        assert!(
-            in_help.len() >= 3,
-            "{daemon}: --help names only {in_help:?}"
-        );
+        assert!(in_help.len() >= 3, "{daemon}: --help names only {in_help:?}");
         let in_file = vars_in_env_file(&repo().join(format!("config/env/{daemon}.env")));
         let missing: Vec<_> = in_help.difference(&in_file).collect();
-        assert!(
-            missing.is_empty(),
-            "{daemon}: config/env/{daemon}.env lacks {missing:?}"
-        );
+        assert!(missing.is_empty(), "{daemon}: config/env/{daemon}.env lacks {missing:?}");
         let unknown: Vec<_> = in_file.difference(&in_help).collect();
-        assert!(
-            unknown.is_empty(),
-            "{daemon}: config/env/{daemon}.env lists {unknown:?}, which --help does not know"
-        );
+        assert!(unknown.is_empty(), "{daemon}: config/env/{daemon}.env lists {unknown:?}, which --help does not know");
     }
 }
 
@@ -104,23 +86,13 @@ fn systemd_units_pass_systemd_analyze_verify() {
         // verify checks that ExecStart exists: point it at the binaries just built.
         let mut text = std::fs::read_to_string(&path).unwrap();
         for daemon in ["supex-bridge", "btcp-broker", "hermes-host", "ralph-server"] {
-            text = text.replace(
-                &format!("/usr/local/bin/{daemon}"),
-                &bin_path(daemon).display().to_string(),
-            );
+            text = text.replace(&format!("/usr/local/bin/{daemon}"), &bin_path(daemon).display().to_string());
         }
         std::fs::write(dir.path().join(&name), text).unwrap();
         // A template (ralph@.service) is verified through an instance name.
-        units.push(if name.contains("@.") {
-            name.replace("@.", "@example.")
-        } else {
-            name
-        });
+        units.push(if name.contains("@.") { name.replace("@.", "@example.") } else { name });
     }
-    assert!(
-        units.iter().any(|u| u.starts_with("supex-bridge"))
-            && units.iter().any(|u| u.starts_with("btcp-broker"))
-    );
+    assert!(units.iter().any(|u| u.starts_with("supex-bridge")) && units.iter().any(|u| u.starts_with("btcp-broker")));
     let out = Command::new("systemd-analyze")
         .arg("verify")
         .arg("--man=no")
@@ -128,21 +100,13 @@ fn systemd_units_pass_systemd_analyze_verify() {
         .current_dir(dir.path())
         .output()
         .unwrap();
-    let complaints =
-        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    let complaints = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     // systemd-analyze exits 0 on "ignoring" problems: any line about our files is one.
     let ours: Vec<&str> = complaints
         .lines()
-        .filter(|l| {
-            l.contains(&dir.path().display().to_string())
-                || l.contains(".service")
-                || l.contains(".socket")
-        })
+        .filter(|l| l.contains(&dir.path().display().to_string()) || l.contains(".service") || l.contains(".socket"))
         .collect();
-    assert!(
-        out.status.success() && ours.is_empty(),
-        "systemd-analyze verify:\n{complaints}"
-    );
+    assert!(out.status.success() && ours.is_empty(), "systemd-analyze verify:\n{complaints}");
 }
 
 #[test]
@@ -153,33 +117,17 @@ fn launchd_plists_have_what_launchd_needs() {
             .map(|e| e.unwrap().path())
             .find(|p| p.file_name().unwrap().to_string_lossy().contains(daemon))
             .unwrap_or_else(|| panic!("no plist for {daemon} in config/launchd"));
-        let value =
-            plist::Value::from_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let value = plist::Value::from_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let dict = value.as_dictionary().expect("a plist dictionary");
-        for key in [
-            "Label",
-            "ProgramArguments",
-            "KeepAlive",
-            "EnvironmentVariables",
-            "StandardErrorPath",
-        ] {
+        for key in ["Label", "ProgramArguments", "KeepAlive", "EnvironmentVariables", "StandardErrorPath"] {
             assert!(dict.contains_key(key), "{}: no {key}", path.display());
         }
         let args = dict["ProgramArguments"].as_array().unwrap();
-        assert!(
-            args[0].as_string().unwrap().ends_with(daemon),
-            "{}: runs {:?}",
-            path.display(),
-            args[0]
-        );
+        assert!(args[0].as_string().unwrap().ends_with(daemon), "{}: runs {:?}", path.display(), args[0]);
         // Every variable it sets is one the daemon knows.
         let known = env_vars_in_help(daemon);
         for name in dict["EnvironmentVariables"].as_dictionary().unwrap().keys() {
-            assert!(
-                known.contains(name),
-                "{}: sets {name}, unknown to {daemon}",
-                path.display()
-            );
+            assert!(known.contains(name), "{}: sets {name}, unknown to {daemon}", path.display());
         }
     }
 }
@@ -188,10 +136,7 @@ fn launchd_plists_have_what_launchd_needs() {
 fn every_daemon_binary_answers_help() {
     for daemon in ["supex-bridge", "btcp-broker", "hermes-host", "ralph-server"] {
         let (status, out, _) = run(daemon, &["--help"], &[]);
-        assert!(
-            status.success() && out.contains("Usage:"),
-            "{daemon} --help"
-        );
+        assert!(status.success() && out.contains("Usage:"), "{daemon} --help");
     }
 }
 
@@ -201,66 +146,33 @@ fn every_daemon_binary_answers_help() {
 #[test]
 fn run_all_starts_every_daemon_and_one_ctrl_c_stops_them_cleanly() {
     let defaults = [9876, 4433, 8765];
-    if defaults
-        .iter()
-        .any(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_ok())
-    {
+    if defaults.iter().any(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_ok()) {
         eprintln!("SKIP: a default port is in use on this machine");
         return;
     }
     // run-all builds first: with the binaries already built by this test run
     // (debug profile) that is a no-op.
-    let profile = bin_path("supex-bridge")
-        .parent()
-        .unwrap()
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let profile = bin_path("supex-bridge").parent().unwrap().file_name().unwrap().to_string_lossy().into_owned();
     let child = Command::new(repo().join("scripts/run-all"))
         .env("PROFILE", &profile)
-        .env(
-            "CARGO_TARGET_DIR",
-            bin_path("supex-bridge").parent().unwrap().parent().unwrap(),
-        )
+        .env("CARGO_TARGET_DIR", bin_path("supex-bridge").parent().unwrap().parent().unwrap())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
         .unwrap();
     let up = eventually(Duration::from_secs(120), || {
-        defaults
-            .iter()
-            .all(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_ok())
+        defaults.iter().all(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_ok())
     });
     // Ctrl-C: SIGINT to the script's process group, as a terminal would.
-    nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     let out = child.wait_with_output().unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(up, "not every default port came up:\n{log}");
-    assert!(
-        out.status.success(),
-        "run-all exited with {}:\n{log}",
-        out.status
-    );
+    assert!(out.status.success(), "run-all exited with {}:\n{log}", out.status);
     for daemon in DAEMONS {
-        assert!(
-            log.contains(&format!("[{daemon}] exited with 0")),
-            "{daemon} did not exit 0:\n{log}"
-        );
-        assert!(
-            log.contains(&format!("[{daemon}] ")),
-            "{daemon}'s lines are not prefixed:\n{log}"
-        );
+        assert!(log.contains(&format!("[{daemon}] exited with 0")), "{daemon} did not exit 0:\n{log}");
+        assert!(log.contains(&format!("[{daemon}] ")), "{daemon}'s lines are not prefixed:\n{log}");
     }
-    assert!(
-        defaults
-            .iter()
-            .all(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_err()),
-        "still listening"
-    );
+    assert!(defaults.iter().all(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_err()), "still listening");
 }

@@ -17,10 +17,7 @@ use serde_json::Value;
 /// Path of a workspace binary built alongside this test.
 pub fn bin_path(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
     let path = profile_dir.join(name);
     assert!(
         path.exists(),
@@ -32,11 +29,7 @@ pub fn bin_path(name: &str) -> PathBuf {
 
 /// A port that was free a moment ago on 127.0.0.1.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Whether an external program the test needs is installed. Missing: the test
@@ -75,23 +68,15 @@ impl Daemon {
 
     pub fn start_in(bin: &str, args: &[&str], env: &[(&str, &str)], cwd: Option<&Path>) -> Daemon {
         let mut cmd = Command::new(bin_path(bin));
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        cmd.env(
-            "RUST_LOG",
-            std::env::var("TEST_DAEMON_LOG").unwrap_or_else(|_| "info".into()),
-        );
+        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        cmd.env("RUST_LOG", std::env::var("TEST_DAEMON_LOG").unwrap_or_else(|_| "info".into()));
         for (k, v) in env {
             cmd.env(k, v);
         }
         if let Some(dir) = cwd {
             cmd.current_dir(dir);
         }
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("starting {bin}: {e}"));
         let stderr = Arc::new(Mutex::new(String::new()));
         let mut pipe = child.stderr.take().unwrap();
         let sink = stderr.clone();
@@ -102,18 +87,11 @@ impl Daemon {
                 if n == 0 {
                     break;
                 }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
             }
             let _ = done.send(());
         });
-        Daemon {
-            child: Some(child),
-            stderr,
-            stderr_done,
-            name: bin.to_owned(),
-        }
+        Daemon { child: Some(child), stderr, stderr_done, name: bin.to_owned() }
     }
 
     pub fn pid(&self) -> u32 {
@@ -133,19 +111,11 @@ impl Daemon {
                 return;
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!(
-                    "{} exited with {status} before listening:\n{}",
-                    self.name,
-                    self.stderr()
-                );
+                panic!("{} exited with {status} before listening:\n{}", self.name, self.stderr());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!(
-            "{} did not listen on {addr} within 20 s:\n{}",
-            self.name,
-            self.stderr()
-        );
+        panic!("{} did not listen on {addr} within 20 s:\n{}", self.name, self.stderr());
     }
 
     /// Waits until the daemon's stderr contains `needle`.
@@ -176,11 +146,7 @@ impl Daemon {
                 return status;
             }
             if Instant::now() > deadline {
-                panic!(
-                    "{} did not exit within {timeout:?}:\n{}",
-                    self.name,
-                    self.stderr()
-                );
+                panic!("{} did not exit within {timeout:?}:\n{}", self.name, self.stderr());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -212,14 +178,8 @@ pub fn run(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, Strin
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("running {bin}: {e}"));
-    (
-        out.status,
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let out = cmd.output().unwrap_or_else(|e| panic!("running {bin}: {e}"));
+    (out.status, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// A blocking NDJSON client for tests: one JSON value per line each way.
@@ -231,14 +191,9 @@ pub struct LineClient {
 impl LineClient {
     pub fn connect(addr: SocketAddr) -> LineClient {
         let stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         stream.set_nodelay(true).unwrap();
-        LineClient {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            writer: stream,
-        }
+        LineClient { reader: BufReader::new(stream.try_clone().unwrap()), writer: stream }
     }
 
     pub fn set_timeout(&self, timeout: Duration) {
@@ -267,17 +222,13 @@ impl LineClient {
     }
 
     pub fn recv(&mut self) -> Value {
-        let line = self
-            .recv_line()
-            .expect("connection closed while waiting for a reply");
+        let line = self.recv_line().expect("connection closed while waiting for a reply");
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {line}"))
     }
 
     /// Sends a request and returns its reply.
     pub fn call(&mut self, id: u64, method: &str, params: Value) -> Value {
-        self.send(
-            &serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-        );
+        self.send(&serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         self.recv()
     }
 
@@ -305,10 +256,7 @@ pub fn pids_matching(needle: &str) -> Vec<u32> {
         };
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
         let state = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let zombie = state
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z'));
+        let zombie = state.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
         if cmdline.contains(needle) && !zombie {
             pids.push(pid);
         }

@@ -26,10 +26,7 @@ fn eval_returns_to_s_and_everything_the_code_printed() {
     assert_eq!(eval(&mut client, "nil"), "");
     assert_eq!(eval(&mut client, "'é' * 2"), "éé");
     // Output does not leak into the next evaluation.
-    assert_eq!(
-        ok(&mut client, "eval_ruby", json!({"code": "1"}))["output"],
-        ""
-    );
+    assert_eq!(ok(&mut client, "eval_ruby", json!({"code": "1"}))["output"], "");
 }
 
 #[test]
@@ -38,19 +35,10 @@ fn locals_are_fresh_each_time_while_globals_constants_and_methods_persist() {
         return;
     };
     let mut client = bridge.client();
-    eval(
-        &mut client,
-        "x = 1; $g = 2; K = 3; def helper = 4; class Widget; end",
-    );
+    eval(&mut client, "x = 1; $g = 2; K = 3; def helper = 4; class Widget; end");
     let reply = tool(&mut client, "eval_ruby", json!({"code": "x"}));
     assert_eq!(error(&reply)["data"]["class"], "NameError", "{reply}");
-    assert_eq!(
-        eval(
-            &mut client,
-            "[$g, K, helper, Widget.name, self.to_s].inspect"
-        ),
-        r#"[2, 3, 4, "Widget", "main"]"#
-    );
+    assert_eq!(eval(&mut client, "[$g, K, helper, Widget.name, self.to_s].inspect"), r#"[2, 3, 4, "Widget", "main"]"#);
     // Another connection sees the same runtime.
     let mut other = bridge.client();
     assert_eq!(eval(&mut other, "$g + K"), "5");
@@ -62,34 +50,17 @@ fn ruby_exceptions_are_minus_32000_with_class_message_backtrace_and_output() {
         return;
     };
     let mut client = bridge.client();
-    let reply = tool(
-        &mut client,
-        "eval_ruby",
-        json!({"code": "puts 'before'; 1 / 0"}),
-    );
+    let reply = tool(&mut client, "eval_ruby", json!({"code": "puts 'before'; 1 / 0"}));
     let err = error(&reply);
     assert_eq!(err["code"], -32000);
-    assert_eq!(
-        err["message"],
-        "Ruby error: ZeroDivisionError: divided by 0"
-    );
+    assert_eq!(err["message"], "Ruby error: ZeroDivisionError: divided by 0");
     assert_eq!(err["data"]["class"], "ZeroDivisionError");
     assert_eq!(err["data"]["message"], "divided by 0");
     assert_eq!(err["data"]["reason"], "exception");
     assert_eq!(err["data"]["output"], "before\n");
     let backtrace = err["data"]["backtrace"].as_array().unwrap();
-    assert!(
-        backtrace
-            .iter()
-            .any(|l| l.as_str().unwrap().starts_with("(eval):1")),
-        "{backtrace:?}"
-    );
-    assert!(
-        !backtrace
-            .iter()
-            .any(|l| l.as_str().unwrap().contains("supex")),
-        "driver frames leak: {backtrace:?}"
-    );
+    assert!(backtrace.iter().any(|l| l.as_str().unwrap().starts_with("(eval):1")), "{backtrace:?}");
+    assert!(!backtrace.iter().any(|l| l.as_str().unwrap().contains("supex")), "driver frames leak: {backtrace:?}");
 
     let reply = tool(&mut client, "eval_ruby", json!({"code": "def broken("}));
     assert_eq!(error(&reply)["code"], -32000);
@@ -100,10 +71,7 @@ fn ruby_exceptions_are_minus_32000_with_class_message_backtrace_and_output() {
         "eval_ruby",
         json!({"code": "def deep(n) = n.zero? ? raise('bottom') : deep(n - 1); deep(100)"}),
     );
-    assert_eq!(
-        error(&reply)["data"]["backtrace"].as_array().unwrap().len(),
-        20
-    );
+    assert_eq!(error(&reply)["data"]["backtrace"].as_array().unwrap().len(), 20);
 
     // `exit` raises SystemExit; the runtime survives it.
     let pid = runtime_pid(&mut client);
@@ -122,27 +90,14 @@ fn a_timeout_kills_and_restarts_the_runtime_and_says_state_was_lost() {
     let before = runtime_pid(&mut client);
     let started = Instant::now();
     // Asking for more than the server allows gets the server's limit.
-    let reply = tool(
-        &mut client,
-        "eval_ruby",
-        json!({"code": "sleep 30", "timeout": 60}),
-    );
+    let reply = tool(&mut client, "eval_ruby", json!({"code": "sleep 30", "timeout": 60}));
     let elapsed = started.elapsed();
     let err = error(&reply);
     assert_eq!(err["code"], -32000, "{reply}");
     assert_eq!(err["data"]["reason"], "timeout");
-    assert!(
-        err["message"].as_str().unwrap().contains("state"),
-        "{reply}"
-    );
-    assert!(
-        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(10),
-        "{elapsed:?}"
-    );
-    assert!(
-        eventually(Duration::from_secs(5), || !alive(before)),
-        "the old runtime is gone"
-    );
+    assert!(err["message"].as_str().unwrap().contains("state"), "{reply}");
+    assert!(elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(10), "{elapsed:?}");
+    assert!(eventually(Duration::from_secs(5), || !alive(before)), "the old runtime is gone");
     assert_eq!(eval(&mut client, "$state.inspect"), "nil", "state was lost");
     let info = ok(&mut client, "runtime_info", json!({}));
     assert_eq!(info["restarts"], 1);
@@ -151,11 +106,7 @@ fn a_timeout_kills_and_restarts_the_runtime_and_says_state_was_lost() {
 
     // A shorter timeout of its own.
     let started = Instant::now();
-    let reply = tool(
-        &mut client,
-        "eval_ruby",
-        json!({"code": "loop {}", "timeout": 0.3}),
-    );
+    let reply = tool(&mut client, "eval_ruby", json!({"code": "loop {}", "timeout": 0.3}));
     assert_eq!(error(&reply)["data"]["reason"], "timeout");
     assert!(started.elapsed() < Duration::from_millis(900));
 }
@@ -167,18 +118,11 @@ fn a_crash_during_an_eval_is_reported_and_the_runtime_restarts() {
     };
     let mut client = bridge.client();
     let before = runtime_pid(&mut client);
-    let reply = tool(
-        &mut client,
-        "eval_ruby",
-        json!({"code": "$stdout.flush; exit!(7)"}),
-    );
+    let reply = tool(&mut client, "eval_ruby", json!({"code": "$stdout.flush; exit!(7)"}));
     let err = error(&reply);
     assert_eq!(err["code"], -32000);
     assert_eq!(err["data"]["reason"], "crashed");
-    assert!(
-        err["message"].as_str().unwrap().contains("exit status 7"),
-        "{reply}"
-    );
+    assert!(err["message"].as_str().unwrap().contains("exit status 7"), "{reply}");
     assert_eq!(eval(&mut client, "40 + 2"), "42");
     let info = ok(&mut client, "runtime_info", json!({}));
     assert_ne!(info["pid"], before);
@@ -192,11 +136,7 @@ fn a_runtime_killed_while_idle_is_restarted() {
     };
     let mut client = bridge.client();
     let before = runtime_pid(&mut client);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(before as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(before as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
     let restarted = eventually(Duration::from_secs(10), || {
         let info = ok(&mut client, "runtime_info", json!({}));
         info["restarts"] == 1 && info["pid"].is_u64() && info["pid"] != before
@@ -225,28 +165,16 @@ fn ping_and_other_non_ruby_calls_answer_while_a_long_eval_runs() {
     let started = Instant::now();
     let mut fresh = LineClient::connect(bridge.bridge);
     assert_eq!(fresh.call(1, "ping", json!({}))["result"]["status"], "ok");
-    assert_eq!(
-        fresh.call(2, "hello", crate::support::hello_params())["result"]["success"],
-        true
-    );
+    assert_eq!(fresh.call(2, "hello", crate::support::hello_params())["result"]["success"], true);
     assert!(fresh.call(3, "tools/list", json!({}))["result"]["tools"].is_array());
     assert_eq!(ok(&mut fresh, "ping", json!({}))["status"], "connected");
-    assert_eq!(
-        ok(&mut fresh, "read_file", json!({"path": "note.txt"}))["content"],
-        "hello"
-    );
+    assert_eq!(ok(&mut fresh, "read_file", json!({"path": "note.txt"}))["content"], "hello");
     assert!(ok(&mut fresh, "list_dir", json!({"path": "."}))["entries"].is_array());
     assert!(ok(&mut fresh, "console_log", json!({}))["lines"].is_array());
     let mut repl = bridge.repl_client();
-    assert_eq!(
-        repl.call(2, "complete", json!({"code": "def f"}))["result"]["complete"],
-        false
-    );
+    assert_eq!(repl.call(2, "complete", json!({"code": "def f"}))["result"]["complete"], false);
     let elapsed = started.elapsed();
-    assert!(
-        elapsed < Duration::from_millis(1500),
-        "non-Ruby calls waited: {elapsed:?}"
-    );
+    assert!(elapsed < Duration::from_millis(1500), "non-Ruby calls waited: {elapsed:?}");
     let done = busy.recv();
     assert_eq!(done["result"]["result"], "done", "{done}");
 }
@@ -263,8 +191,7 @@ fn twenty_clients_evaluating_at_once_all_get_their_own_answers() {
                 let mut client = LineClient::connect(addr);
                 client.call(0, "hello", crate::support::hello_params());
                 for round in 0..5u64 {
-                    let code =
-                        format!("x = {n}; y = {round}; puts \"#{{x}}-#{{y}}\"; x * 1000 + y");
+                    let code = format!("x = {n}; y = {round}; puts \"#{{x}}-#{{y}}\"; x * 1000 + y");
                     let result = ok(&mut client, "eval_ruby", json!({ "code": code }));
                     assert_eq!(result["result"], (n * 1000 + round).to_string());
                     assert_eq!(result["output"], format!("{n}-{round}\n"));
@@ -298,10 +225,7 @@ fn evaluations_from_both_servers_run_one_at_a_time_in_arrival_order() {
     let mut third = bridge.client();
     third.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                        "params": {"name": "eval_ruby", "arguments": {"code": "$order << :third; $order.inspect"}}}));
-    assert_eq!(
-        third.recv()["result"]["result"],
-        "[:first, :second, :third]"
-    );
+    assert_eq!(third.recv()["result"]["result"], "[:first, :second, :third]");
     assert!(first.recv()["result"].is_object());
     assert_eq!(second.recv()["result"]["success"], true);
 }
@@ -339,53 +263,28 @@ fn eval_ruby_file_runs_a_file_at_top_level() {
         return;
     };
     let mut client = bridge.client();
-    std::fs::write(
-        bridge.root.join("script.rb"),
-        "def from_file = :defined\nlocal = 6\nputs 'running'\nlocal * 7\n",
-    )
-    .unwrap();
-    let result = ok(
-        &mut client,
-        "eval_ruby_file",
-        json!({"file_path": "script.rb"}),
-    );
+    std::fs::write(bridge.root.join("script.rb"), "def from_file = :defined\nlocal = 6\nputs 'running'\nlocal * 7\n")
+        .unwrap();
+    let result = ok(&mut client, "eval_ruby_file", json!({"file_path": "script.rb"}));
     assert_eq!(result["success"], true);
     assert_eq!(result["result"], "42");
     assert_eq!(result["output"], "running\n");
     assert_eq!(result["file_name"], "script.rb");
-    assert_eq!(
-        result["file_path"],
-        bridge.root.join("script.rb").to_str().unwrap()
-    );
+    assert_eq!(result["file_path"], bridge.root.join("script.rb").to_str().unwrap());
     assert_eq!(eval(&mut client, "from_file"), "defined");
 
-    std::fs::write(
-        bridge.root.join("bad.rb"),
-        "\n\nraise ArgumentError, 'in file'\n",
-    )
-    .unwrap();
-    let reply = tool(
-        &mut client,
-        "eval_ruby_file",
-        json!({"file_path": "bad.rb"}),
-    );
+    std::fs::write(bridge.root.join("bad.rb"), "\n\nraise ArgumentError, 'in file'\n").unwrap();
+    let reply = tool(&mut client, "eval_ruby_file", json!({"file_path": "bad.rb"}));
     let err = error(&reply);
     assert_eq!(err["data"]["class"], "ArgumentError");
     let top = err["data"]["backtrace"][0].as_str().unwrap();
-    assert!(
-        top.ends_with("bad.rb:3:in `<main>'") || top.contains("bad.rb:3"),
-        "{top}"
-    );
+    assert!(top.ends_with("bad.rb:3:in `<main>'") || top.contains("bad.rb:3"), "{top}");
 
     let outside = bridge.base().join("outside.rb");
     std::fs::write(&outside, "1").unwrap();
     let reply = tool(&mut client, "eval_ruby_file", json!({"file_path": outside}));
     assert_eq!(error(&reply)["code"], -32002);
-    let reply = tool(
-        &mut client,
-        "eval_ruby_file",
-        json!({"file_path": "missing.rb"}),
-    );
+    let reply = tool(&mut client, "eval_ruby_file", json!({"file_path": "missing.rb"}));
     assert_eq!(error(&reply)["code"], -32602);
 }
 
@@ -395,10 +294,7 @@ fn the_console_log_keeps_what_ruby_printed_outside_evaluations() {
         return;
     };
     let mut client = bridge.client();
-    eval(
-        &mut client,
-        "Thread.new { sleep 0.2; puts 'from a thread'; warn 'a warning' }; :started",
-    );
+    eval(&mut client, "Thread.new { sleep 0.2; puts 'from a thread'; warn 'a warning' }; :started");
     let mut lines = String::new();
     assert!(
         eventually(Duration::from_secs(5), || {
@@ -428,10 +324,7 @@ fn without_ruby_the_daemon_starts_and_explains_how_to_get_it() {
     assert_eq!(err["code"], -32000);
     assert_eq!(err["data"]["reason"], "unavailable");
     let message = err["message"].as_str().unwrap();
-    assert!(
-        message.contains("SUPEX_RUBY") && message.contains("apt install ruby"),
-        "{message}"
-    );
+    assert!(message.contains("SUPEX_RUBY") && message.contains("apt install ruby"), "{message}");
     let info = ok(&mut client, "runtime_info", json!({}));
     assert_eq!(info["state"], "unavailable");
     assert!(bridge.daemon.stderr().contains("Ruby is not available"));
@@ -439,15 +332,11 @@ fn without_ruby_the_daemon_starts_and_explains_how_to_get_it() {
 
 #[test]
 fn an_interpreter_that_is_not_ruby_is_reported_with_what_it_printed() {
-    let bridge =
-        Bridge::start_unchecked(&[("SUPEX_RUBY", "sh -c 'echo not-a-ruby >&2; exit 3' --")]);
+    let bridge = Bridge::start_unchecked(&[("SUPEX_RUBY", "sh -c 'echo not-a-ruby >&2; exit 3' --")]);
     let mut client = bridge.client();
     let reply = tool(&mut client, "eval_ruby", json!({"code": "1"}));
     let message = error(&reply)["message"].as_str().unwrap().to_owned();
-    assert!(
-        message.contains("exit status 3") && message.contains("not-a-ruby"),
-        "{message}"
-    );
+    assert!(message.contains("exit status 3") && message.contains("not-a-ruby"), "{message}");
 }
 
 #[test]

@@ -14,23 +14,12 @@ fn ping_needs_no_hello_but_everything_else_does() {
         return;
     };
     let mut client = LineClient::connect(bridge.bridge);
-    assert_eq!(
-        client.call(1, "ping", json!({}))["result"],
-        json!({"status": "ok"})
-    );
-    for method in [
-        "tools/list",
-        "tools/call",
-        "resources/list",
-        "no/such/method",
-    ] {
+    assert_eq!(client.call(1, "ping", json!({}))["result"], json!({"status": "ok"}));
+    for method in ["tools/list", "tools/call", "resources/list", "no/such/method"] {
         let reply = client.call(2, method, json!({"name": "ping", "arguments": {}}));
         let err = error(&reply);
         assert_eq!(err["code"], -32600, "{method}: {reply}");
-        assert_eq!(
-            err["message"],
-            "Client must identify with 'hello' method first"
-        );
+        assert_eq!(err["message"], "Client must identify with 'hello' method first");
         assert!(err["data"]["hint"].as_str().unwrap().contains("hello"));
     }
     let reply = client.call(3, "hello", hello_params());
@@ -39,14 +28,8 @@ fn ping_needs_no_hello_but_everything_else_does() {
         json!({"success": true, "message": "Client identified",
                "server": {"name": "supex-runtime", "version": env!("CARGO_PKG_VERSION")}})
     );
-    assert_eq!(
-        client.call(4, "resources/list", json!({}))["result"],
-        json!({"resources": []})
-    );
-    assert_eq!(
-        client.call(5, "no/such/method", json!({}))["error"]["code"],
-        -32601
-    );
+    assert_eq!(client.call(4, "resources/list", json!({}))["result"], json!({"resources": []}));
+    assert_eq!(client.call(5, "no/such/method", json!({}))["error"]["code"], -32601);
 }
 
 #[test]
@@ -60,32 +43,17 @@ fn hello_names_the_missing_or_wrong_field() {
         ("version", json!({"name": "n", "agent": "a", "pid": 1})),
         ("agent", json!({"name": "n", "version": "1", "pid": 2})),
         ("pid", json!({"name": "n", "version": "1", "agent": "a"})),
-        (
-            "pid",
-            json!({"name": "n", "version": "1", "agent": "a", "pid": "12"}),
-        ),
+        ("pid", json!({"name": "n", "version": "1", "agent": "a", "pid": "12"})),
     ] {
         // A fresh connection each time: three failures would close it.
         let mut client = LineClient::connect(bridge.bridge);
         let reply = client.call(1, "hello", params);
         let err = error(&reply);
         assert_eq!(err["code"], -32602, "{reply}");
-        assert!(
-            err["message"].as_str().unwrap().contains(field),
-            "{field}: {reply}"
-        );
+        assert!(err["message"].as_str().unwrap().contains(field), "{field}: {reply}");
     }
-    let reply = client.call(
-        1,
-        "hello",
-        json!({"name": 5, "version": "1", "agent": "a", "pid": 1}),
-    );
-    assert!(
-        error(&reply)["message"]
-            .as_str()
-            .unwrap()
-            .contains("name: expected a string")
-    );
+    let reply = client.call(1, "hello", json!({"name": 5, "version": "1", "agent": "a", "pid": 1}));
+    assert!(error(&reply)["message"].as_str().unwrap().contains("name: expected a string"));
 }
 
 #[test]
@@ -100,10 +68,7 @@ fn a_configured_token_is_required_and_checked_first() {
     // No token and no fields: the token is what is reported.
     let reply = client.call(3, "hello", json!({}));
     assert_eq!(error(&reply)["code"], -32001);
-    assert_eq!(
-        error(&reply)["message"],
-        "Authentication failed: invalid or missing token"
-    );
+    assert_eq!(error(&reply)["message"], "Authentication failed: invalid or missing token");
     let mut wrong = hello_params();
     wrong["token"] = json!("s3cret-tokeN");
     assert_eq!(error(&client.call(4, "hello", wrong))["code"], -32001);
@@ -113,15 +78,8 @@ fn a_configured_token_is_required_and_checked_first() {
     right["token"] = json!("s3cret-token");
     assert_eq!(client.call(5, "hello", right)["result"]["success"], true);
     assert!(ok(&mut client, "ping", json!({}))["success"] == true);
-    assert!(
-        bridge
-            .daemon
-            .wait_for_log("authentication failed", Duration::from_secs(5))
-    );
-    assert!(
-        !bridge.daemon.stderr().contains("s3cret"),
-        "the token must never be logged"
-    );
+    assert!(bridge.daemon.wait_for_log("authentication failed", Duration::from_secs(5)));
+    assert!(!bridge.daemon.stderr().contains("s3cret"), "the token must never be logged");
 }
 
 #[test]
@@ -131,24 +89,14 @@ fn the_third_failed_hello_closes_the_connection() {
     };
     let mut client = LineClient::connect(bridge.bridge);
     for id in 1..=2 {
-        assert_eq!(
-            error(&client.call(id, "hello", json!({"token": "no"})))["code"],
-            -32001
-        );
+        assert_eq!(error(&client.call(id, "hello", json!({"token": "no"})))["code"], -32001);
     }
     // Still open after two.
     assert_eq!(client.call(3, "ping", json!({}))["result"]["status"], "ok");
     // Field errors count as failures too.
     let reply = client.call(4, "hello", json!({"token": "t0ken"}));
-    assert_eq!(
-        error(&reply)["code"],
-        -32602,
-        "the third failure is still answered"
-    );
-    assert!(
-        client.is_closed_within(Duration::from_secs(5)),
-        "closed after the third"
-    );
+    assert_eq!(error(&reply)["code"], -32602, "the third failure is still answered");
+    assert!(client.is_closed_within(Duration::from_secs(5)), "closed after the third");
 
     // A good hello after two bad ones works.
     let mut client = LineClient::connect(bridge.bridge);
@@ -167,12 +115,7 @@ fn tools_list_describes_every_tool_with_a_json_schema() {
     };
     let mut client = bridge.client();
     let list = client.call(1, "tools/list", json!({}))["result"]["tools"].clone();
-    let names: Vec<&str> = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let names: Vec<&str> = list.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     for expected in [
         "ping",
         "eval_ruby",
@@ -184,21 +127,13 @@ fn tools_list_describes_every_tool_with_a_json_schema() {
         "reset_runtime",
         "console_log",
     ] {
-        assert!(
-            names.contains(&expected),
-            "{expected} missing from {names:?}"
-        );
+        assert!(names.contains(&expected), "{expected} missing from {names:?}");
     }
     for tool in list.as_array().unwrap() {
         assert!(!tool["description"].as_str().unwrap().is_empty());
         assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
     }
-    let eval = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "eval_ruby")
-        .unwrap();
+    let eval = list.as_array().unwrap().iter().find(|t| t["name"] == "eval_ruby").unwrap();
     assert_eq!(eval["inputSchema"]["required"], json!(["code"]));
     assert_eq!(eval["inputSchema"]["properties"]["code"]["type"], "string");
 }
@@ -211,33 +146,13 @@ fn tool_errors_unknown_tools_and_bad_arguments_are_invalid_params() {
     let mut client = bridge.client();
     let reply = tool(&mut client, "no_such_tool", json!({}));
     assert_eq!(error(&reply)["code"], -32602);
-    assert!(
-        error(&reply)["message"]
-            .as_str()
-            .unwrap()
-            .contains("Unknown tool: no_such_tool")
-    );
+    assert!(error(&reply)["message"].as_str().unwrap().contains("Unknown tool: no_such_tool"));
     let reply = tool(&mut client, "eval_ruby", json!({"code": 5}));
     assert_eq!(error(&reply)["code"], -32602);
-    assert!(
-        error(&reply)["message"]
-            .as_str()
-            .unwrap()
-            .contains("arguments.code"),
-        "{reply}"
-    );
+    assert!(error(&reply)["message"].as_str().unwrap().contains("arguments.code"), "{reply}");
     let reply = tool(&mut client, "eval_ruby", json!({}));
-    assert!(
-        error(&reply)["message"]
-            .as_str()
-            .unwrap()
-            .contains("missing field `code`")
-    );
-    let reply = tool(
-        &mut client,
-        "eval_ruby",
-        json!({"code": "1", "timeout": -1}),
-    );
+    assert!(error(&reply)["message"].as_str().unwrap().contains("missing field `code`"));
+    let reply = tool(&mut client, "eval_ruby", json!({"code": "1", "timeout": -1}));
     assert_eq!(error(&reply)["code"], -32602);
     let reply = client.call(2, "tools/call", json!({"arguments": {}}));
     assert_eq!(error(&reply)["code"], -32602);
@@ -251,11 +166,7 @@ fn the_legacy_command_shape_is_a_tool_call() {
     let mut client = LineClient::connect(bridge.bridge);
     client.send(&json!({"command": "eval_ruby", "parameters": {"code": "6 * 7"}, "id": 9}));
     let reply = client.recv();
-    assert_eq!(
-        error(&reply)["code"],
-        -32600,
-        "the gate applies to the legacy shape too"
-    );
+    assert_eq!(error(&reply)["code"], -32600, "the gate applies to the legacy shape too");
     assert_eq!(reply["id"], 9);
     client.call(1, "hello", hello_params());
     client.send(&json!({"command": "eval_ruby", "parameters": {"code": "6 * 7"}, "id": 10}));
@@ -274,18 +185,14 @@ fn an_11_mib_line_is_refused_and_the_connection_still_works() {
         return;
     };
     let mut client = bridge.client();
-    let mut line = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"eval_ruby","arguments":{"code":""#.to_vec();
+    let mut line =
+        br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"eval_ruby","arguments":{"code":""#.to_vec();
     line.resize(line.len() + 11 * 1024 * 1024, b'x');
     line.extend_from_slice(b"\"}}}\n");
     client.send_raw(&line);
     let reply = client.recv();
     assert_eq!(error(&reply)["code"], -32600, "{reply}");
-    assert!(
-        error(&reply)["message"]
-            .as_str()
-            .unwrap()
-            .contains("too large")
-    );
+    assert!(error(&reply)["message"].as_str().unwrap().contains("too large"));
     assert_eq!(reply["id"], json!(null));
     assert_eq!(client.call(8, "ping", json!({}))["result"]["status"], "ok");
     assert_eq!(crate::support::eval(&mut client, "1 + 1"), "2");

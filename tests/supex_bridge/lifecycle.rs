@@ -17,9 +17,7 @@ fn sigterm_exits_0_and_leaves_no_ruby_behind() {
     let mut client = bridge.client();
     let ruby = runtime_pid(&mut client);
     // A grandchild of the runtime goes too.
-    let child: u32 = eval(&mut client, "Process.spawn('sleep', '300')")
-        .parse()
-        .unwrap();
+    let child: u32 = eval(&mut client, "Process.spawn('sleep', '300')").parse().unwrap();
     assert!(alive(ruby) && alive(child));
     let status = bridge.daemon.terminate();
     assert_eq!(status.code(), Some(0), "{}", bridge.daemon.stderr());
@@ -41,10 +39,7 @@ fn sigkill_of_the_daemon_during_a_busy_loop_leaves_no_ruby_behind() {
         ok(&mut probe, "runtime_info", json!({}))["evals"].as_u64() >= Some(1)
     }));
     bridge.daemon.signal(Signal::SIGKILL);
-    assert!(
-        eventually(Duration::from_secs(5), || !alive(ruby)),
-        "ruby {ruby} outlived the daemon"
-    );
+    assert!(eventually(Duration::from_secs(5), || !alive(ruby)), "ruby {ruby} outlived the daemon");
 }
 
 #[test]
@@ -71,11 +66,7 @@ fn sighup_is_logged_and_ignored() {
         return;
     };
     bridge.daemon.signal(Signal::SIGHUP);
-    assert!(
-        bridge
-            .daemon
-            .wait_for_log("SIGHUP ignored", Duration::from_secs(5))
-    );
+    assert!(bridge.daemon.wait_for_log("SIGHUP ignored", Duration::from_secs(5)));
     let mut client = bridge.client();
     assert_eq!(eval(&mut client, ":alive"), "alive");
 }
@@ -83,10 +74,7 @@ fn sighup_is_logged_and_ignored() {
 fn refused(env: &[(&str, &str)], cwd: Option<&std::path::Path>) -> String {
     let port = free_port().to_string();
     let repl = free_port().to_string();
-    let mut all = vec![
-        ("SUPEX_PORT", port.as_str()),
-        ("SUPEX_REPL_PORT", repl.as_str()),
-    ];
+    let mut all = vec![("SUPEX_PORT", port.as_str()), ("SUPEX_REPL_PORT", repl.as_str())];
     all.extend_from_slice(env);
     let dir = tempfile::tempdir().unwrap();
     let mut daemon = Daemon::start_in(BIN, &[], &all, Some(cwd.unwrap_or(dir.path())));
@@ -102,14 +90,8 @@ fn refused(env: &[(&str, &str)], cwd: Option<&std::path::Path>) -> String {
 #[test]
 fn a_non_loopback_bind_needs_allow_remote_and_a_token() {
     let stderr = refused(&[("SUPEX_HOST", "0.0.0.0")], None);
-    assert!(
-        stderr.contains("SUPEX_HOST") && stderr.contains("SUPEX_ALLOW_REMOTE=1"),
-        "{stderr}"
-    );
-    let stderr = refused(
-        &[("SUPEX_HOST", "0.0.0.0"), ("SUPEX_ALLOW_REMOTE", "1")],
-        None,
-    );
+    assert!(stderr.contains("SUPEX_HOST") && stderr.contains("SUPEX_ALLOW_REMOTE=1"), "{stderr}");
+    let stderr = refused(&[("SUPEX_HOST", "0.0.0.0"), ("SUPEX_ALLOW_REMOTE", "1")], None);
     assert!(stderr.contains("SUPEX_AUTH_TOKEN"), "{stderr}");
     let stderr = refused(&[("SUPEX_REPL_HOST", "0.0.0.0")], None);
     assert!(stderr.contains("SUPEX_REPL_HOST"), "{stderr}");
@@ -166,11 +148,7 @@ fn the_root_directory_is_refused_as_an_implicit_project_root() {
         Some(std::path::Path::new("/")),
     );
     daemon.wait_for_port(format!("127.0.0.1:{port}").parse().unwrap());
-    assert!(
-        daemon.wait_for_log("anywhere", Duration::from_secs(5)),
-        "{}",
-        daemon.stderr()
-    );
+    assert!(daemon.wait_for_log("anywhere", Duration::from_secs(5)), "{}", daemon.stderr());
 }
 
 #[test]
@@ -191,10 +169,7 @@ fn call_and_ping_commands_talk_to_the_bridge() {
         return;
     };
     let port = bridge.bridge.port().to_string();
-    let env = [
-        ("SUPEX_PORT", port.as_str()),
-        ("SUPEX_AUTH_TOKEN", "cli-token"),
-    ];
+    let env = [("SUPEX_PORT", port.as_str()), ("SUPEX_AUTH_TOKEN", "cli-token")];
 
     let (status, stdout, stderr) = run(BIN, &["call", "eval_ruby", "--arg", "code=6 * 7"], &env);
     assert!(status.success(), "{stderr}");
@@ -204,30 +179,16 @@ fn call_and_ping_commands_talk_to_the_bridge() {
     let (status, stdout, _) = run(BIN, &["call", "eval_ruby", "--arg", "code=42"], &env);
     assert!(status.success());
     assert!(stdout.contains("\"42\""), "{stdout}");
-    let (status, stdout, _) = run(
-        BIN,
-        &["call", "eval_ruby", "--json", r#"{"code": "[1].size"}"#],
-        &env,
-    );
+    let (status, stdout, _) = run(BIN, &["call", "eval_ruby", "--json", r#"{"code": "[1].size"}"#], &env);
     assert!(status.success() && stdout.contains("\"1\""), "{stdout}");
     let (status, stdout, _) = run(BIN, &["call", "tools/list"], &env);
     assert!(status.success() && stdout.contains("eval_ruby_file"));
 
-    let (status, _, stderr) = run(
-        BIN,
-        &["call", "eval_ruby", "--arg", "code=raise 'nope'"],
-        &env,
-    );
+    let (status, _, stderr) = run(BIN, &["call", "eval_ruby", "--arg", "code=raise 'nope'"], &env);
     assert_eq!(status.code(), Some(1));
-    assert!(
-        stderr.contains("-32000") && stderr.contains("nope"),
-        "{stderr}"
-    );
-    let (status, _, stderr) = run(
-        BIN,
-        &["call", "eval_ruby", "--arg", "code=1"],
-        &[("SUPEX_PORT", &port), ("SUPEX_AUTH_TOKEN", "wrong")],
-    );
+    assert!(stderr.contains("-32000") && stderr.contains("nope"), "{stderr}");
+    let (status, _, stderr) =
+        run(BIN, &["call", "eval_ruby", "--arg", "code=1"], &[("SUPEX_PORT", &port), ("SUPEX_AUTH_TOKEN", "wrong")]);
     assert_eq!(status.code(), Some(1));
     assert!(stderr.contains("-32001"), "{stderr}");
 

@@ -21,26 +21,13 @@ fn hello_names_a_session_and_eval_shows_inspect_output() {
         return;
     };
     let mut client = LineClient::connect(bridge.repl);
-    let hello = client.call(
-        1,
-        "hello",
-        json!({"name": "me", "version": "1", "pid": 4242}),
-    );
+    let hello = client.call(1, "hello", json!({"name": "me", "version": "1", "pid": 4242}));
     let result = &hello["result"];
     assert_eq!(result["success"], true);
     assert_eq!(result["server"]["name"], "supex-repl");
-    assert!(
-        result["session"].as_str().unwrap().ends_with("-4242"),
-        "{hello}"
-    );
-    assert_eq!(
-        repl_eval(&mut client, "puts 'hi'; 'str'"),
-        json!({"success": true, "output": "hi\n=> \"str\"\n"})
-    );
-    assert_eq!(
-        repl_eval(&mut client, "print 'no newline'; nil")["output"],
-        "no newline\n=> nil\n"
-    );
+    assert!(result["session"].as_str().unwrap().ends_with("-4242"), "{hello}");
+    assert_eq!(repl_eval(&mut client, "puts 'hi'; 'str'"), json!({"success": true, "output": "hi\n=> \"str\"\n"}));
+    assert_eq!(repl_eval(&mut client, "print 'no newline'; nil")["output"], "no newline\n=> nil\n");
     assert_eq!(client.call(2, "ping", json!({}))["result"]["status"], "ok");
 }
 
@@ -66,27 +53,16 @@ fn exceptions_are_results_a_human_can_read() {
         return;
     };
     let mut client = bridge.repl_client();
-    let result = repl_eval(
-        &mut client,
-        "puts 'first'; def boom = raise(ArgumentError, 'bad'); boom",
-    );
+    let result = repl_eval(&mut client, "puts 'first'; def boom = raise(ArgumentError, 'bad'); boom");
     assert_eq!(result["success"], false);
     let output = result["output"].as_str().unwrap();
-    assert!(
-        output.starts_with("first\n#<ArgumentError: bad>\n"),
-        "{output}"
-    );
+    assert!(output.starts_with("first\n#<ArgumentError: bad>\n"), "{output}");
     let lines: Vec<&str> = output.lines().collect();
     assert!(lines.len() <= 2 + 5, "at most 5 backtrace lines: {output}");
     assert!(lines[2].contains("(repl):1"), "{output}");
     let result = repl_eval(&mut client, "def (");
     assert_eq!(result["success"], false);
-    assert!(
-        result["output"]
-            .as_str()
-            .unwrap()
-            .starts_with("#<SyntaxError:")
-    );
+    assert!(result["output"].as_str().unwrap().starts_with("#<SyntaxError:"));
 }
 
 #[test]
@@ -111,18 +87,9 @@ fn the_repl_checks_the_token_too() {
         return;
     };
     let mut client = LineClient::connect(bridge.repl);
-    assert_eq!(
-        error(&client.call(1, "eval", json!({"code": "1"})))["code"],
-        -32001
-    );
-    assert_eq!(
-        error(&client.call(2, "hello", json!({"name": "x"})))["code"],
-        -32001
-    );
-    assert_eq!(
-        client.call(3, "hello", json!({"token": "repl-token"}))["result"]["success"],
-        true
-    );
+    assert_eq!(error(&client.call(1, "eval", json!({"code": "1"})))["code"], -32001);
+    assert_eq!(error(&client.call(2, "hello", json!({"name": "x"})))["code"], -32001);
+    assert_eq!(client.call(3, "hello", json!({"token": "repl-token"}))["result"]["success"], true);
     assert_eq!(repl_eval(&mut client, "1 + 1")["output"], "=> 2\n");
 }
 
@@ -147,19 +114,11 @@ fn complete_tells_whether_more_input_is_needed_even_during_an_eval() {
         assert_eq!(reply["result"]["complete"], complete, "{code:?}: {reply}");
     }
     let mut busy = bridge.repl_client();
-    busy.send(
-        &json!({"jsonrpc": "2.0", "id": 9, "method": "eval", "params": {"code": "sleep 2; :ok"}}),
-    );
+    busy.send(&json!({"jsonrpc": "2.0", "id": 9, "method": "eval", "params": {"code": "sleep 2; :ok"}}));
     std::thread::sleep(Duration::from_millis(300));
     let started = Instant::now();
-    assert_eq!(
-        client.call(2, "complete", json!({"code": "class X"}))["result"]["complete"],
-        false
-    );
-    assert!(
-        started.elapsed() < Duration::from_millis(1200),
-        "complete waited for the eval"
-    );
+    assert_eq!(client.call(2, "complete", json!({"code": "class X"}))["result"]["complete"], false);
+    assert!(started.elapsed() < Duration::from_millis(1200), "complete waited for the eval");
     assert_eq!(busy.recv()["result"]["output"], "=> :ok\n");
 }
 
@@ -185,13 +144,8 @@ fn the_repl_command_reads_continuation_lines_and_prints_results() {
         .unwrap();
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let expected =
-        "=> :twice\n=> 42\nhello\n=> nil\n=> [1, 2]\n#<ZeroDivisionError: divided by 0>\n";
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let expected = "=> :twice\n=> 42\nhello\n=> nil\n=> [1, 2]\n#<ZeroDivisionError: divided by 0>\n";
     assert!(stdout.starts_with(expected), "{stdout}");
     let saved = std::fs::read_to_string(&history).unwrap();
     assert!(saved.contains("twice(21)"), "{saved}");
@@ -203,11 +157,7 @@ fn the_repl_can_be_turned_off() {
         return;
     };
     assert!(std::net::TcpStream::connect(bridge.repl).is_err());
-    assert!(
-        bridge.daemon.stderr().contains("disabled"),
-        "{}",
-        bridge.daemon.stderr()
-    );
+    assert!(bridge.daemon.stderr().contains("disabled"), "{}", bridge.daemon.stderr());
 }
 
 #[test]
@@ -219,11 +169,7 @@ fn the_repl_command_reconnects_when_the_server_comes_back() {
     };
     let repl_port = first.repl.port().to_string();
     let mut child = Command::new(bin_path(crate::support::BIN))
-        .args([
-            "repl",
-            "--history",
-            first.base().join("h").to_str().unwrap(),
-        ])
+        .args(["repl", "--history", first.base().join("h").to_str().unwrap()])
         .env("SUPEX_REPL_PORT", &repl_port)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -239,9 +185,7 @@ fn the_repl_command_reconnects_when_the_server_comes_back() {
         }
     });
     let next = |what: &str| {
-        lines
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("no output while waiting for {what}"))
+        lines.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("no output while waiting for {what}"))
     };
     input.write_all(b"1 + 1\n").unwrap();
     assert_eq!(next("the first result"), "=> 2");
@@ -251,10 +195,7 @@ fn the_repl_command_reconnects_when_the_server_comes_back() {
     let second = integration_tests::Daemon::start_in(
         crate::support::BIN,
         &[],
-        &[
-            ("SUPEX_PORT", &first.bridge.port().to_string()),
-            ("SUPEX_REPL_PORT", &repl_port),
-        ],
+        &[("SUPEX_PORT", &first.bridge.port().to_string()), ("SUPEX_REPL_PORT", &repl_port)],
         Some(&first.root),
     );
     input.write_all(b"40 + 2\n").unwrap();

@@ -11,22 +11,13 @@ use serde_json::json;
 use crate::support::BIN;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
 }
 
 /// Every env variable named in the help of the daemon and its subcommands.
 fn env_variables() -> Vec<String> {
     let mut vars = Vec::new();
-    for args in [
-        &["--help"][..],
-        &["serve", "--help"],
-        &["call", "--help"],
-        &["repl", "--help"],
-        &["ping", "--help"],
-    ] {
+    for args in [&["--help"][..], &["serve", "--help"], &["call", "--help"], &["repl", "--help"], &["ping", "--help"]] {
         let out = Command::new(bin_path(BIN)).args(args).output().unwrap();
         let help = String::from_utf8_lossy(&out.stdout);
         for rest in help.split("[env: ").skip(1) {
@@ -45,10 +36,7 @@ fn the_env_file_names_every_setting() {
     let vars = env_variables();
     assert!(vars.len() >= 17, "{vars:?}");
     for var in &vars {
-        assert!(
-            env_file.contains(&format!("#{var}=")),
-            "config/env/supex-bridge.env lacks {var}"
-        );
+        assert!(env_file.contains(&format!("#{var}=")), "config/env/supex-bridge.env lacks {var}");
     }
     for (var, default) in [
         ("SUPEX_PORT", "9876"),
@@ -58,10 +46,7 @@ fn the_env_file_names_every_setting() {
         ("SUPEX_MAX_CONNECTIONS", "64"),
         ("SUPEX_RUBY", "ruby"),
     ] {
-        assert!(
-            env_file.contains(&format!("#{var}={default}\n")),
-            "{var} default"
-        );
+        assert!(env_file.contains(&format!("#{var}={default}\n")), "{var} default");
     }
 }
 
@@ -74,14 +59,8 @@ fn the_unit_passes_systemd_analyze_verify() {
     // verify checks that ExecStart exists: point it at the binary just built.
     let unit = std::fs::read_to_string(repo().join("config/systemd/supex-bridge.service"))
         .unwrap()
-        .replace(
-            "/usr/local/bin/supex-bridge",
-            bin_path(BIN).to_str().unwrap(),
-        );
-    assert!(
-        unit.contains("Type=notify")
-            && unit.contains("EnvironmentFile=-/etc/supex-bridge/supex-bridge.env")
-    );
+        .replace("/usr/local/bin/supex-bridge", bin_path(BIN).to_str().unwrap());
+    assert!(unit.contains("Type=notify") && unit.contains("EnvironmentFile=-/etc/supex-bridge/supex-bridge.env"));
     std::fs::write(dir.path().join("supex-bridge.service"), unit).unwrap();
     let out = Command::new("systemd-analyze")
         .args(["verify", "supex-bridge.service"])
@@ -89,21 +68,13 @@ fn the_unit_passes_systemd_analyze_verify() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "systemd-analyze verify failed:\n{stderr}"
-    );
-    assert!(
-        !stderr.contains("supex-bridge"),
-        "warnings about the unit:\n{stderr}"
-    );
+    assert!(out.status.success(), "systemd-analyze verify failed:\n{stderr}");
+    assert!(!stderr.contains("supex-bridge"), "warnings about the unit:\n{stderr}");
 }
 
 #[test]
 fn the_launchd_plist_runs_serve_and_keeps_it_alive() {
-    let plist =
-        std::fs::read_to_string(repo().join("config/launchd/org.rpc-daemons.supex-bridge.plist"))
-            .unwrap();
+    let plist = std::fs::read_to_string(repo().join("config/launchd/org.rpc-daemons.supex-bridge.plist")).unwrap();
     for needle in [
         "<key>Label</key>",
         "<string>serve</string>",
@@ -133,9 +104,7 @@ fn ready_is_notified_once_listening() {
     let dir = tempfile::tempdir().unwrap();
     let notify_path = dir.path().join("notify.sock");
     let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
-    notify
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    notify.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let port = free_port();
     let _daemon = Daemon::start_in(
         BIN,
@@ -165,14 +134,7 @@ fn a_socket_passed_by_systemd_is_used() {
     let port = free_port();
     let mut activator = Command::new("systemd-socket-activate")
         .args(["-l", &format!("127.0.0.1:{port}"), "--fdname=bridge"])
-        .args([
-            "-E",
-            "RUST_LOG=info",
-            "-E",
-            "SUPEX_REPL_DISABLED=1",
-            "-E",
-            "SUPEX_PORT=1",
-        ])
+        .args(["-E", "RUST_LOG=info", "-E", "SUPEX_REPL_DISABLED=1", "-E", "SUPEX_PORT=1"])
         .arg(bin_path(BIN))
         .current_dir(dir.path())
         .stdin(Stdio::null())
@@ -181,22 +143,11 @@ fn a_socket_passed_by_systemd_is_used() {
         .spawn()
         .unwrap();
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    assert!(
-        eventually(Duration::from_secs(10), || log().contains("Listening on")),
-        "{}",
-        log()
-    );
+    assert!(eventually(Duration::from_secs(10), || log().contains("Listening on")), "{}", log());
     let mut client = LineClient::connect(format!("127.0.0.1:{port}").parse().unwrap());
     assert_eq!(client.call(1, "ping", json!({}))["result"]["status"], "ok");
-    assert!(
-        log().contains("using socket passed by systemd"),
-        "{}",
-        log()
-    );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(activator.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    assert!(log().contains("using socket passed by systemd"), "{}", log());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(activator.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
     assert_eq!(activator.wait().unwrap().code(), Some(0), "{}", log());
 }

@@ -42,24 +42,14 @@ impl Bridge {
         let (bridge_port, repl_port) = (free_port(), free_port());
         let (bp, rp) = (bridge_port.to_string(), repl_port.to_string());
         let logs_text = logs.to_string_lossy().into_owned();
-        let mut all: Vec<(&str, &str)> = vec![
-            ("SUPEX_PORT", &bp),
-            ("SUPEX_REPL_PORT", &rp),
-            ("SUPEX_LOG_DIR", &logs_text),
-        ];
+        let mut all: Vec<(&str, &str)> =
+            vec![("SUPEX_PORT", &bp), ("SUPEX_REPL_PORT", &rp), ("SUPEX_LOG_DIR", &logs_text)];
         all.extend_from_slice(env);
         let mut daemon = Daemon::start_in(BIN, &[], &all, Some(&root));
         let bridge: SocketAddr = format!("127.0.0.1:{bridge_port}").parse().unwrap();
         let repl: SocketAddr = format!("127.0.0.1:{repl_port}").parse().unwrap();
         daemon.wait_for_port(bridge);
-        Bridge {
-            daemon,
-            bridge,
-            repl,
-            root,
-            logs,
-            _dir: dir,
-        }
+        Bridge { daemon, bridge, repl, root, logs, _dir: dir }
     }
 
     /// The directory holding the project root, for files outside of it.
@@ -78,15 +68,8 @@ impl Bridge {
     /// A REPL connection that has said hello.
     pub fn repl_client(&self) -> LineClient {
         let mut client = LineClient::connect(self.repl);
-        let reply = client.call(
-            0,
-            "hello",
-            json!({"name": "test", "pid": std::process::id()}),
-        );
-        assert!(
-            reply["result"]["success"] == true,
-            "REPL hello failed: {reply}"
-        );
+        let reply = client.call(0, "hello", json!({"name": "test", "pid": std::process::id()}));
+        assert!(reply["result"]["success"] == true, "REPL hello failed: {reply}");
         client
     }
 }
@@ -97,11 +80,7 @@ pub fn hello_params() -> Value {
 
 /// Calls a tool; the whole response.
 pub fn tool(client: &mut LineClient, name: &str, arguments: Value) -> Value {
-    client.call(
-        1,
-        "tools/call",
-        json!({"name": name, "arguments": arguments}),
-    )
+    client.call(1, "tools/call", json!({"name": name, "arguments": arguments}))
 }
 
 /// Calls a tool that must succeed; its result.
@@ -113,18 +92,12 @@ pub fn ok(client: &mut LineClient, name: &str, arguments: Value) -> Value {
 
 /// Evaluates code that must succeed; its `result` string.
 pub fn eval(client: &mut LineClient, code: &str) -> String {
-    ok(client, "eval_ruby", json!({ "code": code }))["result"]
-        .as_str()
-        .unwrap()
-        .to_owned()
+    ok(client, "eval_ruby", json!({ "code": code }))["result"].as_str().unwrap().to_owned()
 }
 
 /// The error of a response that must be one.
 pub fn error(reply: &Value) -> &Value {
-    assert!(
-        reply.get("result").is_none(),
-        "expected an error, got {reply}"
-    );
+    assert!(reply.get("result").is_none(), "expected an error, got {reply}");
     &reply["error"]
 }
 
@@ -132,10 +105,7 @@ pub fn error(reply: &Value) -> &Value {
 /// entry waits to be reaped).
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Ok(stat) => !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
         Err(_) => false,
     }
 }

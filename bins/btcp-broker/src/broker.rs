@@ -15,9 +15,7 @@ use tokio::sync::mpsc;
 use crate::config::Config;
 use crate::metrics::{Metrics, TransportKind};
 use crate::rate_limit::TokenBucket;
-use crate::session::{
-    AttachError, BrowserSlot, ClientType, Session, SessionEvent, SessionRegistry,
-};
+use crate::session::{AttachError, BrowserSlot, ClientType, Session, SessionEvent, SessionRegistry};
 
 /// Version of the BTCP protocol spoken (the seed's default).
 pub const PROTOCOL_VERSION: &str = "1.0.0";
@@ -61,13 +59,9 @@ impl Broker {
     pub fn reserve_peer(self: &Arc<Self>) -> Option<PeerSlot> {
         let max = self.config.max_connections;
         self.peers
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
             .ok()
-            .map(|_| PeerSlot {
-                broker: self.clone(),
-            })
+            .map(|_| PeerSlot { broker: self.clone() })
     }
 
     fn peer_config(&self, client_type: ClientType) -> PeerConfig {
@@ -122,11 +116,7 @@ pub struct Joined {
 
 impl ConnState {
     pub fn session(&self) -> Option<Arc<Session>> {
-        self.joined
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map(|j| j.session.clone())
+        self.joined.lock().unwrap().as_ref().map(|j| j.session.clone())
     }
 
     /// Makes this agent a member of `session` (already counted there) and
@@ -134,17 +124,10 @@ impl ConnState {
     pub fn join(&self, peer: &PeerHandle, session: Arc<Session>) {
         let subscription = session.subscribe_agent();
         let pump = tokio::spawn(fanout::pump(subscription, peer.clone(), |count| {
-            rpc_core::message::request(
-                None,
-                "notifications/missed",
-                &serde_json::json!({ "count": count }),
-            )
-            .unwrap_or_default()
+            rpc_core::message::request(None, "notifications/missed", &serde_json::json!({ "count": count }))
+                .unwrap_or_default()
         }));
-        let previous = self.joined.lock().unwrap().replace(Joined {
-            session,
-            pump: Some(pump.abort_handle()),
-        });
+        let previous = self.joined.lock().unwrap().replace(Joined { session, pump: Some(pump.abort_handle()) });
         if let Some(previous) = previous {
             leave(previous);
         }
@@ -187,40 +170,23 @@ struct Replaced<'a> {
 
 /// Serves one browser or agent until it goes: attach, welcome, run, detach.
 pub async fn serve_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpec) {
-    let PeerSpec {
-        client_type,
-        session_id,
-        client_id,
-        version,
-        transport: transport_kind,
-        slot,
-    } = spec;
+    let PeerSpec { client_type, session_id, client_id, version, transport: transport_kind, slot } = spec;
     let state = Arc::new(ConnState {
         broker: broker.clone(),
         client_type,
         client_id: client_id.clone(),
         joined: Mutex::new(None),
-        rate: Mutex::new(TokenBucket::new(
-            broker.config.rate_limit,
-            broker.config.rate_burst,
-        )),
+        rate: Mutex::new(TokenBucket::new(broker.config.rate_limit, broker.config.rate_burst)),
     });
-    let (peer, conn) = Connection::new(
-        transport,
-        broker.router.clone(),
-        state.clone(),
-        broker.peer_config(client_type),
-    );
+    let (peer, conn) =
+        Connection::new(transport, broker.router.clone(), state.clone(), broker.peer_config(client_type));
     let attached = match client_type {
         ClientType::Browser => {
             let id = session_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
             attach_browser(&broker, &state, &peer, &id).map(Some)
         }
         ClientType::Agent => match session_id {
-            Some(id) => broker
-                .sessions
-                .attach_agent(&id, true)
-                .map(|session| Some((session, peer.clone()))),
+            Some(id) => broker.sessions.attach_agent(&id, true).map(|session| Some((session, peer.clone()))),
             None => Ok(None),
         },
     };
@@ -230,19 +196,13 @@ pub async fn serve_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpe
         Err(error) => {
             // Checked before the upgrade too; this is the rare race past it.
             tracing::warn!(%client_id, %error, "connection refused");
-            let _ = peer
-                .notify(
-                    "error",
-                    serde_json::json!({"code": -32000, "message": error.to_string()}),
-                )
-                .await;
+            let _ = peer.notify("error", serde_json::json!({"code": -32000, "message": error.to_string()})).await;
             peer.close(1013, "session or broker full");
             let _ = conn.run().await;
             return;
         }
     };
-    let available_sessions =
-        (client_type == ClientType::Agent).then(|| broker.sessions.with_browser());
+    let available_sessions = (client_type == ClientType::Agent).then(|| broker.sessions.with_browser());
     let welcome = Welcome {
         session_id: session.as_ref().map(|s| &*s.id),
         client_id: &client_id,
@@ -273,12 +233,7 @@ pub async fn serve_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpe
             if let Some(session) = state.session() {
                 // A replaced browser leaving must not unseat its successor.
                 if session.detach_browser(peer.conn_id()) {
-                    session.notify_agents(
-                        "session/browserDisconnected",
-                        &SessionEvent {
-                            session_id: &session.id,
-                        },
-                    );
+                    session.notify_agents("session/browserDisconnected", &SessionEvent { session_id: &session.id });
                 }
             }
         }
@@ -303,18 +258,10 @@ fn attach_browser(
     peer: &PeerHandle,
     id: &str,
 ) -> Result<(Arc<Session>, PeerHandle), AttachError> {
-    let attached = broker.sessions.attach_browser(
-        id,
-        BrowserSlot {
-            peer: peer.clone(),
-            client_id: state.client_id.clone(),
-        },
-    )?;
+    let attached =
+        broker.sessions.attach_browser(id, BrowserSlot { peer: peer.clone(), client_id: state.client_id.clone() })?;
     let session = attached.session;
-    *state.joined.lock().unwrap() = Some(Joined {
-        session: session.clone(),
-        pump: None,
-    });
+    *state.joined.lock().unwrap() = Some(Joined { session: session.clone(), pump: None });
     if let Some(old) = attached.replaced {
         tracing::info!(session = %session.id, old = %old.client_id, new = %state.client_id, "browser replaced");
         let session_id = session.id.clone();
@@ -324,21 +271,12 @@ fn attach_browser(
                 .peer
                 .notify(
                     "session/replaced",
-                    Replaced {
-                        session_id: &session_id,
-                        reason: "another browser connected with this session id",
-                    },
+                    Replaced { session_id: &session_id, reason: "another browser connected with this session id" },
                 )
                 .await;
-            old.peer
-                .close(CLOSE_REPLACED, "replaced by a newer browser connection");
+            old.peer.close(CLOSE_REPLACED, "replaced by a newer browser connection");
         });
     }
-    session.notify_agents(
-        "session/browserConnected",
-        &SessionEvent {
-            session_id: &session.id,
-        },
-    );
+    session.notify_agents("session/browserConnected", &SessionEvent { session_id: &session.id });
     Ok((session, peer.clone()))
 }

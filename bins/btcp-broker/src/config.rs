@@ -174,10 +174,7 @@ impl Config {
         if !rpc_core::listen::is_loopback(&endpoint.host) && auth_token.is_none() {
             config_error(
                 "BTCP_HOST",
-                format!(
-                    "{} is not a loopback address; set BTCP_AUTH_TOKEN to listen on it",
-                    endpoint.host
-                ),
+                format!("{} is not a loopback address; set BTCP_AUTH_TOKEN to listen on it", endpoint.host),
             );
         }
         let allowed_origins = match serve.allowed_origins.as_slice() {
@@ -203,10 +200,7 @@ impl Config {
             config_error("BTCP_CALL_TIMEOUT", "must be more than 0");
         }
         if serve.max_call_timeout < serve.call_timeout {
-            config_error(
-                "BTCP_MAX_CALL_TIMEOUT",
-                "must be at least BTCP_CALL_TIMEOUT",
-            );
+            config_error("BTCP_MAX_CALL_TIMEOUT", "must be at least BTCP_CALL_TIMEOUT");
         }
         if serve.max_message < 1024 {
             config_error("BTCP_MAX_MESSAGE", "must be at least 1024 bytes");
@@ -282,17 +276,7 @@ mod tests {
         assert!(cli.command.is_none());
         assert_eq!(cli.endpoint.port, 8765);
         assert_eq!(cli.serve.max_agents_per_session, 16);
-        let cli = Cli::try_parse_from([
-            "btcp-broker",
-            "--port",
-            "9",
-            "call",
-            "s",
-            "t",
-            "--arg",
-            "a=1",
-        ])
-        .unwrap();
+        let cli = Cli::try_parse_from(["btcp-broker", "--port", "9", "call", "s", "t", "--arg", "a=1"]).unwrap();
         assert_eq!(cli.endpoint.port, 9);
         assert!(matches!(cli.command, Some(Command::Call { ref args, .. }) if args.len() == 1));
     }

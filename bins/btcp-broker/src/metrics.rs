@@ -108,17 +108,11 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("btcp");
         let calls_family = Family::<OutcomeLabel, Counter>::default();
-        registry.register(
-            "tool_calls",
-            "tools/call requests by outcome",
-            calls_family.clone(),
-        );
+        registry.register("tool_calls", "tools/call requests by outcome", calls_family.clone());
         let calls = Outcome::ALL
             .iter()
             .map(|&o| {
-                let counter = calls_family
-                    .get_or_create(&OutcomeLabel { outcome: o.label() })
-                    .clone();
+                let counter = calls_family.get_or_create(&OutcomeLabel { outcome: o.label() }).clone();
                 (o, counter)
             })
             .collect();
@@ -129,17 +123,9 @@ impl Metrics {
             latency.clone(),
         );
         let connections = Family::<PeerLabels, Gauge>::default();
-        registry.register(
-            "connections",
-            "Open browser and agent connections",
-            connections.clone(),
-        );
+        registry.register("connections", "Open browser and agent connections", connections.clone());
         let connections_opened = Family::<PeerLabels, Counter>::default();
-        registry.register(
-            "connections_opened",
-            "Browser and agent connections accepted",
-            connections_opened.clone(),
-        );
+        registry.register("connections_opened", "Browser and agent connections accepted", connections_opened.clone());
         let rejected = Family::<ReasonLabel, Counter>::default();
         registry.register(
             "rejected_requests",
@@ -152,17 +138,7 @@ impl Metrics {
         registry.register("browsers", "Sessions with a browser", browsers.clone());
         let agents = Gauge::default();
         registry.register("agents", "Agents joined to a session", agents.clone());
-        Metrics {
-            registry,
-            calls,
-            latency,
-            connections,
-            connections_opened,
-            rejected,
-            sessions,
-            browsers,
-            agents,
-        }
+        Metrics { registry, calls, latency, connections, connections_opened, rejected, sessions, browsers, agents }
     }
 
     pub fn call(&self, outcome: Outcome) {
@@ -176,19 +152,13 @@ impl Metrics {
     }
 
     pub fn peer_opened(&self, client_type: ClientType, transport: TransportKind) {
-        let labels = PeerLabels {
-            client_type: client_type.as_str(),
-            transport: transport.as_str(),
-        };
+        let labels = PeerLabels { client_type: client_type.as_str(), transport: transport.as_str() };
         self.connections.get_or_create(&labels).inc();
         self.connections_opened.get_or_create(&labels).inc();
     }
 
     pub fn peer_closed(&self, client_type: ClientType, transport: TransportKind) {
-        let labels = PeerLabels {
-            client_type: client_type.as_str(),
-            transport: transport.as_str(),
-        };
+        let labels = PeerLabels { client_type: client_type.as_str(), transport: transport.as_str() };
         self.connections.get_or_create(&labels).dec();
     }
 
@@ -202,17 +172,14 @@ impl Metrics {
         self.browsers.set(counts.browsers as i64);
         self.agents.set(counts.agents as i64);
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
-            .expect("writing to a String cannot fail");
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
     }
 }
 
 /// Upper bounds of the latency buckets, in seconds.
-const BUCKETS: [f64; 16] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
-    30.0, 300.0,
-];
+const BUCKETS: [f64; 16] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 300.0];
 
 /// A histogram of durations kept in atomics (one add per bucket, count and sum).
 #[derive(Clone, Default)]
@@ -230,9 +197,7 @@ struct HistogramCells {
 
 impl fmt::Debug for LatencyHistogram {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LatencyHistogram")
-            .field("count", &self.inner.count.load(Ordering::Relaxed))
-            .finish()
+        f.debug_struct("LatencyHistogram").field("count", &self.inner.count.load(Ordering::Relaxed)).finish()
     }
 }
 
@@ -240,15 +205,10 @@ impl LatencyHistogram {
     pub fn observe(&self, elapsed: Duration) {
         let cells = &*self.inner;
         let seconds = elapsed.as_secs_f64();
-        let index = BUCKETS
-            .iter()
-            .position(|&bound| seconds <= bound)
-            .unwrap_or(BUCKETS.len());
+        let index = BUCKETS.iter().position(|&bound| seconds <= bound).unwrap_or(BUCKETS.len());
         cells.buckets[index].fetch_add(1, Ordering::Relaxed);
         cells.count.fetch_add(1, Ordering::Relaxed);
-        cells
-            .sum_nanos
-            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+        cells.sum_nanos.fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
     }
 }
 
@@ -266,12 +226,7 @@ impl EncodeMetric for LatencyHistogram {
             .zip(cells.buckets.iter().map(|b| b.load(Ordering::Relaxed)))
             .collect();
         let sum = cells.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        encoder.encode_histogram::<NoLabelSet>(
-            sum,
-            cells.count.load(Ordering::Relaxed),
-            &buckets,
-            None,
-        )
+        encoder.encode_histogram::<NoLabelSet>(sum, cells.count.load(Ordering::Relaxed), &buckets, None)
     }
 
     fn metric_type(&self) -> MetricType {
@@ -290,31 +245,12 @@ mod tests {
         metrics.call(Outcome::Timeout);
         metrics.call_latency(Duration::from_millis(3));
         metrics.peer_opened(ClientType::Browser, TransportKind::WebSocket);
-        let text = metrics.render(Counts {
-            sessions: 2,
-            browsers: 1,
-            agents: 0,
-        });
-        assert!(
-            text.contains("btcp_tool_calls_total{outcome=\"ok\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("btcp_tool_calls_total{outcome=\"timeout\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("btcp_tool_call_duration_seconds_bucket{le=\"0.005\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("btcp_tool_call_duration_seconds_count 1"),
-            "{text}"
-        );
+        let text = metrics.render(Counts { sessions: 2, browsers: 1, agents: 0 });
+        assert!(text.contains("btcp_tool_calls_total{outcome=\"ok\"} 1"), "{text}");
+        assert!(text.contains("btcp_tool_calls_total{outcome=\"timeout\"} 1"), "{text}");
+        assert!(text.contains("btcp_tool_call_duration_seconds_bucket{le=\"0.005\"} 1"), "{text}");
+        assert!(text.contains("btcp_tool_call_duration_seconds_count 1"), "{text}");
         assert!(text.contains("btcp_sessions 2"), "{text}");
-        assert!(
-            text.contains("btcp_connections{client_type=\"browser\",transport=\"websocket\"} 1"),
-            "{text}"
-        );
+        assert!(text.contains("btcp_connections{client_type=\"browser\",transport=\"websocket\"} 1"), "{text}");
     }
 }

@@ -13,12 +13,7 @@ pub struct TokenBucket {
 impl TokenBucket {
     /// A full bucket. `rate == 0` means no limit.
     pub fn new(rate: f64, burst: f64) -> TokenBucket {
-        TokenBucket {
-            rate,
-            burst,
-            tokens: burst,
-            last: Instant::now(),
-        }
+        TokenBucket { rate, burst, tokens: burst, last: Instant::now() }
     }
 
     /// Takes one token, or says how long until one is available.
@@ -56,16 +51,8 @@ mod tests {
         }
         let wait = bucket.try_take_at(start).unwrap_err();
         assert!(wait <= Duration::from_millis(100) && wait > Duration::ZERO);
-        assert!(
-            bucket
-                .try_take_at(start + Duration::from_millis(100))
-                .is_ok()
-        );
-        assert!(
-            bucket
-                .try_take_at(start + Duration::from_millis(100))
-                .is_err()
-        );
+        assert!(bucket.try_take_at(start + Duration::from_millis(100)).is_ok());
+        assert!(bucket.try_take_at(start + Duration::from_millis(100)).is_err());
         // Idle time refills only up to the burst.
         let later = start + Duration::from_secs(60);
         for _ in 0..3 {

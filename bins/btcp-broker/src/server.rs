@@ -34,10 +34,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             check_activated_bind(&listener, &config);
             listener
         }
-        None => Listener::Tcp(
-            listen::bind_tcp(config.listen)
-                .with_context(|| format!("listening on {}", config.listen))?,
-        ),
+        None => {
+            Listener::Tcp(listen::bind_tcp(config.listen).with_context(|| format!("listening on {}", config.listen))?)
+        }
     };
     let address = listener.local_addr();
     // Every connection is a file descriptor; a soft limit of 1024 (a common
@@ -52,29 +51,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         _ => {}
     }
     let shutdown = Shutdown::new();
-    shutdown
-        .on_signals()
-        .context("installing signal handlers")?;
+    shutdown.on_signals().context("installing signal handlers")?;
     let broker = Broker::new(config, shutdown.clone());
     let app = crate::http::router(broker.clone());
 
     tokio::spawn(sweep_idle_sessions(broker.clone()));
-    tracing::info!(
-        "listening on http://{address} (WebSocket ws://{address}/ws, demo page http://{address}/)"
-    );
+    tracing::info!("listening on http://{address} (WebSocket ws://{address}/ws, demo page http://{address}/)");
     if let Err(e) = systemd::notify_ready() {
         tracing::warn!(error = %e, "could not notify systemd");
     }
 
     let max_http = broker.config.max_connections + EXTRA_HTTP_CONNECTIONS;
     let accept_shutdown = shutdown.clone();
-    listen::serve(
-        listener,
-        "http",
-        max_http,
-        &shutdown,
-        move |stream, peer| serve_http(stream, peer, app.clone(), accept_shutdown.clone()),
-    )
+    listen::serve(listener, "http", max_http, &shutdown, move |stream, peer| {
+        serve_http(stream, peer, app.clone(), accept_shutdown.clone())
+    })
     .await;
     shutdown.wait(broker.config.shutdown_grace).await;
     tracing::info!("stopped");

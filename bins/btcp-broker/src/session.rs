@@ -105,9 +105,7 @@ pub struct SessionInfo {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn rfc3339(time: SystemTime) -> String {
@@ -137,10 +135,7 @@ impl Session {
     /// The browser and the tool list, as one consistent snapshot.
     pub fn browser_and_tools(&self) -> (Option<PeerHandle>, Arc<ToolSet>) {
         let state = self.state.lock().unwrap();
-        (
-            state.browser.as_ref().map(|b| b.peer.clone()),
-            state.tools.clone(),
-        )
+        (state.browser.as_ref().map(|b| b.peer.clone()), state.tools.clone())
     }
 
     pub fn tools(&self) -> Arc<ToolSet> {
@@ -175,10 +170,7 @@ impl Session {
     /// it was (a replaced browser leaving must not unseat its successor).
     pub fn detach_browser(&self, conn_id: u64) -> bool {
         let mut state = self.state.lock().unwrap();
-        let ours = state
-            .browser
-            .as_ref()
-            .is_some_and(|b| b.peer.conn_id() == conn_id);
+        let ours = state.browser.as_ref().is_some_and(|b| b.peer.conn_id() == conn_id);
         if ours {
             state.browser = None;
             if state.agents == 0 {
@@ -235,11 +227,7 @@ pub struct SessionRegistry {
 
 impl SessionRegistry {
     pub fn new(max_sessions: usize, max_agents: usize) -> SessionRegistry {
-        SessionRegistry {
-            sessions: Mutex::new(HashMap::new()),
-            max_sessions,
-            max_agents,
-        }
+        SessionRegistry { sessions: Mutex::new(HashMap::new()), max_sessions, max_agents }
     }
 
     /// Puts a browser in its session, creating the session if it is new, and
@@ -268,10 +256,7 @@ impl SessionRegistry {
         };
         let mut state = session.state.lock().unwrap();
         if state.agents >= self.max_agents {
-            return Err(AttachError::TooManyAgents {
-                session: session.id.clone(),
-                max: self.max_agents,
-            });
+            return Err(AttachError::TooManyAgents { session: session.id.clone(), max: self.max_agents });
         }
         state.agents += 1;
         state.idle_since = None;
@@ -309,9 +294,7 @@ impl SessionRegistry {
     /// Whether one more agent fits in session `id` (a new session has room).
     pub fn has_agent_room(&self, id: &str) -> bool {
         let sessions = self.sessions.lock().unwrap();
-        sessions
-            .get(id)
-            .is_none_or(|s| s.state.lock().unwrap().agents < self.max_agents)
+        sessions.get(id).is_none_or(|s| s.state.lock().unwrap().agents < self.max_agents)
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
@@ -321,11 +304,7 @@ impl SessionRegistry {
     /// Ids of the sessions that have a browser (what an agent can use).
     pub fn with_browser(&self) -> Vec<Arc<str>> {
         let sessions: Vec<Arc<Session>> = self.sessions.lock().unwrap().values().cloned().collect();
-        let mut ids: Vec<Arc<str>> = sessions
-            .into_iter()
-            .filter(|s| s.has_browser())
-            .map(|s| s.id.clone())
-            .collect();
+        let mut ids: Vec<Arc<str>> = sessions.into_iter().filter(|s| s.has_browser()).map(|s| s.id.clone()).collect();
         ids.sort_unstable();
         ids
     }
@@ -339,10 +318,7 @@ impl SessionRegistry {
 
     pub fn counts(&self) -> Counts {
         let sessions = self.sessions.lock().unwrap();
-        let mut counts = Counts {
-            sessions: sessions.len(),
-            ..Counts::default()
-        };
+        let mut counts = Counts { sessions: sessions.len(), ..Counts::default() };
         for session in sessions.values() {
             let state = session.state.lock().unwrap();
             counts.browsers += usize::from(state.browser.is_some());
@@ -357,9 +333,8 @@ impl SessionRegistry {
         let before = sessions.len();
         sessions.retain(|id, session| {
             let state = session.state.lock().unwrap();
-            let expired = state.browser.is_none()
-                && state.agents == 0
-                && state.idle_since.is_some_and(|t| t.elapsed() >= ttl);
+            let expired =
+                state.browser.is_none() && state.agents == 0 && state.idle_since.is_some_and(|t| t.elapsed() >= ttl);
             if expired {
                 tracing::info!(session = %id, "idle session removed");
             }
@@ -394,11 +369,7 @@ mod tests {
         let session = registry.attach_agent("s1", true).unwrap();
         assert_eq!(registry.remove_idle(Duration::ZERO), 0, "an agent holds it");
         session.remove_agent();
-        assert_eq!(
-            registry.remove_idle(Duration::from_secs(60)),
-            0,
-            "not idle long enough"
-        );
+        assert_eq!(registry.remove_idle(Duration::from_secs(60)), 0, "not idle long enough");
         assert_eq!(registry.remove_idle(Duration::ZERO), 1);
         assert!(registry.get("s1").is_none());
     }
@@ -406,19 +377,10 @@ mod tests {
     #[test]
     fn agents_and_sessions_are_capped_and_join_needs_an_existing_session() {
         let registry = SessionRegistry::new(1, 1);
-        assert!(matches!(
-            registry.attach_agent("nope", false),
-            Err(AttachError::NotFound(_))
-        ));
+        assert!(matches!(registry.attach_agent("nope", false), Err(AttachError::NotFound(_))));
         registry.attach_agent("s1", true).unwrap();
-        assert!(matches!(
-            registry.attach_agent("s1", false),
-            Err(AttachError::TooManyAgents { .. })
-        ));
-        assert!(matches!(
-            registry.attach_agent("s2", true),
-            Err(AttachError::TooManySessions(1))
-        ));
+        assert!(matches!(registry.attach_agent("s1", false), Err(AttachError::TooManyAgents { .. })));
+        assert!(matches!(registry.attach_agent("s2", true), Err(AttachError::TooManySessions(1))));
         assert!(registry.can_hold(Some("s1")) && !registry.can_hold(Some("s2")));
     }
 }

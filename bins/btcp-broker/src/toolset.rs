@@ -19,10 +19,7 @@ pub struct ToolSet {
 
 impl ToolSet {
     pub fn empty() -> ToolSet {
-        ToolSet {
-            names: HashSet::new(),
-            json: RawValue::from_string("[]".into()).expect("[] is JSON"),
-        }
+        ToolSet { names: HashSet::new(), json: RawValue::from_string("[]".into()).expect("[] is JSON") }
     }
 
     /// Checks a `tools/register` list: at most `max` tools, each an object with
@@ -32,10 +29,7 @@ impl ToolSet {
     pub fn validate(tools: Vec<Value>, max: usize) -> Result<ToolSet, Vec<String>> {
         let mut problems = Vec::new();
         if tools.len() > max {
-            problems.push(format!(
-                "too many tools: {} (at most {max} per session)",
-                tools.len()
-            ));
+            problems.push(format!("too many tools: {} (at most {max} per session)", tools.len()));
         }
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for (i, tool) in tools.iter().enumerate() {
@@ -46,23 +40,16 @@ impl ToolSet {
             match object.get("name").and_then(Value::as_str) {
                 Some(name) if !name.trim().is_empty() => {
                     if let Some(first) = seen.insert(name, i) {
-                        problems.push(format!(
-                            "tools[{i}].name: duplicate name {name:?} (also tools[{first}])"
-                        ));
+                        problems.push(format!("tools[{i}].name: duplicate name {name:?} (also tools[{first}])"));
                     }
                 }
                 _ => problems.push(format!("tools[{i}].name: must be a non-empty string")),
             }
-            if object
-                .get("description")
-                .is_some_and(|d| !d.is_string() && !d.is_null())
-            {
+            if object.get("description").is_some_and(|d| !d.is_string() && !d.is_null()) {
                 problems.push(format!("tools[{i}].description: must be a string"));
             }
             if !object.get("inputSchema").is_some_and(Value::is_object) {
-                problems.push(format!(
-                    "tools[{i}].inputSchema: must be an object (a JSON Schema)"
-                ));
+                problems.push(format!("tools[{i}].inputSchema: must be an object (a JSON Schema)"));
             }
         }
         if !problems.is_empty() {

@@ -37,17 +37,9 @@ fn help(args: &[&str]) -> String {
 fn help_lists_every_env_variable_with_its_default() {
     let text = help(&["--help"]);
     for var in ENV_VARS {
-        assert!(
-            text.contains(&format!("env: {var}")),
-            "--help lacks {var}:\n{text}"
-        );
+        assert!(text.contains(&format!("env: {var}")), "--help lacks {var}:\n{text}");
     }
-    for default in [
-        "[default: 8765]",
-        "[default: 127.0.0.1]",
-        "[default: 30000]",
-        "[default: 16]",
-    ] {
+    for default in ["[default: 8765]", "[default: 127.0.0.1]", "[default: 30000]", "[default: 16]"] {
         assert!(text.contains(default), "--help lacks {default}:\n{text}");
     }
     for command in ["serve", "sessions", "tools", "call"] {
@@ -59,20 +51,13 @@ fn help_lists_every_env_variable_with_its_default() {
 fn serve_help_has_the_same_settings() {
     let text = help(&["serve", "--help"]);
     for var in ENV_VARS {
-        assert!(
-            text.contains(&format!("env: {var}")),
-            "serve --help lacks {var}"
-        );
+        assert!(text.contains(&format!("env: {var}")), "serve --help lacks {var}");
     }
 }
 
 #[test]
 fn the_token_value_is_never_shown_in_help() {
-    let out = Command::new(BIN)
-        .arg("--help")
-        .env("BTCP_AUTH_TOKEN", "s3cret-value")
-        .output()
-        .unwrap();
+    let out = Command::new(BIN).arg("--help").env("BTCP_AUTH_TOKEN", "s3cret-value").output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains("s3cret-value"));
 }
 
@@ -85,10 +70,7 @@ fn config_failure(env: &[(&str, &str)], setting: &str) {
     let out = cmd.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{env:?}: {stderr}");
-    assert!(
-        stderr.contains(setting),
-        "{env:?}: the message names {setting}: {stderr}"
-    );
+    assert!(stderr.contains(setting), "{env:?}: the message names {setting}: {stderr}");
 }
 
 #[test]
@@ -96,23 +78,14 @@ fn bad_settings_exit_2_naming_the_setting() {
     config_failure(&[("BTCP_HOST", "0.0.0.0")], "BTCP_HOST");
     config_failure(&[("BTCP_HOST", "not-an-ip")], "BTCP_HOST");
     config_failure(&[("BTCP_ALLOWED_ORIGINS", "evil")], "BTCP_ALLOWED_ORIGINS");
-    config_failure(
-        &[
-            ("BTCP_CALL_TIMEOUT", "5000"),
-            ("BTCP_MAX_CALL_TIMEOUT", "10"),
-        ],
-        "BTCP_MAX_CALL_TIMEOUT",
-    );
+    config_failure(&[("BTCP_CALL_TIMEOUT", "5000"), ("BTCP_MAX_CALL_TIMEOUT", "10")], "BTCP_MAX_CALL_TIMEOUT");
     config_failure(&[("BTCP_MAX_SESSIONS", "0")], "BTCP_MAX_SESSIONS");
     config_failure(&[("BTCP_RATE_LIMIT", "-1")], "BTCP_RATE_LIMIT");
 }
 
 #[test]
 fn an_unparsable_value_exits_2() {
-    let out = Command::new(BIN)
-        .env("BTCP_PORT", "eighty")
-        .output()
-        .unwrap();
+    let out = Command::new(BIN).env("BTCP_PORT", "eighty").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--port"));
 }

@@ -45,11 +45,7 @@ impl Handshake {
     pub fn fail<S>(&self, cx: &Ctx<S>, error: RpcError) -> RpcError {
         let failures = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
         if failures >= MAX_FAILED_HELLOS {
-            tracing::warn!(
-                conn = cx.peer.conn_id(),
-                failures,
-                "too many failed hellos; closing the connection"
-            );
+            tracing::warn!(conn = cx.peer.conn_id(), failures, "too many failed hellos; closing the connection");
             cx.peer.close_after_reply();
         }
         error
@@ -72,11 +68,8 @@ pub fn not_identified(token_required: bool, hint: &str) -> RpcError {
     if token_required {
         errors::auth_failed()
     } else {
-        RpcError::new(
-            RpcError::INVALID_REQUEST,
-            "Client must identify with 'hello' method first",
-        )
-        .with_data(serde_json::json!({ "hint": hint }))
+        RpcError::new(RpcError::INVALID_REQUEST, "Client must identify with 'hello' method first")
+            .with_data(serde_json::json!({ "hint": hint }))
     }
 }
 
@@ -99,14 +92,8 @@ mod tests {
         assert!(check_token(None, None).is_ok());
         assert!(check_token(None, Some("anything")).is_ok());
         assert!(check_token(Some("t"), Some("t")).is_ok());
-        assert_eq!(
-            check_token(Some("t"), None).unwrap_err().code,
-            errors::AUTH_FAILED
-        );
-        assert_eq!(
-            check_token(Some("t"), Some("u")).unwrap_err().code,
-            errors::AUTH_FAILED
-        );
+        assert_eq!(check_token(Some("t"), None).unwrap_err().code, errors::AUTH_FAILED);
+        assert_eq!(check_token(Some("t"), Some("u")).unwrap_err().code, errors::AUTH_FAILED);
     }
 }
 
@@ -120,9 +107,7 @@ impl HelloFields {
         match params {
             serde_json::Value::Object(map) => Ok(HelloFields(map)),
             serde_json::Value::Null => Ok(HelloFields(serde_json::Map::new())),
-            _ => Err(RpcError::invalid_params(
-                "hello takes named params (an object)",
-            )),
+            _ => Err(RpcError::invalid_params("hello takes named params (an object)")),
         }
     }
 
@@ -138,29 +123,23 @@ impl HelloFields {
                 Err(RpcError::invalid_params(format!("missing field `{field}`")))
             }
             None | Some(serde_json::Value::Null) => Ok(None),
-            Some(serde_json::Value::String(s)) if required && s.trim().is_empty() => Err(
-                RpcError::invalid_params(format!("{field}: must not be empty")),
-            ),
+            Some(serde_json::Value::String(s)) if required && s.trim().is_empty() => {
+                Err(RpcError::invalid_params(format!("{field}: must not be empty")))
+            }
             Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
-            Some(other) => Err(RpcError::invalid_params(format!(
-                "{field}: expected a string, got {}",
-                json_type(other)
-            ))),
+            Some(other) => {
+                Err(RpcError::invalid_params(format!("{field}: expected a string, got {}", json_type(other))))
+            }
         }
     }
 
     /// The client's process id: a non-negative integer.
     pub fn pid(&self, required: bool) -> Result<Option<u64>, RpcError> {
         match self.0.get("pid") {
-            None | Some(serde_json::Value::Null) if required => {
-                Err(RpcError::invalid_params("missing field `pid`"))
-            }
+            None | Some(serde_json::Value::Null) if required => Err(RpcError::invalid_params("missing field `pid`")),
             None | Some(serde_json::Value::Null) => Ok(None),
             Some(value) => value.as_u64().map(Some).ok_or_else(|| {
-                RpcError::invalid_params(format!(
-                    "pid: expected a non-negative integer, got {}",
-                    json_type(value)
-                ))
+                RpcError::invalid_params(format!("pid: expected a non-negative integer, got {}", json_type(value)))
             }),
         }
     }

@@ -65,9 +65,7 @@ pub fn parse_switch(text: &str) -> Result<bool, String> {
     match text.trim().to_ascii_lowercase().as_str() {
         "" | "0" | "false" | "no" | "off" => Ok(false),
         "1" | "true" | "yes" | "on" => Ok(true),
-        other => Err(format!(
-            "expected 1 or 0 (or true/false, yes/no, on/off), got {other:?}"
-        )),
+        other => Err(format!("expected 1 or 0 (or true/false, yes/no, on/off), got {other:?}")),
     }
 }
 
@@ -107,22 +105,14 @@ impl Config {
         let bridge_addr = bind_address("SUPEX_HOST", &args.host, args.port);
         check_exposure("SUPEX_HOST", &args.host, args.allow_remote, &auth_token);
         let repl_addr = (!args.repl_disabled).then(|| {
-            check_exposure(
-                "SUPEX_REPL_HOST",
-                &args.repl_host,
-                args.allow_remote,
-                &auth_token,
-            );
+            check_exposure("SUPEX_REPL_HOST", &args.repl_host, args.allow_remote, &auth_token);
             bind_address("SUPEX_REPL_HOST", &args.repl_host, args.repl_port)
         });
         if let Some(repl) = repl_addr
             && repl == bridge_addr
             && args.port != 0
         {
-            config_error(
-                "SUPEX_REPL_PORT",
-                format!("the REPL and the bridge cannot both listen on {repl}"),
-            );
+            config_error("SUPEX_REPL_PORT", format!("the REPL and the bridge cannot both listen on {repl}"));
         }
         if args.max_message < 1024 {
             config_error("SUPEX_MAX_MESSAGE", "must be at least 1024 bytes");
@@ -130,21 +120,11 @@ impl Config {
         if args.max_connections == 0 {
             config_error("SUPEX_MAX_CONNECTIONS", "must be at least 1");
         }
-        let ruby = shlex::split(&args.ruby)
-            .filter(|words| !words.is_empty())
-            .unwrap_or_else(|| {
-                config_error(
-                    "SUPEX_RUBY",
-                    format!(
-                        "{:?} is not a command (empty or unbalanced quotes)",
-                        args.ruby
-                    ),
-                )
-            });
+        let ruby = shlex::split(&args.ruby).filter(|words| !words.is_empty()).unwrap_or_else(|| {
+            config_error("SUPEX_RUBY", format!("{:?} is not a command (empty or unbalanced quotes)", args.ruby))
+        });
         let policy = path_policy(args.allowed_roots.as_deref(), args.project_root.as_deref());
-        let log_dir = args
-            .log_dir
-            .or_else(|| dirs::data_dir().map(|d| d.join("supex-bridge").join("logs")));
+        let log_dir = args.log_dir.or_else(|| dirs::data_dir().map(|d| d.join("supex-bridge").join("logs")));
         Config {
             bridge_addr,
             repl_addr,
@@ -175,10 +155,7 @@ fn check_exposure(setting: &str, host: &str, allow_remote: bool, token: &Option<
         );
     }
     if token.is_none() {
-        config_error(
-            "SUPEX_AUTH_TOKEN",
-            format!("binding to the non-loopback address {host} requires a token"),
-        );
+        config_error("SUPEX_AUTH_TOKEN", format!("binding to the non-loopback address {host} requires a token"));
     }
 }
 
@@ -190,41 +167,29 @@ fn bind_address(setting: &str, host: &str, port: u16) -> SocketAddr {
         return SocketAddr::new(ip, port);
     }
     match (host, port).to_socket_addrs() {
-        Ok(mut addrs) => addrs
-            .next()
-            .unwrap_or_else(|| config_error(setting, format!("{host} resolves to no address"))),
+        Ok(mut addrs) => {
+            addrs.next().unwrap_or_else(|| config_error(setting, format!("{host} resolves to no address")))
+        }
         Err(e) => config_error(setting, format!("cannot resolve {host}: {e}")),
     }
 }
 
 fn path_policy(allowed: Option<&str>, project_root: Option<&Path>) -> PathPolicy {
-    let project_setting = if project_root.is_some() {
-        "SUPEX_PROJECT_ROOT"
-    } else {
-        "SUPEX_PROJECT_ROOT (unset: the current directory)"
-    };
+    let project_setting =
+        if project_root.is_some() { "SUPEX_PROJECT_ROOT" } else { "SUPEX_PROJECT_ROOT (unset: the current directory)" };
     let project = match project_root {
         Some(dir) => dir.to_owned(),
-        None => std::env::current_dir().unwrap_or_else(|e| {
-            config_error(
-                project_setting,
-                format!("cannot read the current directory: {e}"),
-            )
-        }),
+        None => std::env::current_dir()
+            .unwrap_or_else(|e| config_error(project_setting, format!("cannot read the current directory: {e}"))),
     };
     let project = std::fs::canonicalize(&project)
         .unwrap_or_else(|e| config_error(project_setting, format!("{}: {e}", project.display())));
     if !project.is_dir() {
-        config_error(
-            project_setting,
-            format!("{} is not a directory", project.display()),
-        );
+        config_error(project_setting, format!("{} is not a directory", project.display()));
     }
     let roots = match allowed.map(str::trim) {
         Some("*") => {
-            tracing::warn!(
-                "SUPEX_ALLOWED_ROOTS='*': file tools may read and write anywhere this user can"
-            );
+            tracing::warn!("SUPEX_ALLOWED_ROOTS='*': file tools may read and write anywhere this user can");
             AllowedRoots::Anywhere
         }
         None | Some("") => AllowedRoots::Only(Vec::new()),
@@ -232,15 +197,9 @@ fn path_policy(allowed: Option<&str>, project_root: Option<&Path>) -> PathPolicy
             list.split(':')
                 .filter(|p| !p.is_empty())
                 .map(|p| {
-                    std::fs::canonicalize(p)
-                        .ok()
-                        .filter(|c| c.is_dir())
-                        .unwrap_or_else(|| {
-                            config_error(
-                                "SUPEX_ALLOWED_ROOTS",
-                                format!("{p} is not an existing directory"),
-                            )
-                        })
+                    std::fs::canonicalize(p).ok().filter(|c| c.is_dir()).unwrap_or_else(|| {
+                        config_error("SUPEX_ALLOWED_ROOTS", format!("{p} is not an existing directory"))
+                    })
                 })
                 .collect(),
         ),

@@ -28,17 +28,8 @@ pub const BACKTRACE_LINES: usize = 20;
 /// A Ruby exception raised by evaluated code. `output` is what the code printed
 /// before it raised: kept, not lost.
 pub fn ruby_exception(error: &RubyException, output: &str) -> RpcError {
-    let backtrace: Vec<&str> = error
-        .backtrace
-        .iter()
-        .take(BACKTRACE_LINES)
-        .map(String::as_str)
-        .collect();
-    RpcError::new(
-        RUBY_ERROR,
-        format!("Ruby error: {}: {}", error.class, error.message),
-    )
-    .with_data(json!({
+    let backtrace: Vec<&str> = error.backtrace.iter().take(BACKTRACE_LINES).map(String::as_str).collect();
+    RpcError::new(RUBY_ERROR, format!("Ruby error: {}: {}", error.class, error.message)).with_data(json!({
         "reason": "exception",
         "class": error.class,
         "message": error.message,
@@ -69,10 +60,7 @@ pub fn runtime(error: &RuntimeError) -> RpcError {
 }
 
 pub fn auth_failed() -> RpcError {
-    RpcError::new(
-        AUTH_FAILED,
-        "Authentication failed: invalid or missing token",
-    )
+    RpcError::new(AUTH_FAILED, "Authentication failed: invalid or missing token")
 }
 
 pub fn path_denied(given: &str, resolved: Option<&Path>, reason: &str) -> RpcError {
@@ -86,12 +74,7 @@ pub fn path_denied(given: &str, resolved: Option<&Path>, reason: &str) -> RpcErr
 /// A file operation on an allowed path failed. Problems with the argument
 /// itself (nothing there, a directory where a file was expected) are -32602;
 /// anything else (disk full, I/O error) is -32603.
-pub fn file_operation(
-    what: &str,
-    given: &str,
-    resolved: &Path,
-    error: &std::io::Error,
-) -> RpcError {
+pub fn file_operation(what: &str, given: &str, resolved: &Path, error: &std::io::Error) -> RpcError {
     use std::io::ErrorKind::*;
     let data = json!({
         "path": given,
@@ -100,8 +83,8 @@ pub fn file_operation(
     });
     let message = format!("cannot {what} {}: {error}", resolved.display());
     match error.kind() {
-        NotFound | NotADirectory | IsADirectory | AlreadyExists | PermissionDenied
-        | InvalidInput | DirectoryNotEmpty => RpcError::invalid_params(message).with_data(data),
+        NotFound | NotADirectory | IsADirectory | AlreadyExists | PermissionDenied | InvalidInput
+        | DirectoryNotEmpty => RpcError::invalid_params(message).with_data(data),
         _ => RpcError::internal(message).with_data(data),
     }
 }

@@ -62,11 +62,7 @@ fn main() -> ExitCode {
 fn serve(args: ServeArgs, log: &LogArgs) -> ExitCode {
     log.init();
     let config = Config::from_args(args);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("supex-bridge")
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("supex-bridge").build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("supex-bridge: cannot start the async runtime: {e}");
@@ -90,10 +86,7 @@ fn parse() -> Cli {
 
 fn bad_arguments(error: clap::Error, command: &clap::Command) -> ! {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
-    if !matches!(
-        error.kind(),
-        ErrorKind::InvalidValue | ErrorKind::ValueValidation
-    ) {
+    if !matches!(error.kind(), ErrorKind::InvalidValue | ErrorKind::ValueValidation) {
         error.exit();
     }
     let arg = match error.get(ContextKind::InvalidArg) {
@@ -105,11 +98,7 @@ fn bad_arguments(error: clap::Error, command: &clap::Command) -> ! {
         _ => String::new(),
     };
     // `--port <PORT>` -> the argument's env variable, if it has one.
-    let long = arg
-        .split_whitespace()
-        .next()
-        .unwrap_or(&arg)
-        .trim_start_matches('-');
+    let long = arg.split_whitespace().next().unwrap_or(&arg).trim_start_matches('-');
     let env = std::iter::once(command)
         .chain(command.get_subcommands())
         .flat_map(|c| c.get_arguments())

@@ -38,10 +38,7 @@ pub struct PathPolicy {
 #[derive(Debug, PartialEq)]
 pub enum PathRefusal {
     /// Outside every allowed root (-32002). `resolved` is what the path really names.
-    Denied {
-        resolved: Option<PathBuf>,
-        reason: String,
-    },
+    Denied { resolved: Option<PathBuf>, reason: String },
     /// Not a usable path at all (empty, NUL byte): -32602.
     Invalid(String),
 }
@@ -61,10 +58,7 @@ impl PathPolicy {
                 AllowedRoots::Only(list)
             }
         };
-        PathPolicy {
-            roots,
-            project_root,
-        }
+        PathPolicy { roots, project_root }
     }
 
     pub fn project_root(&self) -> &Path {
@@ -91,10 +85,8 @@ impl PathPolicy {
         }
         let base = workspace.unwrap_or(&self.project_root);
         let joined = base.join(given);
-        let resolved = resolve(&joined).map_err(|e| PathRefusal::Denied {
-            resolved: None,
-            reason: format!("cannot resolve the path: {e}"),
-        })?;
+        let resolved = resolve(&joined)
+            .map_err(|e| PathRefusal::Denied { resolved: None, reason: format!("cannot resolve the path: {e}") })?;
         let allowed = match &self.roots {
             AllowedRoots::Anywhere => true,
             AllowedRoots::Only(roots) => {
@@ -105,10 +97,7 @@ impl PathPolicy {
         if allowed {
             Ok(resolved)
         } else {
-            Err(PathRefusal::Denied {
-                resolved: Some(resolved),
-                reason: "outside the allowed roots".into(),
-            })
+            Err(PathRefusal::Denied { resolved: Some(resolved), reason: "outside the allowed roots".into() })
         }
     }
 }
@@ -164,12 +153,7 @@ pub fn resolve(path: &Path) -> io::Result<PathBuf> {
             Ok(_) => resolved = next,
             // Nothing there (or a file where a directory would be): nothing below
             // can exist either, so the rest is appended as it is.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                ) =>
-            {
+            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
                 resolved = next;
                 missing = 1;
             }
@@ -215,12 +199,7 @@ mod tests {
         std::fs::write(base.join("outside/secret"), "s").unwrap();
         let root = base.join("root");
         let policy = PathPolicy::new(AllowedRoots::Only(vec![]), root.clone());
-        Fixture {
-            _dir: dir,
-            base,
-            root,
-            policy,
-        }
+        Fixture { _dir: dir, base, root, policy }
     }
 
     fn denied(result: Result<PathBuf, PathRefusal>) -> Option<PathBuf> {
@@ -234,10 +213,7 @@ mod tests {
     fn relative_paths_resolve_against_the_project_root() {
         let f = fixture();
         assert_eq!(f.policy.check("a.txt", None).unwrap(), f.root.join("a.txt"));
-        assert_eq!(
-            f.policy.check("sub/new.txt", None).unwrap(),
-            f.root.join("sub/new.txt")
-        );
+        assert_eq!(f.policy.check("sub/new.txt", None).unwrap(), f.root.join("sub/new.txt"));
         assert_eq!(f.policy.check(".", None).unwrap(), f.root);
     }
 
@@ -245,28 +221,16 @@ mod tests {
     fn absolute_paths_outside_are_denied_with_the_resolved_path() {
         let f = fixture();
         let outside = f.base.join("outside/secret");
-        assert_eq!(
-            denied(f.policy.check(outside.to_str().unwrap(), None)),
-            Some(outside)
-        );
+        assert_eq!(denied(f.policy.check(outside.to_str().unwrap(), None)), Some(outside));
         assert!(denied(f.policy.check("/etc/passwd", None)).is_some());
     }
 
     #[test]
     fn dotdot_inside_a_root_is_fine_and_out_of_it_is_denied() {
         let f = fixture();
-        assert_eq!(
-            f.policy.check("sub/../a.txt", None).unwrap(),
-            f.root.join("a.txt")
-        );
-        assert_eq!(
-            f.policy.check("nonexistent/../a.txt", None).unwrap(),
-            f.root.join("a.txt")
-        );
-        assert_eq!(
-            denied(f.policy.check("../outside/secret", None)),
-            Some(f.base.join("outside/secret"))
-        );
+        assert_eq!(f.policy.check("sub/../a.txt", None).unwrap(), f.root.join("a.txt"));
+        assert_eq!(f.policy.check("nonexistent/../a.txt", None).unwrap(), f.root.join("a.txt"));
+        assert_eq!(denied(f.policy.check("../outside/secret", None)), Some(f.base.join("outside/secret")));
         assert!(denied(f.policy.check("sub/../../outside/new", None)).is_some());
         assert!(denied(f.policy.check("nothere/../../outside", None)).is_some());
     }
@@ -275,10 +239,7 @@ mod tests {
     fn a_sibling_with_the_root_as_prefix_is_not_inside() {
         let f = fixture();
         let bad = f.base.join("rootbad/x");
-        assert_eq!(
-            denied(f.policy.check(bad.to_str().unwrap(), None)),
-            Some(bad)
-        );
+        assert_eq!(denied(f.policy.check(bad.to_str().unwrap(), None)), Some(bad));
         assert!(denied(f.policy.check("../rootbad", None)).is_some());
     }
 
@@ -287,10 +248,7 @@ mod tests {
         let f = fixture();
         symlink(f.base.join("outside/secret"), f.root.join("leak")).unwrap();
         symlink(f.root.join("a.txt"), f.root.join("alias")).unwrap();
-        assert_eq!(
-            denied(f.policy.check("leak", None)),
-            Some(f.base.join("outside/secret"))
-        );
+        assert_eq!(denied(f.policy.check("leak", None)), Some(f.base.join("outside/secret")));
         assert_eq!(f.policy.check("alias", None).unwrap(), f.root.join("a.txt"));
     }
 
@@ -298,10 +256,7 @@ mod tests {
     fn a_symlinked_parent_of_a_new_file_cannot_escape() {
         let f = fixture();
         symlink(f.base.join("outside"), f.root.join("door")).unwrap();
-        assert_eq!(
-            denied(f.policy.check("door/new.txt", None)),
-            Some(f.base.join("outside/new.txt"))
-        );
+        assert_eq!(denied(f.policy.check("door/new.txt", None)), Some(f.base.join("outside/new.txt")));
         assert!(denied(f.policy.check("door/deeper/new.txt", None)).is_some());
     }
 
@@ -310,10 +265,7 @@ mod tests {
         let f = fixture();
         symlink(f.base.join("outside/not-yet"), f.root.join("dangling")).unwrap();
         symlink(f.base.join("outside/no-dir"), f.root.join("dangling-dir")).unwrap();
-        assert_eq!(
-            denied(f.policy.check("dangling", None)),
-            Some(f.base.join("outside/not-yet"))
-        );
+        assert_eq!(denied(f.policy.check("dangling", None)), Some(f.base.join("outside/not-yet")));
         assert!(denied(f.policy.check("dangling-dir/file", None)).is_some());
         assert!(denied(f.policy.check("missing/../dangling", None)).is_some());
     }
@@ -332,50 +284,27 @@ mod tests {
         let link = f.base.join("root-link");
         symlink(&f.root, &link).unwrap();
         // What config.rs does with a root given through a symlink (macOS /tmp).
-        let policy = PathPolicy::new(
-            AllowedRoots::Only(vec![]),
-            std::fs::canonicalize(&link).unwrap(),
-        );
+        let policy = PathPolicy::new(AllowedRoots::Only(vec![]), std::fs::canonicalize(&link).unwrap());
         let through_link = link.join("a.txt");
-        assert_eq!(
-            policy.check(through_link.to_str().unwrap(), None).unwrap(),
-            f.root.join("a.txt")
-        );
-        assert_eq!(
-            policy.check("new.txt", None).unwrap(),
-            f.root.join("new.txt")
-        );
+        assert_eq!(policy.check(through_link.to_str().unwrap(), None).unwrap(), f.root.join("a.txt"));
+        assert_eq!(policy.check("new.txt", None).unwrap(), f.root.join("new.txt"));
     }
 
     #[test]
     fn a_workspace_is_an_extra_root_and_the_base_of_relative_paths() {
         let f = fixture();
         let ws = f.base.join("outside");
-        assert_eq!(
-            f.policy.check("secret", Some(&ws)).unwrap(),
-            ws.join("secret")
-        );
+        assert_eq!(f.policy.check("secret", Some(&ws)).unwrap(), ws.join("secret"));
         let in_root = f.root.join("a.txt");
-        assert_eq!(
-            f.policy
-                .check(in_root.to_str().unwrap(), Some(&ws))
-                .unwrap(),
-            in_root
-        );
+        assert_eq!(f.policy.check(in_root.to_str().unwrap(), Some(&ws)).unwrap(), in_root);
         assert!(denied(f.policy.check("../rootbad", Some(&ws))).is_some());
     }
 
     #[test]
     fn the_root_itself_and_extra_roots_are_allowed() {
         let f = fixture();
-        let policy = PathPolicy::new(
-            AllowedRoots::Only(vec![f.base.join("rootbad")]),
-            f.root.clone(),
-        );
-        assert_eq!(
-            policy.check(f.root.to_str().unwrap(), None).unwrap(),
-            f.root
-        );
+        let policy = PathPolicy::new(AllowedRoots::Only(vec![f.base.join("rootbad")]), f.root.clone());
+        assert_eq!(policy.check(f.root.to_str().unwrap(), None).unwrap(), f.root);
         assert!(policy.check("../rootbad/new", None).is_ok());
         assert!(denied(policy.check("../outside", None)).is_some());
         let anywhere = PathPolicy::new(AllowedRoots::Anywhere, f.root.clone());
@@ -385,13 +314,7 @@ mod tests {
     #[test]
     fn empty_and_nul_paths_are_invalid() {
         let f = fixture();
-        assert!(matches!(
-            f.policy.check("", None),
-            Err(PathRefusal::Invalid(_))
-        ));
-        assert!(matches!(
-            f.policy.check("a\0b", None),
-            Err(PathRefusal::Invalid(_))
-        ));
+        assert!(matches!(f.policy.check("", None), Err(PathRefusal::Invalid(_))));
+        assert!(matches!(f.policy.check("a\0b", None), Err(PathRefusal::Invalid(_))));
     }
 }

@@ -33,23 +33,14 @@ pub fn router(app: Arc<App>) -> Arc<Router<ReplConn>> {
     let eval_app = app.clone();
     let complete_app = app;
     Router::new()
-        .method("hello", move |cx, params| {
-            hello(hello_app.clone(), cx, params)
-        })
-        .method("ping", |_, _: NoParams| async {
-            Ok(json!({"status": "ok"}))
-        })
+        .method("hello", move |cx, params| hello(hello_app.clone(), cx, params))
+        .method("ping", |_, _: NoParams| async { Ok(json!({"status": "ok"})) })
         .method("eval", move |_, params| eval(eval_app.clone(), params))
-        .method("complete", move |_, params| {
-            complete(complete_app.clone(), params)
-        })
+        .method("complete", move |_, params| complete(complete_app.clone(), params))
         .guard(move |cx, method| match method {
             "hello" | "ping" => Ok(()),
             _ if cx.state.handshake.is_identified() => Ok(()),
-            _ => Err(auth::not_identified(
-                token_required,
-                "Send hello first (params: name, version, pid, token)",
-            )),
+            _ => Err(auth::not_identified(token_required, "Send hello first (params: name, version, pid, token)")),
         })
         .build()
         .expect("the REPL registers each method once")
@@ -66,19 +57,11 @@ async fn hello(app: Arc<App>, cx: Ctx<ReplConn>, params: Value) -> Result<Welcom
     let handshake = &cx.state.handshake;
     let fields = HelloFields::new(params).map_err(|e| handshake.fail(&cx, e))?;
     if let Err(e) = auth::check_token(app.auth_token.as_deref(), fields.token()) {
-        tracing::warn!(
-            conn = cx.peer.conn_id(),
-            "REPL authentication failed: invalid or missing token"
-        );
+        tracing::warn!(conn = cx.peer.conn_id(), "REPL authentication failed: invalid or missing token");
         return Err(handshake.fail(&cx, e));
     }
-    let identity = (|| {
-        Ok::<_, RpcError>((
-            fields.text("name", false)?,
-            fields.text("version", false)?,
-            fields.pid(false)?,
-        ))
-    })();
+    let identity =
+        (|| Ok::<_, RpcError>((fields.text("name", false)?, fields.text("version", false)?, fields.pid(false)?)))();
     let (name, version, pid) = identity.map_err(|e| handshake.fail(&cx, e))?;
     let session = cx
         .state
@@ -100,10 +83,7 @@ async fn hello(app: Arc<App>, cx: Ctx<ReplConn>, params: Value) -> Result<Welcom
     Ok(Welcome {
         success: true,
         session,
-        server: crate::bridge::ServerInfo {
-            name: "supex-repl",
-            version: env!("CARGO_PKG_VERSION"),
-        },
+        server: crate::bridge::ServerInfo { name: "supex-repl", version: env!("CARGO_PKG_VERSION") },
     })
 }
 
@@ -155,10 +135,6 @@ async fn eval(app: Arc<App>, params: Code) -> Result<Evaluated, RpcError> {
 }
 
 async fn complete(app: Arc<App>, params: Code) -> Result<Value, RpcError> {
-    let complete = app
-        .runtime
-        .complete(&params.code)
-        .await
-        .map_err(|e| errors::runtime(&e))?;
+    let complete = app.runtime.complete(&params.code).await.map_err(|e| errors::runtime(&e))?;
     Ok(json!({ "complete": complete }))
 }

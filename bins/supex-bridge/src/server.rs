@@ -54,12 +54,7 @@ pub async fn run(config: Config) -> ExitCode {
     if let Some(path) = console.path() {
         tracing::info!(path = %path.display(), "runtime console log");
     }
-    let runtime = Runtime::start(
-        RuntimeConfig {
-            command: config.ruby.clone(),
-        },
-        console,
-    );
+    let runtime = Runtime::start(RuntimeConfig { command: config.ruby.clone() }, console);
     match config.policy.roots() {
         Some(roots) => tracing::info!(
             roots = %roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(":"),
@@ -85,25 +80,11 @@ pub async fn run(config: Config) -> ExitCode {
     };
     let bridge_router = bridge::router(app.clone());
     let bridge_addr = bridge_listener.local_addr();
-    spawn_server(
-        &shutdown,
-        bridge_listener,
-        "bridge",
-        bridge_router,
-        bridge::BridgeConn::default,
-        limits.clone(),
-    );
+    spawn_server(&shutdown, bridge_listener, "bridge", bridge_router, bridge::BridgeConn::default, limits.clone());
     let mut repl_addr = None;
     if let Some(l) = repl_listener {
         repl_addr = Some(l.local_addr());
-        spawn_server(
-            &shutdown,
-            l,
-            "repl",
-            repl::router(app.clone()),
-            repl::ReplConn::default,
-            limits,
-        );
+        spawn_server(&shutdown, l, "repl", repl::router(app.clone()), repl::ReplConn::default, limits);
     }
     tracing::info!(
         bridge = %bridge_addr,
@@ -142,7 +123,5 @@ fn spawn_server<S: Send + Sync + 'static>(
     limits: NdjsonLimits,
 ) {
     let sd = shutdown.clone();
-    shutdown.spawn(async move {
-        listen::serve_ndjson(listener, name, limits, &sd, router, new_state).await
-    });
+    shutdown.spawn(async move { listen::serve_ndjson(listener, name, limits, &sd, router, new_state).await });
 }

@@ -32,10 +32,7 @@ fn help_lists_every_setting_with_its_env_variable_and_default() {
         "RUST_LOG",
         "LOG_FORMAT",
     ] {
-        assert!(
-            text.contains(&format!("[env: {var}")),
-            "--help lacks {var}:\n{text}"
-        );
+        assert!(text.contains(&format!("[env: {var}")), "--help lacks {var}:\n{text}");
     }
     for default in [
         "[default: 9876]",
@@ -50,19 +47,12 @@ fn help_lists_every_setting_with_its_env_variable_and_default() {
     for command in ["serve", "call", "repl", "ping"] {
         assert!(text.contains(command), "--help lacks the {command} command");
     }
-    assert_eq!(
-        help(&["serve", "--help"]).matches("[env: SUPEX_").count(),
-        14
-    );
+    assert_eq!(help(&["serve", "--help"]).matches("[env: SUPEX_").count(), 14);
 }
 
 #[test]
 fn the_token_value_is_never_shown_in_help() {
-    let out = Command::new(BIN)
-        .arg("--help")
-        .env("SUPEX_AUTH_TOKEN", "very-secret-value")
-        .output()
-        .unwrap();
+    let out = Command::new(BIN).arg("--help").env("SUPEX_AUTH_TOKEN", "very-secret-value").output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains("very-secret-value"));
 }
 
@@ -75,15 +65,9 @@ fn client_commands_document_their_settings() {
 
 #[test]
 fn a_bad_value_is_one_line_naming_the_env_variable_and_exit_2() {
-    let out = Command::new(BIN)
-        .env("SUPEX_MAX_CONNECTIONS", "many")
-        .output()
-        .unwrap();
+    let out = Command::new(BIN).env("SUPEX_MAX_CONNECTIONS", "many").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("SUPEX_MAX_CONNECTIONS (--max-connections)"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("SUPEX_MAX_CONNECTIONS (--max-connections)"), "{stderr}");
 }

@@ -42,9 +42,7 @@ pub async fn echo_server(addr: SocketAddr) -> Result<SocketAddr> {
 }
 
 /// B2 baseline: jsonrpsee's WebSocket server with a `ping` method.
-pub async fn jsonrpsee_server(
-    addr: SocketAddr,
-) -> Result<(SocketAddr, jsonrpsee::server::ServerHandle)> {
+pub async fn jsonrpsee_server(addr: SocketAddr) -> Result<(SocketAddr, jsonrpsee::server::ServerHandle)> {
     let server = jsonrpsee::server::Server::builder().build(addr).await?;
     let local = server.local_addr()?;
     let mut module = jsonrpsee::RpcModule::new(());
@@ -55,17 +53,12 @@ pub async fn jsonrpsee_server(
 /// The engine alone: rpc-core serving `ping` over NDJSON/TCP and WebSocket, to
 /// see what the daemons' own work costs on top of it.
 pub async fn core_servers(ndjson: SocketAddr, ws: SocketAddr) -> Result<(SocketAddr, SocketAddr)> {
-    let router = Router::<()>::new()
-        .method("ping", |_, _: NoParams| async { Ok(json!({"pong": true})) })
-        .build()?;
+    let router = Router::<()>::new().method("ping", |_, _: NoParams| async { Ok(json!({"pong": true})) }).build()?;
     let shutdown = rpc_core::Shutdown::new();
     let listener = rpc_core::listen::bind_tcp(ndjson)?;
     let ndjson = listener.local_addr()?;
     let r = router.clone();
-    let limits = rpc_core::listen::NdjsonLimits {
-        max_connections: 100_000,
-        ..Default::default()
-    };
+    let limits = rpc_core::listen::NdjsonLimits { max_connections: 100_000, ..Default::default() };
     tokio::spawn(async move {
         let listener = rpc_core::listen::Listener::Tcp(listener);
         rpc_core::listen::serve_ndjson(listener, "core-ndjson", limits, &shutdown, r, || ()).await
@@ -78,17 +71,11 @@ pub async fn core_servers(ndjson: SocketAddr, ws: SocketAddr) -> Result<(SocketA
             tokio::spawn(async move {
                 let _ = stream.set_nodelay(true);
                 let config = websocket::config(websocket::DEFAULT_MAX_MESSAGE);
-                let Ok(ws) =
-                    tokio_tungstenite::accept_async_with_config(stream, Some(config)).await
-                else {
+                let Ok(ws) = tokio_tungstenite::accept_async_with_config(stream, Some(config)).await else {
                     return;
                 };
-                let (_peer, conn) = rpc_core::Connection::new(
-                    websocket::transport(ws),
-                    router,
-                    Arc::new(()),
-                    Default::default(),
-                );
+                let (_peer, conn) =
+                    rpc_core::Connection::new(websocket::transport(ws), router, Arc::new(()), Default::default());
                 conn.run().await;
             });
         }
@@ -100,9 +87,8 @@ pub async fn core_servers(ndjson: SocketAddr, ws: SocketAddr) -> Result<(SocketA
 /// registers an `echo` tool and answers every call at once.
 pub async fn btcp_browser(base: &str, session: &str) -> Result<PeerHandle> {
     let url = format!("{base}/ws?clientType=browser&sessionId={session}");
-    let (ws, _) = tokio_tungstenite::connect_async(url.as_str())
-        .await
-        .with_context(|| format!("connecting to {url}"))?;
+    let (ws, _) =
+        tokio_tungstenite::connect_async(url.as_str()).await.with_context(|| format!("connecting to {url}"))?;
     let router = Router::<()>::new()
         .method("tools/call", |_, _: Value| async {
             Ok(json!({"content": [{"type": "text", "text": "ok"}], "isError": false}))
@@ -110,11 +96,9 @@ pub async fn btcp_browser(base: &str, session: &str) -> Result<PeerHandle> {
         .method("ping", |_, _: NoParams| async { Ok(json!({"pong": true})) })
         .build()?;
     let peer = rpc_core::client::spawn(websocket::transport(ws), router, ());
-    let tools = json!({"tools": [{"name": "echo", "description": "answers at once", "inputSchema": {"type": "object"}}]});
-    let registered: Value = peer
-        .request("tools/register", tools)
-        .await
-        .context("tools/register")?;
+    let tools =
+        json!({"tools": [{"name": "echo", "description": "answers at once", "inputSchema": {"type": "object"}}]});
+    let registered: Value = peer.request("tools/register", tools).await.context("tools/register")?;
     if registered.get("registered") != Some(&json!(1)) {
         bail!("unexpected tools/register answer: {registered}");
     }
@@ -144,11 +128,7 @@ impl IdleConnections {
                 opened.fetch_add(1, Ordering::Relaxed);
                 while let Some(done) = rx.recv().await {
                     let ok = async {
-                        sink.send(Message::text(
-                            r#"{"jsonrpc":"2.0","id":"idle","method":"ping"}"#,
-                        ))
-                        .await
-                        .ok()?;
+                        sink.send(Message::text(r#"{"jsonrpc":"2.0","id":"idle","method":"ping"}"#)).await.ok()?;
                         loop {
                             match stream.next().await? {
                                 Ok(Message::Text(t)) if t.as_str().contains(r#""id":"idle""#) => {
@@ -159,20 +139,13 @@ impl IdleConnections {
                             }
                         }
                     };
-                    let answered = tokio::time::timeout(Duration::from_secs(10), ok)
-                        .await
-                        .ok()
-                        .flatten()
-                        .is_some();
+                    let answered = tokio::time::timeout(Duration::from_secs(10), ok).await.ok().flatten().is_some();
                     let _ = done.send(answered);
                 }
             });
             sockets.push(tx);
         }
-        eprintln!(
-            "opened {count} connections in {:.1} s",
-            started.elapsed().as_secs_f64()
-        );
+        eprintln!("opened {count} connections in {:.1} s", started.elapsed().as_secs_f64());
         Ok(IdleConnections { sockets })
     }
 
@@ -194,12 +167,6 @@ impl IdleConnections {
 /// Resident set size of a process, from /proc (Linux).
 pub fn rss_mib(pid: u32) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
+    let kib: f64 = status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
 }

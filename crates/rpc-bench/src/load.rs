@@ -66,9 +66,7 @@ pub async fn run(load: &Load) -> Result<Report> {
     let mut tasks = Vec::new();
     for _ in 0..load.connections {
         let load = load.clone();
-        tasks.push(tokio::spawn(async move {
-            connection(&load, measure_from, stop_at).await
-        }));
+        tasks.push(tokio::spawn(async move { connection(&load, measure_from, stop_at).await }));
     }
     let mut hist = Histogram::<u64>::new(3)?;
     let (mut requests, mut errors) = (0, 0);
@@ -99,10 +97,7 @@ fn request(id: u64, method: &str, params: &str) -> String {
 fn reply_id(text: &[u8]) -> Option<u64> {
     let at = memchr::memmem::find(text, b"\"id\":")? + 5;
     let digits = text[at..].iter().take_while(|b| b.is_ascii_digit()).count();
-    std::str::from_utf8(&text[at..at + digits])
-        .ok()?
-        .parse()
-        .ok()
+    std::str::from_utf8(&text[at..at + digits]).ok()?.parse().ok()
 }
 
 fn is_error(text: &[u8]) -> bool {
@@ -123,11 +118,7 @@ impl Flight {
         Ok(Flight {
             next_id: 1_000,
             sent: HashMap::new(),
-            stats: ConnStats {
-                hist: Histogram::new(3)?,
-                requests: 0,
-                errors: 0,
-            },
+            stats: ConnStats { hist: Histogram::new(3)?, requests: 0, errors: 0 },
             measure_from,
             stop_at,
         })
@@ -170,21 +161,12 @@ async fn connection(load: &Load, measure_from: Instant, stop_at: Instant) -> Res
     }
 }
 
-async fn ndjson_connection(
-    addr: &str,
-    load: &Load,
-    measure_from: Instant,
-    stop_at: Instant,
-) -> Result<ConnStats> {
-    let mut stream = TcpStream::connect(addr)
-        .await
-        .with_context(|| format!("connecting to {addr}"))?;
+async fn ndjson_connection(addr: &str, load: &Load, measure_from: Instant, stop_at: Instant) -> Result<ConnStats> {
+    let mut stream = TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
     stream.set_nodelay(true)?;
     let mut buf = Vec::with_capacity(64 * 1024);
     if let Some((method, params)) = &load.hello {
-        stream
-            .write_all(format!("{}\n", request(1, method, params)).as_bytes())
-            .await?;
+        stream.write_all(format!("{}\n", request(1, method, params)).as_bytes()).await?;
         read_line(&mut stream, &mut buf).await?;
         buf.clear();
     }
@@ -220,8 +202,7 @@ async fn ndjson_connection(
         if !out.is_empty() {
             stream.write_all(out.as_bytes()).await?;
         }
-        if !flight.running(now) && flight.sent.is_empty() || now > stop_at + Duration::from_secs(10)
-        {
+        if !flight.running(now) && flight.sent.is_empty() || now > stop_at + Duration::from_secs(10) {
             return Ok(flight.stats);
         }
     }
@@ -259,8 +240,7 @@ async fn ws_connection(load: &Load, measure_from: Instant, stop_at: Instant) -> 
     let now = Instant::now();
     for _ in 0..load.window {
         let id = flight.issue(now);
-        sink.feed(Message::text(request(id, &load.method, &load.params)))
-            .await?;
+        sink.feed(Message::text(request(id, &load.method, &load.params))).await?;
     }
     sink.flush().await?;
     loop {
@@ -272,9 +252,7 @@ async fn ws_connection(load: &Load, measure_from: Instant, stop_at: Instant) -> 
                 stream.next().await
             }
         };
-        let Some(msg) = msg else {
-            bail!("server closed the connection")
-        };
+        let Some(msg) = msg else { bail!("server closed the connection") };
         let now = Instant::now();
         let text = match msg? {
             Message::Text(t) => t,
@@ -283,11 +261,9 @@ async fn ws_connection(load: &Load, measure_from: Instant, stop_at: Instant) -> 
         };
         if flight.complete(text.as_bytes(), now) && flight.running(now) {
             let id = flight.issue(now);
-            sink.feed(Message::text(request(id, &load.method, &load.params)))
-                .await?;
+            sink.feed(Message::text(request(id, &load.method, &load.params))).await?;
         }
-        if !flight.running(now) && flight.sent.is_empty() || now > stop_at + Duration::from_secs(10)
-        {
+        if !flight.running(now) && flight.sent.is_empty() || now > stop_at + Duration::from_secs(10) {
             break;
         }
     }
@@ -302,14 +278,12 @@ mod tests {
 
     #[test]
     fn reply_ids_are_found_in_replies_and_echoed_requests_but_not_notifications() {
-        assert_eq!(
-            reply_id(br#"{"jsonrpc":"2.0","id":1234,"result":{"pong":true}}"#),
-            Some(1234)
-        );
+        assert_eq!(reply_id(br#"{"jsonrpc":"2.0","id":1234,"result":{"pong":true}}"#), Some(1234));
         assert_eq!(reply_id(request(77, "ping", "{}").as_bytes()), Some(77));
-        assert_eq!(reply_id(br#"{"jsonrpc":"2.0","method":"welcome","params":{"sessionId":"x","clientId":"y"}}"#), None);
-        assert!(is_error(
-            br#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"x"}}"#
-        ));
+        assert_eq!(
+            reply_id(br#"{"jsonrpc":"2.0","method":"welcome","params":{"sessionId":"x","clientId":"y"}}"#),
+            None
+        );
+        assert!(is_error(br#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"x"}}"#));
     }
 }

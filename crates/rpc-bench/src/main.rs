@@ -14,11 +14,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "rpc-bench",
-    version,
-    about = "Load generator and same-run baselines for the daemons"
-)]
+#[command(name = "rpc-bench", version, about = "Load generator and same-run baselines for the daemons")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -94,17 +90,7 @@ async fn main() -> Result<()> {
     // Inherited by the daemons the suite starts.
     rpc_core::listen::raise_fd_limit();
     match Cli::parse().command {
-        Command::Load {
-            target,
-            method,
-            params,
-            window,
-            connections,
-            seconds,
-            warmup,
-            hello,
-            json,
-        } => {
+        Command::Load { target, method, params, window, connections, seconds, warmup, hello, json } => {
             let load = load::Load {
                 target,
                 method,

@@ -54,37 +54,21 @@ impl Drop for Daemon {
 }
 
 fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
 fn start(bin: &str, env: &[(&str, String)]) -> Result<Daemon> {
-    let dir = std::env::current_exe()?
-        .parent()
-        .context("binary directory")?
-        .to_owned();
+    let dir = std::env::current_exe()?.parent().context("binary directory")?.to_owned();
     let path = dir.join(bin);
     if !path.exists() {
-        bail!(
-            "{} is not built (run `cargo build --release --workspace --bins`)",
-            path.display()
-        );
+        bail!("{} is not built (run `cargo build --release --workspace --bins`)", path.display());
     }
     let mut cmd = Command::new(&path);
-    cmd.env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
+    cmd.env("RUST_LOG", "warn").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
     for (k, v) in env {
         cmd.env(k, v);
     }
-    Ok(Daemon {
-        child: cmd
-            .spawn()
-            .with_context(|| format!("starting {}", path.display()))?,
-    })
+    Ok(Daemon { child: cmd.spawn().with_context(|| format!("starting {}", path.display()))? })
 }
 
 fn wait_for(addr: SocketAddr) -> Result<()> {
@@ -103,14 +87,7 @@ impl Options {
         self.only.iter().any(|o| o.eq_ignore_ascii_case(id))
     }
 
-    fn load(
-        &self,
-        target: String,
-        method: &str,
-        params: &str,
-        window: usize,
-        connections: usize,
-    ) -> Load {
+    fn load(&self, target: String, method: &str, params: &str, window: usize, connections: usize) -> Load {
         Load {
             target,
             method: method.to_owned(),
@@ -125,9 +102,7 @@ impl Options {
 }
 
 async fn measure(label: &str, load: &Load) -> Result<Report> {
-    let report = load::run(load)
-        .await
-        .with_context(|| format!("{label} ({})", load.target))?;
+    let report = load::run(load).await.with_context(|| format!("{label} ({})", load.target))?;
     eprintln!("  {label:<40} {}", report.line());
     Ok(report)
 }
@@ -157,27 +132,24 @@ pub async fn run(options: Options) -> Result<()> {
     let echo = baseline::echo_server("127.0.0.1:0".parse()?).await?;
 
     let bridge_addr = free_addr();
-    let _bridge =
-        if options.wants("b1") || options.wants("b4") || options.wants("b9") || options.wants("b5")
-        {
-            let project =
-                std::env::temp_dir().join(format!("rpc-bench-supex-{}", std::process::id()));
-            std::fs::create_dir_all(&project)?;
-            let daemon = start(
-                "supex-bridge",
-                &[
-                    ("SUPEX_HOST", "127.0.0.1".into()),
-                    ("SUPEX_PORT", bridge_addr.port().to_string()),
-                    ("SUPEX_REPL_DISABLED", "1".into()),
-                    ("SUPEX_PROJECT_ROOT", project.display().to_string()),
-                    ("SUPEX_MAX_CONNECTIONS", "1024".into()),
-                ],
-            )?;
-            wait_for(bridge_addr)?;
-            Some(daemon)
-        } else {
-            None
-        };
+    let _bridge = if options.wants("b1") || options.wants("b4") || options.wants("b9") || options.wants("b5") {
+        let project = std::env::temp_dir().join(format!("rpc-bench-supex-{}", std::process::id()));
+        std::fs::create_dir_all(&project)?;
+        let daemon = start(
+            "supex-bridge",
+            &[
+                ("SUPEX_HOST", "127.0.0.1".into()),
+                ("SUPEX_PORT", bridge_addr.port().to_string()),
+                ("SUPEX_REPL_DISABLED", "1".into()),
+                ("SUPEX_PROJECT_ROOT", project.display().to_string()),
+                ("SUPEX_MAX_CONNECTIONS", "1024".into()),
+            ],
+        )?;
+        wait_for(bridge_addr)?;
+        Some(daemon)
+    } else {
+        None
+    };
 
     let broker_addr = free_addr();
     let broker = start(
@@ -254,13 +226,7 @@ pub async fn run(options: Options) -> Result<()> {
         for (i, conns) in [1, 8].into_iter().enumerate() {
             let got = measure(
                 &format!("forwarded tools/call, {conns} conn"),
-                &options.load(
-                    target.clone(),
-                    "tools/call",
-                    r#"{"name":"echo","arguments":{}}"#,
-                    64,
-                    conns,
-                ),
+                &options.load(target.clone(), "tools/call", r#"{"name":"echo","arguments":{}}"#, 64, conns),
             )
             .await?;
             rows.push(throughput_row(
@@ -276,24 +242,10 @@ pub async fn run(options: Options) -> Result<()> {
 
     if options.wants("b4") {
         eprintln!("B4: round trip at window 1 vs raw echo");
-        let base = measure(
-            "echo RTT",
-            &options.load(format!("tcp://{echo}"), "ping", "{}", 1, 1),
-        )
-        .await?;
-        for (name, target) in [
-            ("supex-bridge", format!("tcp://{bridge_addr}")),
-            ("btcp-broker", ws_agent.clone()),
-        ] {
-            let got = measure(
-                &format!("{name} RTT"),
-                &options.load(target, "ping", "{}", 1, 1),
-            )
-            .await?;
-            for (q, b, g) in [
-                ("p50", base.p50_us, got.p50_us),
-                ("p99", base.p99_us, got.p99_us),
-            ] {
+        let base = measure("echo RTT", &options.load(format!("tcp://{echo}"), "ping", "{}", 1, 1)).await?;
+        for (name, target) in [("supex-bridge", format!("tcp://{bridge_addr}")), ("btcp-broker", ws_agent.clone())] {
+            let got = measure(&format!("{name} RTT"), &options.load(target, "ping", "{}", 1, 1)).await?;
+            for (q, b, g) in [("p50", base.p50_us, got.p50_us), ("p99", base.p99_us, got.p99_us)] {
                 let ratio = g / b;
                 rows.push(Row {
                     id: "B4",
@@ -333,10 +285,7 @@ pub async fn run(options: Options) -> Result<()> {
 
     if options.wants("b9") {
         eprintln!("B9: cost curve");
-        for (name, target) in [
-            ("supex-bridge", format!("tcp://{bridge_addr}")),
-            ("btcp-broker", ws_agent.clone()),
-        ] {
+        for (name, target) in [("supex-bridge", format!("tcp://{bridge_addr}")), ("btcp-broker", ws_agent.clone())] {
             let mut points = Vec::new();
             for conns in [1, 8, 64, 512] {
                 let got = measure(
@@ -352,11 +301,7 @@ pub async fn run(options: Options) -> Result<()> {
                 id: "B9",
                 what: format!("{name} `ping` at 1/8/64/512 conns"),
                 baseline: "–".into(),
-                measured: points
-                    .iter()
-                    .map(|(c, t)| format!("{c}: {t:.0}/s"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                measured: points.iter().map(|(c, t)| format!("{c}: {t:.0}/s")).collect::<Vec<_>>().join(", "),
                 ratio: Some(last / peak),
                 target: "no fall as conns grow",
                 // "Does not fall": the 512-connection point keeps 90% of the best.
@@ -368,17 +313,15 @@ pub async fn run(options: Options) -> Result<()> {
     let table = render(&rows);
     println!("{table}");
     if let Some(path) = &options.write {
-        std::fs::write(path, document(&table, &options))
-            .with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, document(&table, &options)).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())
 }
 
 fn render(rows: &[Row]) -> String {
-    let mut out = String::from(
-        "| id | what | baseline | measured | ratio | target | met |\n|---|---|---|---|---|---|---|\n",
-    );
+    let mut out =
+        String::from("| id | what | baseline | measured | ratio | target | met |\n|---|---|---|---|---|---|---|\n");
     for r in rows {
         let ratio = r.ratio.map_or("–".to_owned(), |x| format!("{x:.2}"));
         let met = match r.met {
@@ -399,14 +342,10 @@ fn document(table: &str, options: &Options) -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+            c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
         })
         .unwrap_or_else(|| "unknown".into());
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!(
         "# Benchmarks\n\nThe latest run of `rpc-bench suite` (performance.md). Every number is from one run on one \

@@ -16,11 +16,7 @@ async fn main() {
     let router = Router::<()>::new()
         .method("echo", |_, p: Value| async move { Ok(p) })
         .method("ask_parent", |cx, n: [u64; 1]| async move {
-            let confirmed: u64 = cx
-                .peer
-                .request("confirm", n)
-                .await
-                .map_err(RpcError::internal)?;
+            let confirmed: u64 = cx.peer.request("confirm", n).await.map_err(RpcError::internal)?;
             Ok(confirmed + 1)
         })
         .method("hang", |_, _: NoParams| async {
@@ -35,7 +31,6 @@ async fn main() {
         .build()
         .expect("no duplicate methods");
     let transport = Transport::content_length(tokio::io::stdin(), tokio::io::stdout(), 1 << 20);
-    let (_peer, conn) =
-        Connection::new(transport, router, Default::default(), PeerConfig::default());
+    let (_peer, conn) = Connection::new(transport, router, Default::default(), PeerConfig::default());
     conn.run().await;
 }

@@ -37,10 +37,7 @@ impl LogArgs {
         });
         // Colours only for a person at a terminal, never in journald or files.
         let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-        let builder = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .with_ansi(ansi);
+        let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
         match self.log_format {
             LogFormat::Text => builder.with_target(false).init(),
             LogFormat::Json => builder.json().flatten_event(true).init(),
@@ -52,11 +49,7 @@ impl LogArgs {
 pub fn config_error(setting: &str, problem: impl fmt::Display) -> ! {
     let program = std::env::args()
         .next()
-        .and_then(|p| {
-            std::path::Path::new(&p)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-        })
+        .and_then(|p| std::path::Path::new(&p).file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_default();
     eprintln!("{program}: bad configuration: {setting}: {problem}");
     std::process::exit(EXIT_BAD_CONFIG)
@@ -65,9 +58,7 @@ pub fn config_error(setting: &str, problem: impl fmt::Display) -> ! {
 /// Parses `key=value` for `--arg`: the value is JSON when it parses as JSON
 /// (`n=3`, `flag=true`, `list=[1,2]`), a plain string otherwise (`name=Zoë`).
 pub fn parse_arg(text: &str) -> Result<(String, Value), String> {
-    let (key, value) = text
-        .split_once('=')
-        .ok_or_else(|| format!("expected key=value, got {text:?}"))?;
+    let (key, value) = text.split_once('=').ok_or_else(|| format!("expected key=value, got {text:?}"))?;
     if key.is_empty() {
         return Err(format!("empty key in {text:?}"));
     }
@@ -83,10 +74,7 @@ mod tests {
     #[test]
     fn arg_values_are_json_when_they_parse_and_strings_otherwise() {
         assert_eq!(parse_arg("n=3").unwrap(), ("n".into(), json!(3)));
-        assert_eq!(
-            parse_arg("code=1+1").unwrap(),
-            ("code".into(), json!("1+1"))
-        );
+        assert_eq!(parse_arg("code=1+1").unwrap(), ("code".into(), json!("1+1")));
         assert_eq!(parse_arg("s=\"x\"").unwrap(), ("s".into(), json!("x")));
         assert_eq!(parse_arg("eq=a=b").unwrap(), ("eq".into(), json!("a=b")));
         assert!(parse_arg("novalue").is_err());

@@ -55,10 +55,7 @@ pub struct Fanout<T> {
 
 impl<T> Clone for Fanout<T> {
     fn clone(&self) -> Self {
-        Fanout {
-            inner: self.inner.clone(),
-            capacity: self.capacity,
-        }
+        Fanout { inner: self.inner.clone(), capacity: self.capacity }
     }
 }
 
@@ -91,34 +88,19 @@ struct QueueState<T> {
 
 impl<T: Clone> Fanout<T> {
     pub fn new(capacity: usize) -> Self {
-        Fanout {
-            inner: Arc::new(Mutex::new(Registry {
-                next_id: 0,
-                queues: Vec::new(),
-            })),
-            capacity: capacity.max(1),
-        }
+        Fanout { inner: Arc::new(Mutex::new(Registry { next_id: 0, queues: Vec::new() })), capacity: capacity.max(1) }
     }
 
     pub fn subscribe(&self, topics: Topics) -> Subscription<T> {
         let queue = Arc::new(Queue {
-            state: Mutex::new(QueueState {
-                items: VecDeque::new(),
-                missed: 0,
-                topics,
-                closed: false,
-            }),
+            state: Mutex::new(QueueState { items: VecDeque::new(), missed: 0, topics, closed: false }),
             ready: Notify::new(),
         });
         let mut registry = self.inner.lock().unwrap();
         let id = registry.next_id;
         registry.next_id += 1;
         registry.queues.push((id, queue.clone()));
-        Subscription {
-            id,
-            queue,
-            registry: Arc::downgrade(&self.inner),
-        }
+        Subscription { id, queue, registry: Arc::downgrade(&self.inner) }
     }
 
     /// Delivers `item` to every subscriber of `topic`; returns how many got it.
@@ -203,22 +185,14 @@ impl<T> Subscription<T> {
 impl<T> Drop for Subscription<T> {
     fn drop(&mut self) {
         if let Some(registry) = self.registry.upgrade() {
-            registry
-                .lock()
-                .unwrap()
-                .queues
-                .retain(|(id, _)| *id != self.id);
+            registry.lock().unwrap().queues.retain(|(id, _)| *id != self.id);
         }
     }
 }
 
 /// Forwards a subscription of pre-serialised notifications to a connection
 /// until either ends. `missed` builds the notification that reports a gap.
-pub async fn pump(
-    mut subscription: Subscription<Bytes>,
-    peer: PeerHandle,
-    missed: impl Fn(u64) -> Vec<u8>,
-) {
+pub async fn pump(mut subscription: Subscription<Bytes>, peer: PeerHandle, missed: impl Fn(u64) -> Vec<u8>) {
     loop {
         let event = tokio::select! {
             event = subscription.recv() => event,
@@ -277,10 +251,7 @@ mod tests {
             }
         }
         // The live one missed nothing even though the other never read.
-        let got = tokio::time::timeout(Duration::from_secs(5), reader)
-            .await
-            .unwrap()
-            .unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), reader).await.unwrap().unwrap();
         assert_eq!(got, (0..100).collect::<Vec<_>>());
         // The stalled one hears about the gap first, then the newest events.
         assert_eq!(stalled.recv().await, Some(Event::Missed(96)));

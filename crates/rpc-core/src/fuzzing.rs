@@ -71,10 +71,7 @@ mod tests {
         for seed in seeds {
             for round in 0..300 {
                 let mut data = seed.to_vec();
-                for (i, r) in random_chunks(round * 31 + n, 4, 256)
-                    .into_iter()
-                    .enumerate()
-                {
+                for (i, r) in random_chunks(round * 31 + n, 4, 256).into_iter().enumerate() {
                     if data.is_empty() {
                         break;
                     }

@@ -24,11 +24,7 @@ use crate::shutdown::Shutdown;
 /// Binds a TCP listener with `SO_REUSEADDR`, so a restarted daemon does not
 /// wait out TIME_WAIT connections of its previous run.
 pub fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(1024)
@@ -91,38 +87,27 @@ pub enum UnixBindError {
 /// (nothing listening) replaced, a live one never taken over, mode 0600 set
 /// before the first accept.
 pub fn bind_unix(path: &Path) -> Result<(UnixListener, SocketFile), UnixBindError> {
-    let io_err = |source| UnixBindError::Io {
-        path: path.to_owned(),
-        source,
-    };
+    let io_err = |source| UnixBindError::Io { path: path.to_owned(), source };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
         && !dir.exists()
     {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(io_err)?;
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io_err)?;
     }
     match fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => {
-            match std::os::unix::net::UnixStream::connect(path) {
-                Ok(_) => return Err(UnixBindError::InUse(path.to_owned())),
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                    tracing::info!(path = %path.display(), "removing stale socket file");
-                    fs::remove_file(path).map_err(io_err)?;
-                }
-                Err(e) => return Err(io_err(e)),
+        Ok(meta) if meta.file_type().is_socket() => match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => return Err(UnixBindError::InUse(path.to_owned())),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                tracing::info!(path = %path.display(), "removing stale socket file");
+                fs::remove_file(path).map_err(io_err)?;
             }
-        }
+            Err(e) => return Err(io_err(e)),
+        },
         Ok(_) => return Err(UnixBindError::NotASocket(path.to_owned())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_err(e)),
     }
     let listener = UnixListener::bind(path).map_err(io_err)?;
-    let file = SocketFile {
-        path: path.to_owned(),
-    };
+    let file = SocketFile { path: path.to_owned() };
     fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_err)?;
     Ok((listener, file))
 }
@@ -161,11 +146,9 @@ impl Listener {
     pub fn local_addr(&self) -> String {
         match self {
             Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-            Listener::Unix(l) => l
-                .local_addr()
-                .ok()
-                .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
-                .unwrap_or_default(),
+            Listener::Unix(l) => {
+                l.local_addr().ok().and_then(|a| a.as_pathname().map(|p| p.display().to_string())).unwrap_or_default()
+            }
         }
     }
 
@@ -334,10 +317,7 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("not-a.sock");
         fs::write(&path, "data").unwrap();
-        assert!(matches!(
-            bind_unix(&path),
-            Err(UnixBindError::NotASocket(_))
-        ));
+        assert!(matches!(bind_unix(&path), Err(UnixBindError::NotASocket(_))));
         assert_eq!(fs::read_to_string(&path).unwrap(), "data");
         fs::remove_dir_all(dir).unwrap();
     }
@@ -350,29 +330,18 @@ mod tests {
         let shutdown = Shutdown::new();
         let s = shutdown.clone();
         tokio::spawn(async move {
-            serve(
-                Listener::Tcp(listener),
-                "test",
-                1,
-                &s,
-                |stream, _| async move {
-                    let Stream::Tcp(mut stream) = stream else {
-                        unreachable!()
-                    };
-                    let _ = stream.write_all(b"hi").await;
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                },
-            )
+            serve(Listener::Tcp(listener), "test", 1, &s, |stream, _| async move {
+                let Stream::Tcp(mut stream) = stream else { unreachable!() };
+                let _ = stream.write_all(b"hi").await;
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            })
             .await
         });
         let mut first = TcpStream::connect(addr).await.unwrap();
         let mut buf = [0u8; 2];
         first.read_exact(&mut buf).await.unwrap();
         let mut second = TcpStream::connect(addr).await.unwrap();
-        let n = tokio::time::timeout(Duration::from_secs(2), second.read(&mut buf))
-            .await
-            .unwrap()
-            .unwrap_or(0);
+        let n = tokio::time::timeout(Duration::from_secs(2), second.read(&mut buf)).await.unwrap().unwrap_or(0);
         assert_eq!(n, 0, "the second connection is closed, not served");
         shutdown.begin();
     }
@@ -380,8 +349,6 @@ mod tests {
     #[test]
     fn loopback_detection() {
         assert!(is_loopback("127.0.0.1") && is_loopback("::1") && is_loopback("localhost"));
-        assert!(
-            !is_loopback("0.0.0.0") && !is_loopback("192.168.1.2") && !is_loopback("example.com")
-        );
+        assert!(!is_loopback("0.0.0.0") && !is_loopback("192.168.1.2") && !is_loopback("example.com"));
     }
 }

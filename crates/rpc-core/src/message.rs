@@ -44,11 +44,9 @@ impl Id {
         let text = raw.get();
         match text.as_bytes().first()? {
             b'"' => decode_str(raw).map(|s| Id::String(s.into())),
-            b'0'..=b'9' if is_plain_integer(text) => text
-                .parse()
-                .ok()
-                .map(Id::Int)
-                .or(Some(Id::Number(raw.to_owned()))),
+            b'0'..=b'9' if is_plain_integer(text) => {
+                text.parse().ok().map(Id::Int).or(Some(Id::Number(raw.to_owned())))
+            }
             b'-' | b'0'..=b'9' => Some(Id::Number(raw.to_owned())),
             b'n' => Some(Id::Null),
             _ => None,
@@ -163,8 +161,7 @@ impl Serialize for Id {
 impl<'de> Deserialize<'de> for Id {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = Box::<RawValue>::deserialize(d)?;
-        Id::from_raw(&raw)
-            .ok_or_else(|| serde::de::Error::custom("an id must be a string, a number or null"))
+        Id::from_raw(&raw).ok_or_else(|| serde::de::Error::custom("an id must be a string, a number or null"))
     }
 }
 
@@ -188,11 +185,7 @@ impl RpcError {
     /// An error with a daemon's own code (the -32099..-32000 range, or an
     /// extension's range).
     pub fn new(code: i64, message: impl Into<String>) -> Self {
-        RpcError {
-            code,
-            message: message.into(),
-            data: None,
-        }
+        RpcError { code, message: message.into(), data: None }
     }
 
     pub fn with_data(mut self, data: Value) -> Self {
@@ -209,10 +202,7 @@ impl RpcError {
     }
 
     pub fn method_not_found(method: &str) -> Self {
-        Self::new(
-            Self::METHOD_NOT_FOUND,
-            format!("Method not found: {method}"),
-        )
+        Self::new(Self::METHOD_NOT_FOUND, format!("Method not found: {method}"))
     }
 
     pub fn invalid_params(detail: impl fmt::Display) -> Self {
@@ -227,19 +217,9 @@ impl RpcError {
 /// One parsed message, borrowing from the frame it came from.
 #[derive(Debug)]
 pub enum Message<'a> {
-    Request {
-        id: Id,
-        method: Cow<'a, str>,
-        params: Option<&'a RawValue>,
-    },
-    Notification {
-        method: Cow<'a, str>,
-        params: Option<&'a RawValue>,
-    },
-    Response {
-        id: Id,
-        outcome: Outcome<'a>,
-    },
+    Request { id: Id, method: Cow<'a, str>, params: Option<&'a RawValue> },
+    Notification { method: Cow<'a, str>, params: Option<&'a RawValue> },
+    Response { id: Id, outcome: Outcome<'a> },
 }
 
 /// What a response carried.
@@ -284,21 +264,12 @@ pub fn parse(frame: &[u8], max_batch: usize) -> Parsed<'_> {
     };
     match first {
         b'[' => match serde_json::from_str::<Vec<&RawValue>>(text) {
-            Ok(items) if items.is_empty() => {
-                Parsed::Rejected(RpcError::invalid_request("empty batch"))
-            }
-            Ok(items) if items.len() > max_batch => {
-                Parsed::Rejected(RpcError::invalid_request(format!(
-                    "batch of {} messages exceeds the limit of {max_batch}",
-                    items.len()
-                )))
-            }
-            Ok(items) => Parsed::Batch(
-                items
-                    .into_iter()
-                    .map(|raw| parse_object(raw.get()))
-                    .collect(),
-            ),
+            Ok(items) if items.is_empty() => Parsed::Rejected(RpcError::invalid_request("empty batch")),
+            Ok(items) if items.len() > max_batch => Parsed::Rejected(RpcError::invalid_request(format!(
+                "batch of {} messages exceeds the limit of {max_batch}",
+                items.len()
+            ))),
+            Ok(items) => Parsed::Batch(items.into_iter().map(|raw| parse_object(raw.get())).collect()),
             Err(e) => Parsed::Rejected(classify(text, e)),
         },
         b'{' => {
@@ -312,9 +283,7 @@ pub fn parse(frame: &[u8], max_batch: usize) -> Parsed<'_> {
             Parsed::Single(single)
         }
         _ => match serde_json::from_str::<IgnoredAny>(text) {
-            Ok(_) => Parsed::Rejected(RpcError::invalid_request(
-                "a message must be an object or an array",
-            )),
+            Ok(_) => Parsed::Rejected(RpcError::invalid_request("a message must be an object or an array")),
             Err(e) => Parsed::Rejected(RpcError::parse_error(e)),
         },
     }
@@ -346,16 +315,11 @@ fn parse_object(text: &str) -> Result<Message<'_>, Invalid> {
     let raw: RawMessage<'_> = match serde_json::from_str(text) {
         Ok(raw) => raw,
         Err(e) => {
-            return Err(Invalid {
-                id: Id::Null,
-                error: classify(text, e),
-            });
+            return Err(Invalid { id: Id::Null, error: classify(text, e) });
         }
     };
-    let invalid = |id: Option<Id>, detail: &str| Invalid {
-        id: id.unwrap_or(Id::Null),
-        error: RpcError::invalid_request(detail),
-    };
+    let invalid =
+        |id: Option<Id>, detail: &str| Invalid { id: id.unwrap_or(Id::Null), error: RpcError::invalid_request(detail) };
 
     let id = match raw.id {
         None => None,
@@ -392,10 +356,9 @@ fn parse_object(text: &str) -> Result<Message<'_>, Invalid> {
         let Some(id) = id else {
             return Err(invalid(None, "a response must carry an id"));
         };
-        let error = raw.error.map(|e| {
-            serde_json::from_str::<RpcError>(e.get())
-                .map_err(|err| format!("invalid error object: {err}"))
-        });
+        let error = raw
+            .error
+            .map(|e| serde_json::from_str::<RpcError>(e.get()).map_err(|err| format!("invalid error object: {err}")));
         let outcome = match (raw.result, error) {
             (_, Some(Err(problem))) => Outcome::Malformed(problem),
             (Some(result), None) => Outcome::Result(result),
@@ -471,11 +434,7 @@ pub fn response_err(id: &Id, error: &RpcError) -> Vec<u8> {
 }
 
 /// Serialises a request (`id: Some`) or a notification (`id: None`).
-pub fn request<P: Serialize + ?Sized>(
-    id: Option<&Id>,
-    method: &str,
-    params: &P,
-) -> serde_json::Result<Vec<u8>> {
+pub fn request<P: Serialize + ?Sized>(id: Option<&Id>, method: &str, params: &P) -> serde_json::Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",");
     if let Some(id) = id {
@@ -545,10 +504,7 @@ mod tests {
 
     #[test]
     fn absent_id_is_a_notification_but_null_id_is_a_request() {
-        assert!(matches!(
-            single(r#"{"jsonrpc":"2.0","method":"n"}"#),
-            Ok(Message::Notification { .. })
-        ));
+        assert!(matches!(single(r#"{"jsonrpc":"2.0","method":"n"}"#), Ok(Message::Notification { .. })));
         assert!(matches!(
             single(r#"{"jsonrpc":"2.0","method":"n","id":null}"#),
             Ok(Message::Request { id: Id::Null, .. })
@@ -557,18 +513,9 @@ mod tests {
 
     #[test]
     fn number_ids_keep_their_exact_text() {
-        for text in [
-            "-7",
-            "1.50",
-            "1e400",
-            "123456789012345678901234567890",
-            "-0",
-            "2.0E-3",
-        ] {
+        for text in ["-7", "1.50", "1e400", "123456789012345678901234567890", "-0", "2.0E-3"] {
             let msg = format!(r#"{{"jsonrpc":"2.0","method":"m","id":{text}}}"#);
-            let Ok(Message::Request { id, .. }) = single(&msg) else {
-                panic!("{text}")
-            };
+            let Ok(Message::Request { id, .. }) = single(&msg) else { panic!("{text}") };
             let mut out = Vec::new();
             id.write_json(&mut out);
             assert_eq!(String::from_utf8(out).unwrap(), text);
@@ -577,14 +524,10 @@ mod tests {
 
     #[test]
     fn plain_integers_are_ints_and_everything_else_keeps_its_text() {
-        let id =
-            |text: &str| Id::from_raw(&RawValue::from_string(text.to_owned()).unwrap()).unwrap();
+        let id = |text: &str| Id::from_raw(&RawValue::from_string(text.to_owned()).unwrap()).unwrap();
         assert_eq!(id("42"), Id::Int(42));
         assert_eq!(id("0"), Id::Int(0));
-        assert!(
-            matches!(id("18446744073709551616"), Id::Number(_)),
-            "past u64::MAX"
-        );
+        assert!(matches!(id("18446744073709551616"), Id::Number(_)), "past u64::MAX");
         assert!(matches!(id("-1"), Id::Number(_)));
         assert!(matches!(id("1.0"), Id::Number(_)));
         assert_ne!(id("1.0"), id("1"), "different texts are different ids");
@@ -594,9 +537,7 @@ mod tests {
 
     #[test]
     fn string_ids_are_decoded_and_reencoded() {
-        let Ok(Message::Request { id, .. }) =
-            single(r#"{"jsonrpc":"2.0","method":"m","id":"a\"b\u00e9"}"#)
-        else {
+        let Ok(Message::Request { id, .. }) = single(r#"{"jsonrpc":"2.0","method":"m","id":"a\"b\u00e9"}"#) else {
             panic!()
         };
         assert_eq!(id, Id::from("a\"bé"));
@@ -609,9 +550,7 @@ mod tests {
     fn object_array_and_boolean_ids_are_invalid_with_null_id() {
         for id in ["{}", "[1]", "true", "false"] {
             let msg = format!(r#"{{"jsonrpc":"2.0","method":"m","id":{id}}}"#);
-            let Err(invalid) = single(&msg) else {
-                panic!("{id} accepted")
-            };
+            let Err(invalid) = single(&msg) else { panic!("{id} accepted") };
             assert_eq!(invalid.id, Id::Null);
             assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
         }
@@ -621,15 +560,11 @@ mod tests {
     fn jsonrpc_must_be_exactly_2_0() {
         for v in [r#""1.0""#, "2.0", r#""2.0 ""#, "null"] {
             let msg = format!(r#"{{"jsonrpc":{v},"method":"m","id":3}}"#);
-            let Err(invalid) = single(&msg) else {
-                panic!("{v} accepted")
-            };
+            let Err(invalid) = single(&msg) else { panic!("{v} accepted") };
             assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
             assert_eq!(invalid.id.to_string(), "3", "the readable id is kept");
         }
-        let Err(invalid) = single(r#"{"method":"m","id":3}"#) else {
-            panic!()
-        };
+        let Err(invalid) = single(r#"{"method":"m","id":3}"#) else { panic!() };
         assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
         // An escaped spelling of "2.0" is still "2.0".
         assert!(single(r#"{"jsonrpc":"2\u002e0","method":"m"}"#).is_ok());
@@ -637,9 +572,7 @@ mod tests {
 
     #[test]
     fn method_must_be_a_string() {
-        let Err(invalid) = single(r#"{"jsonrpc":"2.0","method":1,"params":"bar"}"#) else {
-            panic!()
-        };
+        let Err(invalid) = single(r#"{"jsonrpc":"2.0","method":1,"params":"bar"}"#) else { panic!() };
         assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
         assert_eq!(invalid.id, Id::Null);
     }
@@ -648,14 +581,9 @@ mod tests {
     fn params_must_be_structured_and_null_means_none() {
         for p in ["1", r#""x""#, "true"] {
             let msg = format!(r#"{{"jsonrpc":"2.0","method":"m","params":{p},"id":1}}"#);
-            assert_eq!(
-                single(&msg).unwrap_err().error.code,
-                RpcError::INVALID_REQUEST,
-                "{p}"
-            );
+            assert_eq!(single(&msg).unwrap_err().error.code, RpcError::INVALID_REQUEST, "{p}");
         }
-        let Ok(Message::Request { params, .. }) =
-            single(r#"{"jsonrpc":"2.0","method":"m","params":null,"id":1}"#)
+        let Ok(Message::Request { params, .. }) = single(r#"{"jsonrpc":"2.0","method":"m","params":null,"id":1}"#)
         else {
             panic!()
         };
@@ -664,9 +592,7 @@ mod tests {
 
     #[test]
     fn escaped_method_names_are_decoded() {
-        let Ok(Message::Notification { method, .. }) =
-            single(r#"{"jsonrpc":"2.0","method":"to\u006fls/list"}"#)
-        else {
+        let Ok(Message::Notification { method, .. }) = single(r#"{"jsonrpc":"2.0","method":"to\u006fls/list"}"#) else {
             panic!()
         };
         assert_eq!(method, "tools/list");
@@ -674,19 +600,14 @@ mod tests {
 
     #[test]
     fn invalid_json_is_a_parse_error_even_after_a_shape_error() {
-        assert_eq!(
-            rejected(r#"{"jsonrpc":"2.0","method":"foobar,"params":"bar","baz]"#).code,
-            -32700
-        );
+        assert_eq!(rejected(r#"{"jsonrpc":"2.0","method":"foobar,"params":"bar","baz]"#).code, -32700);
         assert_eq!(rejected(r#"{"id":1,"id":2,"#).code, -32700);
         assert_eq!(rejected("\u{feff}").code, -32700);
     }
 
     #[test]
     fn duplicate_members_are_an_invalid_request() {
-        let Err(invalid) = single(r#"{"jsonrpc":"2.0","method":"a","method":"b","id":1}"#) else {
-            panic!()
-        };
+        let Err(invalid) = single(r#"{"jsonrpc":"2.0","method":"a","method":"b","id":1}"#) else { panic!() };
         assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
     }
 
@@ -700,55 +621,34 @@ mod tests {
     #[test]
     fn batches_follow_the_spec() {
         assert_eq!(rejected("[]").code, -32600);
-        let Parsed::Batch(items) = parse(b"[1,2,3]", 1000) else {
-            panic!()
-        };
+        let Parsed::Batch(items) = parse(b"[1,2,3]", 1000) else { panic!() };
         assert_eq!(items.len(), 3);
-        assert!(
-            items
-                .iter()
-                .all(|i| i.as_ref().unwrap_err().error.code == -32600)
-        );
-        assert_eq!(
-            rejected(r#"[{"jsonrpc":"2.0","method":"sum"},{"jsonrpc":"2.0""#).code,
-            -32700
-        );
+        assert!(items.iter().all(|i| i.as_ref().unwrap_err().error.code == -32600));
+        assert_eq!(rejected(r#"[{"jsonrpc":"2.0","method":"sum"},{"jsonrpc":"2.0""#).code, -32700);
         assert_eq!(parse(b"[1,2,3]", 2).rejected_code(), Some(-32600));
     }
 
     #[test]
     fn responses_are_recognised_with_every_outcome() {
-        let Ok(Message::Response {
-            id,
-            outcome: Outcome::Result(r),
-        }) = single(r#"{"jsonrpc":"2.0","result":19,"id":7}"#)
+        let Ok(Message::Response { id, outcome: Outcome::Result(r) }) =
+            single(r#"{"jsonrpc":"2.0","result":19,"id":7}"#)
         else {
             panic!()
         };
         assert_eq!((id.as_u64(), r.get()), (Some(7), "19"));
-        let Ok(Message::Response {
-            outcome: Outcome::Error(e),
-            ..
-        }) = single(
-            r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"x","data":[1]},"id":"a"}"#,
-        )
+        let Ok(Message::Response { outcome: Outcome::Error(e), .. }) =
+            single(r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"x","data":[1]},"id":"a"}"#)
         else {
             panic!()
         };
         assert_eq!(e.data, Some(serde_json::json!([1])));
         assert!(matches!(
             single(r#"{"jsonrpc":"2.0","result":{},"error":{"code":1,"message":"m"},"id":1}"#),
-            Ok(Message::Response {
-                outcome: Outcome::Both(..),
-                ..
-            })
+            Ok(Message::Response { outcome: Outcome::Both(..), .. })
         ));
         assert!(matches!(
             single(r#"{"jsonrpc":"2.0","error":"bad","id":1}"#),
-            Ok(Message::Response {
-                outcome: Outcome::Malformed(_),
-                ..
-            })
+            Ok(Message::Response { outcome: Outcome::Malformed(_), .. })
         ));
         assert!(single(r#"{"jsonrpc":"2.0","result":1}"#).is_err());
     }
@@ -756,22 +656,13 @@ mod tests {
     #[test]
     fn serialised_messages_are_exact() {
         let id = Id::from(5);
-        assert_eq!(
-            response_ok(&id, b"{\"a\":1}"),
-            br#"{"jsonrpc":"2.0","id":5,"result":{"a":1}}"#
-        );
+        assert_eq!(response_ok(&id, b"{\"a\":1}"), br#"{"jsonrpc":"2.0","id":5,"result":{"a":1}}"#);
         let err = response_err(&Id::Null, &RpcError::new(-32600, "Invalid Request"));
-        assert_eq!(
-            err,
-            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request"}}"#
-        );
+        assert_eq!(err, br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request"}}"#);
         let req = request(Some(&Id::from("x")), "ping", &()).unwrap();
         assert_eq!(req, br#"{"jsonrpc":"2.0","id":"x","method":"ping"}"#);
         let note = request(None, "event", &serde_json::json!({"a": 1})).unwrap();
-        assert_eq!(
-            note,
-            br#"{"jsonrpc":"2.0","method":"event","params":{"a":1}}"#
-        );
+        assert_eq!(note, br#"{"jsonrpc":"2.0","method":"event","params":{"a":1}}"#);
     }
 
     impl Parsed<'_> {

@@ -129,9 +129,7 @@ pub struct PeerHandle {
 
 impl fmt::Debug for PeerHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PeerHandle")
-            .field("conn", &self.shared.conn_id)
-            .finish()
+        f.debug_struct("PeerHandle").field("conn", &self.shared.conn_id).finish()
     }
 }
 
@@ -153,11 +151,7 @@ impl PeerHandle {
     }
 
     /// Sends a request and waits for its result, with the default timeout.
-    pub async fn request<R: DeserializeOwned>(
-        &self,
-        method: &str,
-        params: impl Serialize,
-    ) -> Result<R, CallError> {
+    pub async fn request<R: DeserializeOwned>(&self, method: &str, params: impl Serialize) -> Result<R, CallError> {
         let raw = self.request_raw(method, &params, None).await?;
         serde_json::from_str(raw.get()).map_err(|e| CallError::Malformed(e.to_string()))
     }
@@ -184,13 +178,8 @@ impl PeerHandle {
         }
         // Removes the entry however this future ends unanswered: timed out,
         // failed to send, or dropped by its caller.
-        let mut forget = ForgetOnDrop {
-            shared,
-            id: Some(n),
-        };
-        self.send(Outbound::message(Kind::Request, json))
-            .await
-            .map_err(|_| CallError::Disconnected)?;
+        let mut forget = ForgetOnDrop { shared, id: Some(n) };
+        self.send(Outbound::message(Kind::Request, json)).await.map_err(|_| CallError::Disconnected)?;
         let limit = timeout.unwrap_or(shared.config.request_timeout);
         match tokio::time::timeout(limit, rx).await {
             Ok(Ok(reply)) => {
@@ -223,18 +212,11 @@ impl PeerHandle {
             Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Closed(_)) => Err(Closed),
             Err(mpsc::error::TrySendError::Full(item)) => {
-                match shared
-                    .out
-                    .send_timeout(item, shared.config.write_stall)
-                    .await
-                {
+                match shared.out.send_timeout(item, shared.config.write_stall).await {
                     Ok(()) => Ok(()),
                     Err(mpsc::error::SendTimeoutError::Closed(_)) => Err(Closed),
                     Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
-                        tracing::warn!(
-                            conn = shared.conn_id,
-                            "peer is not reading; dropping the connection"
-                        );
+                        tracing::warn!(conn = shared.conn_id, "peer is not reading; dropping the connection");
                         shared.closing.cancel();
                         Err(Closed)
                     }
@@ -246,10 +228,7 @@ impl PeerHandle {
     /// Closes the connection after what is already queued has been written, with
     /// this WebSocket close code and reason.
     pub fn close(&self, code: u16, reason: &str) {
-        let _ = self.shared.out.try_send(Outbound::Close {
-            code,
-            reason: reason.to_owned(),
-        });
+        let _ = self.shared.out.try_send(Outbound::Close { code, reason: reason.to_owned() });
         self.shared.closing.cancel();
     }
 
@@ -260,9 +239,7 @@ impl PeerHandle {
     }
 
     fn complete(&self, id: &Id, reply: Reply) {
-        let sender = id
-            .as_u64()
-            .and_then(|n| self.shared.pending.lock().unwrap().calls.remove(&n));
+        let sender = id.as_u64().and_then(|n| self.shared.pending.lock().unwrap().calls.remove(&n));
         match sender {
             Some(tx) => {
                 let _ = tx.send(reply);
@@ -339,12 +316,7 @@ enum DoneIds {
 }
 
 impl<S: Send + Sync + 'static> Connection<S> {
-    pub fn new(
-        transport: Transport,
-        router: Arc<Router<S>>,
-        state: Arc<S>,
-        config: PeerConfig,
-    ) -> (PeerHandle, Self) {
+    pub fn new(transport: Transport, router: Arc<Router<S>>, state: Arc<S>, config: PeerConfig) -> (PeerHandle, Self) {
         let (out, out_rx) = mpsc::channel(config.write_queue.max(1));
         let shared = Arc::new(Shared {
             conn_id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
@@ -356,14 +328,7 @@ impl<S: Send + Sync + 'static> Connection<S> {
             config,
         });
         let handle = PeerHandle { shared };
-        let conn = Connection {
-            handle: handle.clone(),
-            transport,
-            out_rx,
-            router,
-            state,
-            shutdown: Shutdown::new(),
-        };
+        let conn = Connection { handle: handle.clone(), transport, out_rx, router, state, shutdown: Shutdown::new() };
         (handle, conn)
     }
 
@@ -375,14 +340,7 @@ impl<S: Send + Sync + 'static> Connection<S> {
 
     /// Serves the connection until either side closes it.
     pub async fn run(self) -> CloseReason {
-        let Connection {
-            handle,
-            transport,
-            out_rx,
-            router,
-            state,
-            shutdown,
-        } = self;
+        let Connection { handle, transport, out_rx, router, state, shutdown } = self;
         let shared = handle.shared.clone();
         let config = &shared.config;
         let mut writer = tokio::spawn(write_loop(transport.writer, out_rx, config.write_stall));
@@ -398,10 +356,7 @@ impl<S: Send + Sync + 'static> Connection<S> {
             draining: false,
         };
         let mut keepalive = transport.wants_keepalive.then(|| {
-            let mut t = tokio::time::interval_at(
-                tokio::time::Instant::now() + config.keepalive,
-                config.keepalive,
-            );
+            let mut t = tokio::time::interval_at(tokio::time::Instant::now() + config.keepalive, config.keepalive);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             t
         });
@@ -516,14 +471,8 @@ impl<S: Send + Sync + 'static> Connection<S> {
                 CloseReason::Failed(_) => (1011, "connection failed"),
                 _ => (1000, ""),
             };
-            let _ = shared.out.try_send(Outbound::Close {
-                code,
-                reason: why.to_owned(),
-            });
-            if tokio::time::timeout(config.write_stall, &mut writer)
-                .await
-                .is_err()
-            {
+            let _ = shared.out.try_send(Outbound::Close { code, reason: why.to_owned() });
+            if tokio::time::timeout(config.write_stall, &mut writer).await.is_err() {
                 writer.abort();
             }
         }
@@ -571,10 +520,7 @@ impl<S: Send + Sync + 'static> Work<S> {
     }
 
     fn ctx(&self) -> Ctx<S> {
-        Ctx {
-            peer: self.handle.clone(),
-            state: self.state.clone(),
-        }
+        Ctx { peer: self.handle.clone(), state: self.state.clone() }
     }
 
     fn config(&self) -> &PeerConfig {
@@ -589,8 +535,7 @@ impl<S: Send + Sync + 'static> Work<S> {
     }
 
     async fn write_error(&mut self, id: &Id, error: &RpcError) -> Result<(), CloseReason> {
-        self.write(Kind::Response, message::response_err(id, error))
-            .await
+        self.write(Kind::Response, message::response_err(id, error)).await
     }
 
     async fn finish(&mut self, done: Done) -> Result<(), CloseReason> {
@@ -624,8 +569,7 @@ impl<S: Send + Sync + 'static> Work<S> {
             Frame::TooLarge(Some(sniffed)) => match sniffed.id {
                 Some(id) if sniffed.has_method => self.write_error(&id, &too_large()).await,
                 Some(id) if sniffed.is_response => {
-                    self.handle
-                        .complete(&id, Err(CallError::Malformed("response too large".into())));
+                    self.handle.complete(&id, Err(CallError::Malformed("response too large".into())));
                     Ok(())
                 }
                 _ => {
@@ -666,9 +610,7 @@ impl<S: Send + Sync + 'static> Work<S> {
                     // Most handlers finish without waiting for anything: poll once
                     // here, with this task's waker, and answer at once if so.
                     let polled = std::future::poll_fn(|cx| {
-                        Poll::Ready(std::panic::catch_unwind(AssertUnwindSafe(|| {
-                            handler.as_mut().poll(cx)
-                        })))
+                        Poll::Ready(std::panic::catch_unwind(AssertUnwindSafe(|| handler.as_mut().poll(cx))))
                     })
                     .await;
                     let outcome = match polled {
@@ -678,12 +620,7 @@ impl<S: Send + Sync + 'static> Work<S> {
                     };
                     if let Some(outcome) = outcome {
                         let reply = reply_from(&id, outcome);
-                        return self
-                            .finish(Done {
-                                ids: DoneIds::None,
-                                reply: Some(reply),
-                            })
-                            .await;
+                        return self.finish(Done { ids: DoneIds::None, reply: Some(reply) }).await;
                     }
                     self.in_flight.insert(id.clone());
                     self.running.push(running_request(id, handler));
@@ -695,9 +632,9 @@ impl<S: Send + Sync + 'static> Work<S> {
             }
             Message::Notification { method, params } => {
                 match self.router.dispatch(self.ctx(), &method, params) {
-                    Ok(handler) => self
-                        .notifications
-                        .push_back(Box::pin(run_notification(method.into_owned(), handler))),
+                    Ok(handler) => {
+                        self.notifications.push_back(Box::pin(run_notification(method.into_owned(), handler)))
+                    }
                     Err(error) => {
                         tracing::debug!(conn = self.handle.conn_id(), %method, %error, "notification ignored")
                     }
@@ -715,14 +652,13 @@ impl<S: Send + Sync + 'static> Work<S> {
     /// id is already in flight.
     fn admit(&self, id: &Id) -> Result<(), RpcError> {
         if self.draining {
-            return Err(RpcError::internal("server is shutting down")
-                .with_data(serde_json::json!({"reason": "shutting_down"})));
+            return Err(
+                RpcError::internal("server is shutting down").with_data(serde_json::json!({"reason": "shutting_down"}))
+            );
         }
         if self.queued.len() >= self.config().max_queued {
-            return Err(
-                RpcError::internal("too many requests in flight on this connection")
-                    .with_data(serde_json::json!({"reason": "overloaded"})),
-            );
+            return Err(RpcError::internal("too many requests in flight on this connection")
+                .with_data(serde_json::json!({"reason": "overloaded"})));
         }
         if !self.in_flight.is_empty() && self.in_flight.contains(id) {
             return Err(RpcError::invalid_request(format!(
@@ -744,12 +680,8 @@ impl<S: Send + Sync + 'static> Work<S> {
         let reply = match outcome {
             Outcome::Result(result) => Ok(result.to_owned()),
             Outcome::Error(error) => Err(CallError::Rpc(error)),
-            Outcome::Both(result, _) if self.config().accept_result_with_error => {
-                Ok(result.to_owned())
-            }
-            Outcome::Both(..) => Err(CallError::Malformed(
-                "response has both result and error".into(),
-            )),
+            Outcome::Both(result, _) if self.config().accept_result_with_error => Ok(result.to_owned()),
+            Outcome::Both(..) => Err(CallError::Malformed("response has both result and error".into())),
             Outcome::Malformed(problem) => Err(CallError::Malformed(problem)),
         };
         if id == Id::Null {
@@ -762,10 +694,7 @@ impl<S: Send + Sync + 'static> Work<S> {
         self.handle.complete(&id, reply);
     }
 
-    async fn on_batch(
-        &mut self,
-        items: Vec<Result<Message<'_>, Invalid>>,
-    ) -> Result<(), CloseReason> {
+    async fn on_batch(&mut self, items: Vec<Result<Message<'_>, Invalid>>) -> Result<(), CloseReason> {
         let mut ready = Vec::new();
         let mut parts: Vec<BoxFuture<'static, Option<Vec<u8>>>> = Vec::new();
         let mut ids = Vec::new();
@@ -775,17 +704,14 @@ impl<S: Send + Sync + 'static> Work<S> {
                 Ok(Message::Request { id, method, params }) => {
                     let admitted = self.admit(&id).and_then(|()| {
                         if ids.contains(&id) {
-                            return Err(RpcError::invalid_request(format!(
-                                "duplicate id {id} in batch"
-                            )));
+                            return Err(RpcError::invalid_request(format!("duplicate id {id} in batch")));
                         }
                         self.router.dispatch(self.ctx(), &method, params)
                     });
                     match admitted {
                         Ok(handler) => {
                             ids.push(id.clone());
-                            parts
-                                .push(Box::pin(async move { Some(reply_for(&id, handler).await) }));
+                            parts.push(Box::pin(async move { Some(reply_for(&id, handler).await) }));
                         }
                         Err(error) => ready.push(message::response_err(&id, &error)),
                     }
@@ -813,10 +739,7 @@ impl<S: Send + Sync + 'static> Work<S> {
         let fut = async move {
             ready.extend(join_all(parts).await.into_iter().flatten());
             let reply = (!ready.is_empty()).then(|| message::batch(&ready));
-            Done {
-                ids: DoneIds::Many(ids),
-                reply,
-            }
+            Done { ids: DoneIds::Many(ids), reply }
         };
         self.start(Box::pin(fut));
         Ok(())
@@ -831,10 +754,7 @@ fn too_large() -> RpcError {
 fn running_request(id: Id, handler: HandlerFuture) -> BoxFuture<'static, Done> {
     Box::pin(async move {
         let reply = reply_for(&id, handler).await;
-        Done {
-            ids: DoneIds::One(id),
-            reply: Some(reply),
-        }
+        Done { ids: DoneIds::One(id), reply: Some(reply) }
     })
 }
 
@@ -876,11 +796,7 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> &str {
 
 /// The writer task: writes what is queued, flushing once the queue is empty,
 /// until a `Close` item or until every sender is gone.
-async fn write_loop(
-    mut sink: FrameSink,
-    mut rx: mpsc::Receiver<Outbound>,
-    stall: Duration,
-) -> std::io::Result<()> {
+async fn write_loop(mut sink: FrameSink, mut rx: mpsc::Receiver<Outbound>, stall: Duration) -> std::io::Result<()> {
     while let Some(first) = rx.recv().await {
         let mut closing = matches!(first, Outbound::Close { .. });
         stalling(stall, sink.feed(first)).await?;
@@ -900,19 +816,13 @@ async fn write_loop(
 
 /// Runs a write with the stall timeout, arming the timer only when the write
 /// does not complete at once (the common case costs no timer at all).
-async fn stalling<F: Future<Output = std::io::Result<()>>>(
-    stall: Duration,
-    write: F,
-) -> std::io::Result<()> {
+async fn stalling<F: Future<Output = std::io::Result<()>>>(stall: Duration, write: F) -> std::io::Result<()> {
     let mut write = std::pin::pin!(write);
     if let Some(done) = (&mut write).now_or_never() {
         return done;
     }
     match tokio::time::timeout(stall, write).await {
         Ok(done) => done,
-        Err(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "write stalled: the peer is not reading",
-        )),
+        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "write stalled: the peer is not reading")),
     }
 }

@@ -29,10 +29,7 @@ pub struct Ctx<S> {
 
 impl<S> Clone for Ctx<S> {
     fn clone(&self) -> Self {
-        Ctx {
-            peer: self.peer.clone(),
-            state: self.state.clone(),
-        }
+        Ctx { peer: self.peer.clone(), state: self.state.clone() }
     }
 }
 
@@ -79,13 +76,11 @@ where
 /// without a serializer pass or a copy.
 fn to_json<R: Serialize + 'static>(value: R) -> Result<Vec<u8>, RpcError> {
     let mut slot = Some(value);
-    if let Some(raw) = (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<Box<RawValue>>>()
-    {
+    if let Some(raw) = (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<Box<RawValue>>>() {
         let text: Box<str> = raw.take().expect("just put there").into();
         return Ok(text.into_boxed_bytes().into_vec());
     }
-    serde_json::to_vec(&slot)
-        .map_err(|e| RpcError::internal(format!("result did not serialise: {e}")))
+    serde_json::to_vec(&slot).map_err(|e| RpcError::internal(format!("result did not serialise: {e}")))
 }
 
 /// Deserialises params, absent ones as `{}` so that structs whose fields are all
@@ -97,10 +92,7 @@ pub fn parse_params<P: DeserializeOwned>(params: Option<&RawValue>) -> Result<P,
 /// Like [`parse_params`], for a value nested in the params (where `null` also
 /// counts as absent): errors name the field under `prefix`
 /// (`arguments.code: invalid type ...`).
-pub fn parse_params_at<P: DeserializeOwned>(
-    prefix: &str,
-    params: Option<&RawValue>,
-) -> Result<P, RpcError> {
+pub fn parse_params_at<P: DeserializeOwned>(prefix: &str, params: Option<&RawValue>) -> Result<P, RpcError> {
     let text = match params.map(RawValue::get) {
         None | Some("null") => "{}",
         Some(text) => text,
@@ -144,11 +136,7 @@ impl<S: Send + Sync + 'static> Router<S> {
     #[allow(clippy::new_ret_no_self)]
     pub fn new() -> RouterBuilder<S> {
         RouterBuilder {
-            router: Router {
-                handlers: HashMap::new(),
-                guard: None,
-                adapter: None,
-            },
+            router: Router { handlers: HashMap::new(), guard: None, adapter: None },
             duplicates: Vec::new(),
         }
     }
@@ -156,11 +144,7 @@ impl<S: Send + Sync + 'static> Router<S> {
     /// A router with no methods, for the client side of a connection that only
     /// sends requests.
     pub fn empty() -> Arc<Self> {
-        Arc::new(Router {
-            handlers: HashMap::new(),
-            guard: None,
-            adapter: None,
-        })
+        Arc::new(Router { handlers: HashMap::new(), guard: None, adapter: None })
     }
 
     /// The registered method names, sorted.
@@ -172,12 +156,7 @@ impl<S: Send + Sync + 'static> Router<S> {
 
     /// Runs the guard, finds the handler and parses params; the returned future
     /// runs the handler itself.
-    pub fn dispatch(
-        &self,
-        ctx: Ctx<S>,
-        method: &str,
-        params: Option<&RawValue>,
-    ) -> Result<HandlerFuture, RpcError> {
+    pub fn dispatch(&self, ctx: Ctx<S>, method: &str, params: Option<&RawValue>) -> Result<HandlerFuture, RpcError> {
         if let Some(guard) = &self.guard {
             guard(&ctx, method)?;
         }
@@ -203,10 +182,7 @@ impl<S: Send + Sync + 'static> RouterBuilder<S> {
         R: Serialize + 'static,
         Fut: Future<Output = Result<R, RpcError>> + Send + 'static,
     {
-        let handler = Box::new(Typed {
-            f,
-            _types: PhantomData,
-        });
+        let handler = Box::new(Typed { f, _types: PhantomData });
         if self.router.handlers.insert(name.into(), handler).is_some() {
             self.duplicates.push(name.to_owned());
         }
@@ -215,30 +191,20 @@ impl<S: Send + Sync + 'static> RouterBuilder<S> {
 
     /// A check run before every method, with the connection context: the place
     /// for "say hello first" and "agents may not register tools".
-    pub fn guard(
-        mut self,
-        f: impl Fn(&Ctx<S>, &str) -> Result<(), RpcError> + Send + Sync + 'static,
-    ) -> Self {
+    pub fn guard(mut self, f: impl Fn(&Ctx<S>, &str) -> Result<(), RpcError> + Send + Sync + 'static) -> Self {
         self.router.guard = Some(Box::new(f));
         self
     }
 
     /// Rewrites frames that are not valid JSON-RPC (an older dialect of the same
     /// protocol) into JSON-RPC, before they would be answered -32600.
-    pub fn legacy_adapter(
-        mut self,
-        f: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync + 'static,
-    ) -> Self {
+    pub fn legacy_adapter(mut self, f: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync + 'static) -> Self {
         self.router.adapter = Some(Box::new(f));
         self
     }
 
     pub fn build(self) -> Result<Arc<Router<S>>, DuplicateMethods> {
-        if self.duplicates.is_empty() {
-            Ok(Arc::new(self.router))
-        } else {
-            Err(DuplicateMethods(self.duplicates))
-        }
+        if self.duplicates.is_empty() { Ok(Arc::new(self.router)) } else { Err(DuplicateMethods(self.duplicates)) }
     }
 }
 
@@ -273,48 +239,25 @@ mod tests {
 
     #[test]
     fn invalid_params_name_the_field() {
-        let err = parse_params::<Call>(Some(&raw(r#"{"name":"x","arguments":{"code":1}}"#)))
-            .err()
-            .unwrap();
+        let err = parse_params::<Call>(Some(&raw(r#"{"name":"x","arguments":{"code":1}}"#))).err().unwrap();
         assert_eq!(err.code, RpcError::INVALID_PARAMS);
         assert!(err.message.contains("arguments.code"), "{}", err.message);
-        let err = parse_params::<Call>(Some(&raw(r#"{"arguments":{"code":"1"}}"#)))
-            .err()
-            .unwrap();
-        assert!(
-            err.message.contains("missing field `name`"),
-            "{}",
-            err.message
-        );
+        let err = parse_params::<Call>(Some(&raw(r#"{"arguments":{"code":"1"}}"#))).err().unwrap();
+        assert!(err.message.contains("missing field `name`"), "{}", err.message);
     }
 
     #[test]
     fn nested_params_errors_carry_the_prefix() {
-        let err = parse_params_at::<Args>("arguments", Some(&raw(r#"{"code":1}"#)))
-            .err()
-            .unwrap();
-        assert!(
-            err.message.contains("arguments.code: invalid type"),
-            "{}",
-            err.message
-        );
-        let err = parse_params_at::<Args>("arguments", Some(&raw("[]")))
-            .err()
-            .unwrap();
-        assert!(
-            err.message.starts_with("Invalid params: arguments: "),
-            "{}",
-            err.message
-        );
+        let err = parse_params_at::<Args>("arguments", Some(&raw(r#"{"code":1}"#))).err().unwrap();
+        assert!(err.message.contains("arguments.code: invalid type"), "{}", err.message);
+        let err = parse_params_at::<Args>("arguments", Some(&raw("[]"))).err().unwrap();
+        assert!(err.message.starts_with("Invalid params: arguments: "), "{}", err.message);
     }
 
     #[test]
     fn positional_params_fill_struct_fields_in_order() {
         let call = parse_params::<Call>(Some(&raw(r#"["x", {"code": "1+1"}]"#))).unwrap();
-        assert_eq!(
-            (call.name.as_str(), call.arguments.code.as_str()),
-            ("x", "1+1")
-        );
+        assert_eq!((call.name.as_str(), call.arguments.code.as_str()), ("x", "1+1"));
     }
 
     #[test]
@@ -331,10 +274,7 @@ mod tests {
 
     #[test]
     fn raw_results_pass_through_and_others_serialise() {
-        assert_eq!(
-            to_json(raw(r#"{"a": [1, 2]}"#)).unwrap(),
-            br#"{"a": [1, 2]}"#
-        );
+        assert_eq!(to_json(raw(r#"{"a": [1, 2]}"#)).unwrap(), br#"{"a": [1, 2]}"#);
         assert_eq!(to_json(serde_json::json!({"a": 1})).unwrap(), br#"{"a":1}"#);
         assert_eq!(to_json(()).unwrap(), b"null");
     }

@@ -79,10 +79,7 @@ impl Shutdown {
                     _ = int.recv() => "SIGINT",
                 };
                 if round == 0 {
-                    tracing::info!(
-                        signal = name,
-                        "shutting down; a second signal exits at once"
-                    );
+                    tracing::info!(signal = name, "shutting down; a second signal exits at once");
                     this.begin();
                 } else {
                     tracing::warn!(signal = name, "second signal: exiting now");
@@ -98,15 +95,8 @@ impl Shutdown {
     pub async fn wait(&self, grace: Duration) {
         self.draining().await;
         self.tasks.close();
-        if tokio::time::timeout(grace, self.tasks.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                tasks = self.tasks.len(),
-                ?grace,
-                "grace period over; closing what is left"
-            );
+        if tokio::time::timeout(grace, self.tasks.wait()).await.is_err() {
+            tracing::warn!(tasks = self.tasks.len(), ?grace, "grace period over; closing what is left");
             self.abort.cancel();
             let _ = tokio::time::timeout(Duration::from_millis(500), self.tasks.wait()).await;
         }

@@ -45,27 +45,17 @@ pub fn take_listener(name: Option<&str>) -> io::Result<Option<Listener>> {
 }
 
 fn receive() -> io::Result<Vec<Activated>> {
-    let for_us = std::env::var("LISTEN_PID")
-        .ok()
-        .and_then(|p| p.parse::<u32>().ok())
-        == Some(std::process::id());
-    let count = std::env::var("LISTEN_FDS")
-        .ok()
-        .and_then(|n| n.parse::<RawFd>().ok())
-        .unwrap_or(0);
+    let for_us = std::env::var("LISTEN_PID").ok().and_then(|p| p.parse::<u32>().ok()) == Some(std::process::id());
+    let count = std::env::var("LISTEN_FDS").ok().and_then(|n| n.parse::<RawFd>().ok()).unwrap_or(0);
     if !for_us || count <= 0 {
         return Ok(Vec::new());
     }
-    let names: Vec<String> = std::env::var("LISTEN_FDNAMES")
-        .map(|n| n.split(':').map(str::to_owned).collect())
-        .unwrap_or_default();
+    let names: Vec<String> =
+        std::env::var("LISTEN_FDNAMES").map(|n| n.split(':').map(str::to_owned).collect()).unwrap_or_default();
     let mut out = Vec::new();
     for (i, fd) in (LISTEN_FDS_START..LISTEN_FDS_START + count).enumerate() {
         let owned = adopt(fd);
-        nix::fcntl::fcntl(
-            &owned,
-            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
-        )?;
+        nix::fcntl::fcntl(&owned, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))?;
         let family = getsockname::<SockaddrStorage>(fd)?.family();
         let listener = match family {
             Some(AddressFamily::Inet | AddressFamily::Inet6) => {
@@ -79,23 +69,12 @@ fn receive() -> io::Result<Vec<Activated>> {
                 Listener::Unix(tokio::net::UnixListener::from_std(std_listener)?)
             }
             other => {
-                tracing::warn!(
-                    fd,
-                    ?other,
-                    "ignoring a passed socket of an unsupported family"
-                );
+                tracing::warn!(fd, ?other, "ignoring a passed socket of an unsupported family");
                 continue;
             }
         };
-        let name = names
-            .get(i)
-            .filter(|n| !n.is_empty() && *n != "unknown")
-            .cloned();
-        tracing::info!(
-            fd,
-            name = name.as_deref().unwrap_or("-"),
-            "using socket passed by systemd"
-        );
+        let name = names.get(i).filter(|n| !n.is_empty() && *n != "unknown").cloned();
+        tracing::info!(fd, name = name.as_deref().unwrap_or("-"), "using socket passed by systemd");
         out.push(Activated { name, listener });
     }
     Ok(out)
@@ -132,9 +111,7 @@ pub fn notify(state: &str) -> io::Result<bool> {
         }
         #[cfg(not(target_os = "linux"))]
         Some(_) => {
-            return Err(io::Error::other(
-                "abstract NOTIFY_SOCKET is only supported on Linux",
-            ));
+            return Err(io::Error::other("abstract NOTIFY_SOCKET is only supported on Linux"));
         }
         None => {
             socket.send_to(state.as_bytes(), &target)?;
@@ -162,9 +139,7 @@ mod tests {
             .unwrap();
         assert!(sent.success());
         let mut buf = [0u8; 64];
-        receiver
-            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
-            .unwrap();
+        receiver.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
         let n = receiver.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"READY=1");
         std::fs::remove_dir_all(dir).unwrap();

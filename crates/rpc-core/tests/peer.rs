@@ -10,19 +10,13 @@ use common::{Framing, Seen, connect, connect_with, spec_router};
 use futures_util::future::join_all;
 use rpc_core::codec::websocket;
 use rpc_core::peer::CloseReason;
-use rpc_core::{
-    CallError, Connection, NoParams, PeerConfig, PeerHandle, Router, RpcError, Shutdown, Transport,
-};
+use rpc_core::{CallError, Connection, NoParams, PeerConfig, PeerHandle, Router, RpcError, Shutdown, Transport};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// Two peers connected by an in-memory pipe, NDJSON framed, each with its own
 /// method table. Returns (server side, client side) handles.
-fn pair<A, B>(
-    server: Arc<Router<A>>,
-    client: Arc<Router<B>>,
-    server_config: PeerConfig,
-) -> (PeerHandle, PeerHandle)
+fn pair<A, B>(server: Arc<Router<A>>, client: Arc<Router<B>>, server_config: PeerConfig) -> (PeerHandle, PeerHandle)
 where
     A: Default + Send + Sync + 'static,
     B: Default + Send + Sync + 'static,
@@ -30,19 +24,11 @@ where
     let (a, b) = tokio::io::duplex(1 << 16);
     let (ar, aw) = tokio::io::split(a);
     let (br, bw) = tokio::io::split(b);
-    let (server_peer, conn) = Connection::new(
-        Transport::ndjson(ar, aw, 1 << 20),
-        server,
-        Arc::default(),
-        server_config,
-    );
+    let (server_peer, conn) =
+        Connection::new(Transport::ndjson(ar, aw, 1 << 20), server, Arc::default(), server_config);
     tokio::spawn(conn.run());
-    let (client_peer, conn) = Connection::new(
-        Transport::ndjson(br, bw, 1 << 20),
-        client,
-        Arc::default(),
-        PeerConfig::default(),
-    );
+    let (client_peer, conn) =
+        Connection::new(Transport::ndjson(br, bw, 1 << 20), client, Arc::default(), PeerConfig::default());
     tokio::spawn(conn.run());
     (server_peer, client_peer)
 }
@@ -62,68 +48,37 @@ fn client_router() -> Arc<Router<()>> {
 
 #[tokio::test]
 async fn outgoing_request_times_out_and_a_late_answer_is_dropped() {
-    let (server, _client) = pair(
-        Router::<()>::empty(),
-        client_router(),
-        PeerConfig::default(),
-    );
+    let (server, _client) = pair(Router::<()>::empty(), client_router(), PeerConfig::default());
     let started = Instant::now();
-    let result = server
-        .request_raw("hang", &[300], Some(Duration::from_millis(100)))
-        .await;
-    assert_eq!(
-        result.unwrap_err(),
-        CallError::Timeout(Duration::from_millis(100))
-    );
+    let result = server.request_raw("hang", &[300], Some(Duration::from_millis(100))).await;
+    assert_eq!(result.unwrap_err(), CallError::Timeout(Duration::from_millis(100)));
     assert!(started.elapsed() < Duration::from_millis(250));
     // The answer arrives after the timeout: dropped, and the connection still works.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let echoed: Value = server
-        .request("echo", json!({"still": "alive"}))
-        .await
-        .unwrap();
+    let echoed: Value = server.request("echo", json!({"still": "alive"})).await.unwrap();
     assert_eq!(echoed, json!({"still": "alive"}));
 }
 
 #[tokio::test]
 async fn pending_calls_fail_at_once_when_the_connection_drops() {
-    let (server, client) = pair(
-        Router::<()>::empty(),
-        client_router(),
-        PeerConfig::default(),
-    );
+    let (server, client) = pair(Router::<()>::empty(), client_router(), PeerConfig::default());
     let calls: Vec<_> = (0..10)
         .map(|_| {
             let server = server.clone();
-            async move {
-                server
-                    .request_raw("hang", &[60_000], Some(Duration::from_secs(60)))
-                    .await
-            }
+            async move { server.request_raw("hang", &[60_000], Some(Duration::from_secs(60))).await }
         })
         .collect();
     let all = tokio::spawn(join_all(calls));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = Instant::now();
     client.close(1000, "bye");
-    let results = tokio::time::timeout(Duration::from_secs(2), all)
-        .await
-        .expect("calls still hanging")
-        .unwrap();
-    assert!(
-        results
-            .iter()
-            .all(|r| r.as_ref().unwrap_err() == &CallError::Disconnected),
-        "{results:?}"
-    );
+    let results = tokio::time::timeout(Duration::from_secs(2), all).await.expect("calls still hanging").unwrap();
+    assert!(results.iter().all(|r| r.as_ref().unwrap_err() == &CallError::Disconnected), "{results:?}");
     assert!(started.elapsed() < Duration::from_secs(1));
     // And a call made after the close fails without waiting for any timeout.
     let started = Instant::now();
     assert_eq!(
-        server
-            .request_raw("echo", &[1], Some(Duration::from_secs(30)))
-            .await
-            .unwrap_err(),
+        server.request_raw("echo", &[1], Some(Duration::from_secs(30))).await.unwrap_err(),
         CallError::Disconnected
     );
     assert!(started.elapsed() < Duration::from_millis(200));
@@ -137,45 +92,27 @@ async fn pending_calls_fail_at_once_when_the_connection_drops() {
 async fn handlers_awaiting_the_other_side_do_not_deadlock_the_reader() {
     let server_router = Router::<()>::new()
         .method("ask", |cx, n: [u64; 1]| async move {
-            let doubled: u64 = cx
-                .peer
-                .request("confirm", n)
-                .await
-                .map_err(RpcError::internal)?;
+            let doubled: u64 = cx.peer.request("confirm", n).await.map_err(RpcError::internal)?;
             Ok(doubled + 1)
         })
         .build()
         .unwrap();
-    let config = PeerConfig {
-        max_concurrent: 4,
-        ..PeerConfig::default()
-    };
+    let config = PeerConfig { max_concurrent: 4, ..PeerConfig::default() };
     let (_server, client) = pair(server_router, client_router(), config);
     let asks = (0..64u64).map(|n| {
         let client = client.clone();
         async move { client.request::<u64>("ask", [n]).await.unwrap() }
     });
-    let answers = tokio::time::timeout(Duration::from_secs(5), join_all(asks))
-        .await
-        .expect("deadlocked");
+    let answers = tokio::time::timeout(Duration::from_secs(5), join_all(asks)).await.expect("deadlocked");
     assert_eq!(answers, (0..64u64).map(|n| n * 2 + 1).collect::<Vec<_>>());
 }
 
 #[tokio::test]
 async fn answers_route_to_the_caller_that_asked() {
-    let (server, _client) = pair(
-        Router::<()>::empty(),
-        client_router(),
-        PeerConfig::default(),
-    );
+    let (server, _client) = pair(Router::<()>::empty(), client_router(), PeerConfig::default());
     let calls = (0..200).map(|n| {
         let server = server.clone();
-        async move {
-            server
-                .request::<Value>("echo", json!({"n": n}))
-                .await
-                .unwrap()
-        }
+        async move { server.request::<Value>("echo", json!({"n": n})).await.unwrap() }
     });
     let answers = join_all(calls).await;
     for (n, answer) in answers.into_iter().enumerate() {
@@ -186,22 +123,14 @@ async fn answers_route_to_the_caller_that_asked() {
 #[tokio::test]
 async fn duplicate_in_flight_id_is_refused_and_the_first_still_answers() {
     let mut c = connect(Framing::Ndjson, PeerConfig::default()).await;
-    c.send(r#"{"jsonrpc":"2.0","method":"sleep","params":[300],"id":7}"#)
-        .await;
-    c.send(r#"{"jsonrpc":"2.0","method":"echo","params":["second"],"id":7}"#)
-        .await;
+    c.send(r#"{"jsonrpc":"2.0","method":"sleep","params":[300],"id":7}"#).await;
+    c.send(r#"{"jsonrpc":"2.0","method":"echo","params":["second"],"id":7}"#).await;
     let first = c.recv().await;
-    assert_eq!(
-        (first["error"]["code"].clone(), first["id"].clone()),
-        (json!(-32600), json!(7)),
-        "{first}"
-    );
+    assert_eq!((first["error"]["code"].clone(), first["id"].clone()), (json!(-32600), json!(7)), "{first}");
     let second = c.recv().await;
     assert_eq!(second, json!({"jsonrpc":"2.0","id":7,"result":300}));
     // Once answered, the id may be used again.
-    let again = c
-        .call(r#"{"jsonrpc":"2.0","method":"echo","params":["again"],"id":7}"#)
-        .await;
+    let again = c.call(r#"{"jsonrpc":"2.0","method":"echo","params":["again"],"id":7}"#).await;
     assert_eq!(again["result"], json!(["again"]));
 }
 
@@ -236,83 +165,44 @@ async fn notifications_are_handled_in_arrival_order() {
 async fn a_slow_handler_does_not_hold_up_other_requests() {
     for framing in common::FRAMINGS {
         let mut c = connect(framing, PeerConfig::default()).await;
-        c.send(r#"{"jsonrpc":"2.0","method":"sleep","params":[2000],"id":"slow"}"#)
-            .await;
+        c.send(r#"{"jsonrpc":"2.0","method":"sleep","params":[2000],"id":"slow"}"#).await;
         let started = Instant::now();
-        let fast = c
-            .call(r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":"fast"}"#)
-            .await;
+        let fast = c.call(r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":"fast"}"#).await;
         assert_eq!(fast["id"], "fast", "{framing:?}");
-        assert!(
-            started.elapsed() < Duration::from_millis(500),
-            "{framing:?}: waited behind the slow one"
-        );
+        assert!(started.elapsed() < Duration::from_millis(500), "{framing:?}: waited behind the slow one");
     }
 }
 
 #[tokio::test]
 async fn requests_past_the_queue_are_refused_as_overloaded() {
-    let config = PeerConfig {
-        max_concurrent: 1,
-        max_queued: 1,
-        ..PeerConfig::default()
-    };
+    let config = PeerConfig { max_concurrent: 1, max_queued: 1, ..PeerConfig::default() };
     let mut c = connect(Framing::Ndjson, config).await;
     for id in 1..=3 {
-        c.send(&format!(
-            r#"{{"jsonrpc":"2.0","method":"sleep","params":[200],"id":{id}}}"#
-        ))
-        .await;
+        c.send(&format!(r#"{{"jsonrpc":"2.0","method":"sleep","params":[200],"id":{id}}}"#)).await;
     }
     let refused = c.recv().await;
     assert_eq!(refused["id"], 3);
     assert_eq!(refused["error"]["code"], -32603);
     assert_eq!(refused["error"]["data"]["reason"], "overloaded");
     assert_eq!(c.recv().await["id"], 1);
-    assert_eq!(
-        c.recv().await["id"],
-        2,
-        "the queued request runs once a slot frees up"
-    );
+    assert_eq!(c.recv().await["id"], 2, "the queued request runs once a slot frees up");
 }
 
 #[tokio::test]
 async fn a_peer_that_stops_reading_is_disconnected() {
     let (a, _b) = tokio::io::duplex(256); // `_b` is never read
     let (r, w) = tokio::io::split(a);
-    let config = PeerConfig {
-        write_queue: 4,
-        write_stall: Duration::from_millis(200),
-        ..PeerConfig::default()
-    };
-    let (peer, conn) = Connection::new(
-        Transport::ndjson(r, w, 1024),
-        Router::<()>::empty(),
-        Arc::new(()),
-        config,
-    );
+    let config = PeerConfig { write_queue: 4, write_stall: Duration::from_millis(200), ..PeerConfig::default() };
+    let (peer, conn) = Connection::new(Transport::ndjson(r, w, 1024), Router::<()>::empty(), Arc::new(()), config);
     let run = tokio::spawn(conn.run());
     let started = Instant::now();
     let mut sent = 0;
-    while peer
-        .notify("event", json!({"payload": "x".repeat(100)}))
-        .await
-        .is_ok()
-    {
+    while peer.notify("event", json!({"payload": "x".repeat(100)})).await.is_ok() {
         sent += 1;
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "still accepting after {sent} notifications"
-        );
+        assert!(started.elapsed() < Duration::from_secs(5), "still accepting after {sent} notifications");
     }
-    let reason = tokio::time::timeout(Duration::from_secs(2), run)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(
-        matches!(reason, CloseReason::Closed | CloseReason::Failed(_)),
-        "{reason:?}"
-    );
+    let reason = tokio::time::timeout(Duration::from_secs(2), run).await.unwrap().unwrap();
+    assert!(matches!(reason, CloseReason::Closed | CloseReason::Failed(_)), "{reason:?}");
 }
 
 #[tokio::test]
@@ -320,30 +210,14 @@ async fn a_websocket_peer_that_ignores_pings_is_dropped() {
     use tokio_tungstenite::WebSocketStream;
     use tokio_tungstenite::tungstenite::protocol::Role;
     let (a, b) = tokio::io::duplex(1 << 16);
-    let server =
-        WebSocketStream::from_raw_socket(a, Role::Server, Some(websocket::config(1024))).await;
+    let server = WebSocketStream::from_raw_socket(a, Role::Server, Some(websocket::config(1024))).await;
     // The client end is never polled, so it never answers a ping.
     let _silent = WebSocketStream::from_raw_socket(b, Role::Client, None).await;
-    let config = PeerConfig {
-        keepalive: Duration::from_millis(100),
-        keepalive_misses: 2,
-        ..PeerConfig::default()
-    };
-    let (peer, conn) = Connection::new(
-        websocket::transport(server),
-        Router::<()>::empty(),
-        Arc::new(()),
-        config,
-    );
+    let config = PeerConfig { keepalive: Duration::from_millis(100), keepalive_misses: 2, ..PeerConfig::default() };
+    let (peer, conn) = Connection::new(websocket::transport(server), Router::<()>::empty(), Arc::new(()), config);
     let run = tokio::spawn(conn.run());
-    let reason = tokio::time::timeout(Duration::from_secs(2), run)
-        .await
-        .expect("still connected")
-        .unwrap();
-    assert!(
-        matches!(reason, CloseReason::Failed(ref why) if why.contains("ping")),
-        "{reason:?}"
-    );
+    let reason = tokio::time::timeout(Duration::from_secs(2), run).await.expect("still connected").unwrap();
+    assert!(matches!(reason, CloseReason::Failed(ref why) if why.contains("ping")), "{reason:?}");
     assert!(peer.is_closed());
 }
 
@@ -353,22 +227,12 @@ async fn an_answering_websocket_peer_survives_keepalive() {
     use tokio_tungstenite::WebSocketStream;
     use tokio_tungstenite::tungstenite::protocol::Role;
     let (a, b) = tokio::io::duplex(1 << 16);
-    let server =
-        WebSocketStream::from_raw_socket(a, Role::Server, Some(websocket::config(1024))).await;
+    let server = WebSocketStream::from_raw_socket(a, Role::Server, Some(websocket::config(1024))).await;
     let mut client = WebSocketStream::from_raw_socket(b, Role::Client, None).await;
     // Reading is what makes tungstenite answer pings.
     tokio::spawn(async move { while client.next().await.is_some() {} });
-    let config = PeerConfig {
-        keepalive: Duration::from_millis(50),
-        keepalive_misses: 2,
-        ..PeerConfig::default()
-    };
-    let (peer, conn) = Connection::new(
-        websocket::transport(server),
-        Router::<()>::empty(),
-        Arc::new(()),
-        config,
-    );
+    let config = PeerConfig { keepalive: Duration::from_millis(50), keepalive_misses: 2, ..PeerConfig::default() };
+    let (peer, conn) = Connection::new(websocket::transport(server), Router::<()>::empty(), Arc::new(()), config);
     tokio::spawn(conn.run());
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(!peer.is_closed());
@@ -378,36 +242,17 @@ async fn an_answering_websocket_peer_survives_keepalive() {
 async fn shutdown_finishes_running_requests_refuses_new_ones_and_says_goodbye() {
     for framing in common::FRAMINGS {
         let shutdown = Shutdown::new();
-        let config = PeerConfig {
-            goodbye: Some(("goodbye".into(), json!({"reason": "shutdown"}))),
-            ..PeerConfig::default()
-        };
+        let config =
+            PeerConfig { goodbye: Some(("goodbye".into(), json!({"reason": "shutdown"}))), ..PeerConfig::default() };
         let mut c = connect_with(framing, config, spec_router(), shutdown.clone()).await;
-        c.send(r#"{"jsonrpc":"2.0","method":"sleep","params":[300],"id":1}"#)
-            .await;
+        c.send(r#"{"jsonrpc":"2.0","method":"sleep","params":[300],"id":1}"#).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
         shutdown.begin();
-        let refused = c
-            .call(r#"{"jsonrpc":"2.0","method":"echo","params":[2],"id":2}"#)
-            .await;
-        assert_eq!(
-            refused["error"]["data"]["reason"], "shutting_down",
-            "{framing:?}"
-        );
-        assert_eq!(
-            c.recv().await,
-            json!({"jsonrpc":"2.0","id":1,"result":300}),
-            "{framing:?}"
-        );
-        assert_eq!(
-            c.recv().await,
-            json!({"jsonrpc":"2.0","method":"goodbye","params":{"reason":"shutdown"}})
-        );
-        assert_eq!(
-            c.recv_within(Duration::from_secs(2)).await,
-            None,
-            "{framing:?}: closed after goodbye"
-        );
+        let refused = c.call(r#"{"jsonrpc":"2.0","method":"echo","params":[2],"id":2}"#).await;
+        assert_eq!(refused["error"]["data"]["reason"], "shutting_down", "{framing:?}");
+        assert_eq!(c.recv().await, json!({"jsonrpc":"2.0","id":1,"result":300}), "{framing:?}");
+        assert_eq!(c.recv().await, json!({"jsonrpc":"2.0","method":"goodbye","params":{"reason":"shutdown"}}));
+        assert_eq!(c.recv_within(Duration::from_secs(2)).await, None, "{framing:?}: closed after goodbye");
     }
 }
 
@@ -418,16 +263,8 @@ async fn response_with_both_result_and_error_follows_the_policy() {
         // A hand-written "client" answering every request with both members.
         let (a, b) = tokio::io::duplex(1 << 16);
         let (r, w) = tokio::io::split(a);
-        let config = PeerConfig {
-            accept_result_with_error: accept,
-            ..PeerConfig::default()
-        };
-        let (peer, conn) = Connection::new(
-            Transport::ndjson(r, w, 1 << 20),
-            both.clone(),
-            Arc::new(()),
-            config,
-        );
+        let config = PeerConfig { accept_result_with_error: accept, ..PeerConfig::default() };
+        let (peer, conn) = Connection::new(Transport::ndjson(r, w, 1 << 20), both.clone(), Arc::new(()), config);
         tokio::spawn(conn.run());
         tokio::spawn(async move {
             let (r, mut w) = tokio::io::split(b);
@@ -452,25 +289,15 @@ struct NoParamsValue;
 
 #[tokio::test]
 async fn a_half_closed_client_still_gets_its_replies() {
-    let common::RawClient::Ndjson { mut io, .. } =
-        connect(Framing::Ndjson, PeerConfig::default()).await
-    else {
+    let common::RawClient::Ndjson { mut io, .. } = connect(Framing::Ndjson, PeerConfig::default()).await else {
         unreachable!()
     };
-    io.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"sleep\",\"params\":[100],\"id\":1}\n")
-        .await
-        .unwrap();
+    io.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"sleep\",\"params\":[100],\"id\":1}\n").await.unwrap();
     io.shutdown().await.unwrap();
     let mut reply = String::new();
     let mut reader = BufReader::new(io);
-    tokio::time::timeout(Duration::from_secs(5), reader.read_line(&mut reply))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        serde_json::from_str::<Value>(&reply).unwrap(),
-        json!({"jsonrpc":"2.0","id":1,"result":100})
-    );
+    tokio::time::timeout(Duration::from_secs(5), reader.read_line(&mut reply)).await.unwrap().unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&reply).unwrap(), json!({"jsonrpc":"2.0","id":1,"result":100}));
 }
 
 #[tokio::test]
@@ -483,20 +310,10 @@ async fn close_after_reply_writes_the_reply_then_closes() {
         .build()
         .unwrap();
     for framing in common::FRAMINGS {
-        let mut c = connect_with(
-            framing,
-            PeerConfig::default(),
-            router.clone(),
-            Shutdown::new(),
-        )
-        .await;
+        let mut c = connect_with(framing, PeerConfig::default(), router.clone(), Shutdown::new()).await;
         let reply = c.call(r#"{"jsonrpc":"2.0","method":"leave","id":1}"#).await;
         assert_eq!(reply["error"]["code"], -32001, "{framing:?}");
-        assert_eq!(
-            c.recv_within(Duration::from_secs(2)).await,
-            None,
-            "{framing:?}: still open"
-        );
+        assert_eq!(c.recv_within(Duration::from_secs(2)).await, None, "{framing:?}: still open");
     }
 }
 
@@ -505,19 +322,12 @@ async fn our_requests_carry_unique_ids_and_notifications_none() {
     // A raw client that records what the server sends it.
     let (a, b) = tokio::io::duplex(1 << 16);
     let (r, w) = tokio::io::split(a);
-    let (peer, conn) = Connection::new(
-        Transport::ndjson(r, w, 1 << 20),
-        Router::<()>::empty(),
-        Arc::new(()),
-        PeerConfig::default(),
-    );
+    let (peer, conn) =
+        Connection::new(Transport::ndjson(r, w, 1 << 20), Router::<()>::empty(), Arc::new(()), PeerConfig::default());
     tokio::spawn(conn.run());
     for n in 0..3 {
         let peer = peer.clone();
-        tokio::spawn(async move {
-            peer.request_raw("ask", &[n], Some(Duration::from_secs(5)))
-                .await
-        });
+        tokio::spawn(async move { peer.request_raw("ask", &[n], Some(Duration::from_secs(5))).await });
     }
     peer.notify("note", json!({})).await.unwrap();
     let mut lines = BufReader::new(b).lines();

@@ -11,22 +11,10 @@ use serde_json::json;
 async fn rpc_call_with_positional_parameters() {
     for framing in FRAMINGS {
         let mut c = connect(framing, PeerConfig::default()).await;
-        let r = c
-            .call(r#"{"jsonrpc": "2.0", "method": "subtract", "params": [42, 23], "id": 1}"#)
-            .await;
-        assert_eq!(
-            r,
-            json!({"jsonrpc": "2.0", "result": 19, "id": 1}),
-            "{framing:?}"
-        );
-        let r = c
-            .call(r#"{"jsonrpc": "2.0", "method": "subtract", "params": [23, 42], "id": 2}"#)
-            .await;
-        assert_eq!(
-            r,
-            json!({"jsonrpc": "2.0", "result": -19, "id": 2}),
-            "{framing:?}"
-        );
+        let r = c.call(r#"{"jsonrpc": "2.0", "method": "subtract", "params": [42, 23], "id": 1}"#).await;
+        assert_eq!(r, json!({"jsonrpc": "2.0", "result": 19, "id": 1}), "{framing:?}");
+        let r = c.call(r#"{"jsonrpc": "2.0", "method": "subtract", "params": [23, 42], "id": 2}"#).await;
+        assert_eq!(r, json!({"jsonrpc": "2.0", "result": -19, "id": 2}), "{framing:?}");
     }
 }
 
@@ -34,18 +22,14 @@ async fn rpc_call_with_positional_parameters() {
 async fn rpc_call_with_named_parameters() {
     for framing in FRAMINGS {
         let mut c = connect(framing, PeerConfig::default()).await;
-        let r = c.call(r#"{"jsonrpc": "2.0", "method": "subtract", "params": {"subtrahend": 23, "minuend": 42}, "id": 3}"#).await;
-        assert_eq!(
-            r,
-            json!({"jsonrpc": "2.0", "result": 19, "id": 3}),
-            "{framing:?}"
-        );
-        let r = c.call(r#"{"jsonrpc": "2.0", "method": "subtract", "params": {"minuend": 42, "subtrahend": 23}, "id": 4}"#).await;
-        assert_eq!(
-            r,
-            json!({"jsonrpc": "2.0", "result": 19, "id": 4}),
-            "{framing:?}"
-        );
+        let r = c
+            .call(r#"{"jsonrpc": "2.0", "method": "subtract", "params": {"subtrahend": 23, "minuend": 42}, "id": 3}"#)
+            .await;
+        assert_eq!(r, json!({"jsonrpc": "2.0", "result": 19, "id": 3}), "{framing:?}");
+        let r = c
+            .call(r#"{"jsonrpc": "2.0", "method": "subtract", "params": {"minuend": 42, "subtrahend": 23}, "id": 4}"#)
+            .await;
+        assert_eq!(r, json!({"jsonrpc": "2.0", "result": 19, "id": 4}), "{framing:?}");
     }
 }
 
@@ -53,16 +37,11 @@ async fn rpc_call_with_named_parameters() {
 async fn notifications_are_handled_and_never_answered() {
     for framing in FRAMINGS {
         let mut c = connect(framing, PeerConfig::default()).await;
-        c.send(r#"{"jsonrpc": "2.0", "method": "update", "params": [1,2,3,4,5]}"#)
-            .await;
+        c.send(r#"{"jsonrpc": "2.0", "method": "update", "params": [1,2,3,4,5]}"#).await;
         c.send(r#"{"jsonrpc": "2.0", "method": "foobar"}"#).await;
         c.assert_no_reply_before_marker().await;
         let seen = c.call(r#"{"jsonrpc":"2.0","method":"seen","id":9}"#).await;
-        assert_eq!(
-            seen["result"],
-            json!([["update", [1, 2, 3, 4, 5]]]),
-            "{framing:?}"
-        );
+        assert_eq!(seen["result"], json!([["update", [1, 2, 3, 4, 5]]]), "{framing:?}");
     }
 }
 
@@ -70,15 +49,10 @@ async fn notifications_are_handled_and_never_answered() {
 async fn rpc_call_of_non_existent_method() {
     for framing in FRAMINGS {
         let mut c = connect(framing, PeerConfig::default()).await;
-        let r = c
-            .call(r#"{"jsonrpc": "2.0", "method": "foobar", "id": "1"}"#)
-            .await;
+        let r = c.call(r#"{"jsonrpc": "2.0", "method": "foobar", "id": "1"}"#).await;
         assert_eq!(r["error"]["code"], -32601, "{framing:?}");
         assert_eq!(r["id"], "1");
-        assert!(
-            r["error"]["message"].as_str().unwrap().contains("foobar"),
-            "the message names the method"
-        );
+        assert!(r["error"]["message"].as_str().unwrap().contains("foobar"), "the message names the method");
     }
 }
 
@@ -86,9 +60,7 @@ async fn rpc_call_of_non_existent_method() {
 async fn rpc_call_with_invalid_json() {
     for framing in FRAMINGS {
         let mut c = connect(framing, PeerConfig::default()).await;
-        let r = c
-            .call(r#"{"jsonrpc": "2.0", "method": "foobar, "params": "bar", "baz]"#)
-            .await;
+        let r = c.call(r#"{"jsonrpc": "2.0", "method": "foobar, "params": "bar", "baz]"#).await;
         assert_eq!(
             shape(&r),
             json!({"jsonrpc": "2.0", "error": {"code": -32700, "message": "..."}, "id": null}),
@@ -101,9 +73,7 @@ async fn rpc_call_with_invalid_json() {
 async fn rpc_call_with_invalid_request_object() {
     for framing in FRAMINGS {
         let mut c = connect(framing, PeerConfig::default()).await;
-        let r = c
-            .call(r#"{"jsonrpc": "2.0", "method": 1, "params": "bar"}"#)
-            .await;
+        let r = c.call(r#"{"jsonrpc": "2.0", "method": 1, "params": "bar"}"#).await;
         assert_eq!(
             shape(&r),
             json!({"jsonrpc": "2.0", "error": {"code": -32600, "message": "..."}, "id": null}),
@@ -150,8 +120,7 @@ async fn rpc_call_with_an_invalid_batch_but_not_empty() {
     for framing in FRAMINGS {
         let mut c = connect(framing, PeerConfig::default()).await;
         let r = c.call("[1]").await;
-        let invalid =
-            json!({"jsonrpc": "2.0", "error": {"code": -32600, "message": "..."}, "id": null});
+        let invalid = json!({"jsonrpc": "2.0", "error": {"code": -32600, "message": "..."}, "id": null});
         assert_eq!(shape(&r), json!([invalid]), "{framing:?}");
     }
 }
@@ -161,8 +130,7 @@ async fn rpc_call_with_invalid_batch() {
     for framing in FRAMINGS {
         let mut c = connect(framing, PeerConfig::default()).await;
         let r = c.call("[1,2,3]").await;
-        let invalid =
-            json!({"jsonrpc": "2.0", "error": {"code": -32600, "message": "..."}, "id": null});
+        let invalid = json!({"jsonrpc": "2.0", "error": {"code": -32600, "message": "..."}, "id": null});
         assert_eq!(shape(&r), json!([invalid, invalid, invalid]), "{framing:?}");
     }
 }
@@ -192,11 +160,7 @@ async fn rpc_call_batch() {
         ]);
         assert_eq!(shape(&r), shape(&expected), "{framing:?}");
         let seen = c.call(r#"{"jsonrpc":"2.0","method":"seen","id":1}"#).await;
-        assert_eq!(
-            seen["result"],
-            json!([["notify_hello", [7]]]),
-            "the batch's notification ran"
-        );
+        assert_eq!(seen["result"], json!([["notify_hello", [7]]]), "the batch's notification ran");
     }
 }
 
@@ -221,30 +185,12 @@ async fn rpc_call_batch_all_notifications_gets_nothing_back() {
 async fn every_id_form_is_echoed_exactly() {
     for framing in FRAMINGS {
         let mut c = connect(framing, PeerConfig::default()).await;
-        for id in [
-            "0",
-            "-1",
-            "1.5",
-            "1e400",
-            "-0",
-            "123456789012345678901234567890",
-            "2.50E+3",
-            r#""abc""#,
-            r#""""#,
-            "null",
-        ] {
-            c.send(&format!(
-                r#"{{"jsonrpc":"2.0","method":"echo","params":[1],"id":{id}}}"#
-            ))
-            .await;
-            let text = c
-                .recv_within(std::time::Duration::from_secs(5))
-                .await
-                .unwrap();
-            assert!(
-                text.contains(&format!(r#""id":{id}"#)),
-                "{framing:?}: id {id} came back as {text}"
-            );
+        for id in
+            ["0", "-1", "1.5", "1e400", "-0", "123456789012345678901234567890", "2.50E+3", r#""abc""#, r#""""#, "null"]
+        {
+            c.send(&format!(r#"{{"jsonrpc":"2.0","method":"echo","params":[1],"id":{id}}}"#)).await;
+            let text = c.recv_within(std::time::Duration::from_secs(5)).await.unwrap();
+            assert!(text.contains(&format!(r#""id":{id}"#)), "{framing:?}: id {id} came back as {text}");
         }
     }
 }
@@ -254,14 +200,8 @@ async fn structured_and_boolean_ids_are_invalid_with_null_id() {
     for framing in FRAMINGS {
         let mut c = connect(framing, PeerConfig::default()).await;
         for id in ["{}", "[1]", "true"] {
-            let r = c
-                .call(&format!(r#"{{"jsonrpc":"2.0","method":"echo","id":{id}}}"#))
-                .await;
-            assert_eq!(
-                (r["error"]["code"].clone(), r["id"].clone()),
-                (json!(-32600), json!(null)),
-                "{framing:?} {id}"
-            );
+            let r = c.call(&format!(r#"{{"jsonrpc":"2.0","method":"echo","id":{id}}}"#)).await;
+            assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32600), json!(null)), "{framing:?} {id}");
         }
     }
 }
@@ -278,11 +218,7 @@ async fn wrong_version_and_bad_params_are_invalid_requests_with_the_id() {
             r#"{"jsonrpc":"2.0","id":7}"#,
         ] {
             let r = c.call(text).await;
-            assert_eq!(
-                (r["error"]["code"].clone(), r["id"].clone()),
-                (json!(-32600), json!(7)),
-                "{framing:?} {text}"
-            );
+            assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32600), json!(7)), "{framing:?} {text}");
         }
     }
 }
@@ -291,9 +227,7 @@ async fn wrong_version_and_bad_params_are_invalid_requests_with_the_id() {
 async fn null_params_mean_no_params() {
     for framing in FRAMINGS {
         let mut c = connect(framing, PeerConfig::default()).await;
-        let r = c
-            .call(r#"{"jsonrpc":"2.0","method":"get_data","params":null,"id":1}"#)
-            .await;
+        let r = c.call(r#"{"jsonrpc":"2.0","method":"get_data","params":null,"id":1}"#).await;
         assert_eq!(r["result"], json!(["hello", 5]), "{framing:?}");
     }
 }
@@ -304,20 +238,9 @@ async fn params_of_the_wrong_shape_name_the_field() {
         let mut c = connect(framing, PeerConfig::default()).await;
         let r = c.call(r#"{"jsonrpc":"2.0","method":"subtract","params":{"minuend":"x","subtrahend":1},"id":1}"#).await;
         assert_eq!(r["error"]["code"], -32602, "{framing:?}");
-        assert!(
-            r["error"]["message"].as_str().unwrap().contains("minuend"),
-            "{r}"
-        );
-        let r = c
-            .call(r#"{"jsonrpc":"2.0","method":"subtract","params":{"minuend":1},"id":2}"#)
-            .await;
-        assert!(
-            r["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("subtrahend"),
-            "{r}"
-        );
+        assert!(r["error"]["message"].as_str().unwrap().contains("minuend"), "{r}");
+        let r = c.call(r#"{"jsonrpc":"2.0","method":"subtract","params":{"minuend":1},"id":2}"#).await;
+        assert!(r["error"]["message"].as_str().unwrap().contains("subtrahend"), "{r}");
     }
 }
 
@@ -328,14 +251,8 @@ async fn daemon_error_codes_and_panics_reach_only_that_request() {
         let r = c.call(r#"{"jsonrpc":"2.0","method":"fail","id":1}"#).await;
         assert_eq!(r["error"], json!({"code": -32042, "message": "own error"}));
         let r = c.call(r#"{"jsonrpc":"2.0","method":"panic","id":2}"#).await;
-        assert_eq!(
-            (r["error"]["code"].clone(), r["id"].clone()),
-            (json!(-32603), json!(2)),
-            "{framing:?}"
-        );
-        let r = c
-            .call(r#"{"jsonrpc":"2.0","method":"subtract","params":[2,1],"id":3}"#)
-            .await;
+        assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32603), json!(2)), "{framing:?}");
+        let r = c.call(r#"{"jsonrpc":"2.0","method":"subtract","params":[2,1],"id":3}"#).await;
         assert_eq!(r["result"], 1, "the connection lives on after a panic");
     }
 }
@@ -345,8 +262,7 @@ async fn notification_for_unknown_method_or_bad_params_is_silent() {
     for framing in FRAMINGS {
         let mut c = connect(framing, PeerConfig::default()).await;
         c.send(r#"{"jsonrpc":"2.0","method":"nope"}"#).await;
-        c.send(r#"{"jsonrpc":"2.0","method":"subtract","params":{"minuend":"x"}}"#)
-            .await;
+        c.send(r#"{"jsonrpc":"2.0","method":"subtract","params":{"minuend":"x"}}"#).await;
         c.send(r#"{"jsonrpc":"2.0","method":"panic"}"#).await;
         c.assert_no_reply_before_marker().await;
     }
@@ -355,10 +271,7 @@ async fn notification_for_unknown_method_or_bad_params_is_silent() {
 #[tokio::test]
 async fn batch_over_the_cap_is_one_invalid_request() {
     for framing in FRAMINGS {
-        let config = PeerConfig {
-            max_batch: 3,
-            ..PeerConfig::default()
-        };
+        let config = PeerConfig { max_batch: 3, ..PeerConfig::default() };
         let mut c = connect(framing, config).await;
         let one = r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":1}"#;
         let r = c.call(&format!("[{one},{one},{one},{one}]")).await;
@@ -383,13 +296,7 @@ async fn duplicate_ids_inside_one_batch_are_refused() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|m| {
-                if m.get("result").is_some() {
-                    "ok".into()
-                } else {
-                    m["error"]["code"].to_string()
-                }
-            })
+            .map(|m| if m.get("result").is_some() { "ok".into() } else { m["error"]["code"].to_string() })
             .collect();
         codes.sort();
         assert_eq!(codes, vec!["-32600", "ok"], "{framing:?}");
@@ -400,14 +307,8 @@ async fn duplicate_ids_inside_one_batch_are_refused() {
 async fn unicode_survives_every_framing() {
     for framing in FRAMINGS {
         let mut c = connect(framing, PeerConfig::default()).await;
-        let r = c
-            .call(r#"{"jsonrpc":"2.0","method":"echo","params":["Zoë ✓ 🦀 \u0000 \n"],"id":"é"}"#)
-            .await;
-        assert_eq!(
-            r,
-            json!({"jsonrpc":"2.0","id":"é","result":["Zoë ✓ 🦀 \u{0} \n"]}),
-            "{framing:?}"
-        );
+        let r = c.call(r#"{"jsonrpc":"2.0","method":"echo","params":["Zoë ✓ 🦀 \u0000 \n"],"id":"é"}"#).await;
+        assert_eq!(r, json!({"jsonrpc":"2.0","id":"é","result":["Zoë ✓ 🦀 \u{0} \n"]}), "{framing:?}");
     }
 }
 
@@ -419,36 +320,19 @@ async fn ndjson_oversized_line_is_answered_and_the_connection_goes_on() {
     big.extend_from_slice(b"\"],\"id\":1}\n");
     c.send_bytes(&big).await;
     let r = c.recv().await;
-    assert_eq!(
-        (r["error"]["code"].clone(), r["id"].clone()),
-        (json!(-32600), json!(null))
-    );
-    assert!(
-        r["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("too large")
-    );
-    let r = c
-        .call(r#"{"jsonrpc":"2.0","method":"subtract","params":[5,3],"id":2}"#)
-        .await;
+    assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32600), json!(null)));
+    assert!(r["error"]["message"].as_str().unwrap().contains("too large"));
+    let r = c.call(r#"{"jsonrpc":"2.0","method":"subtract","params":[5,3],"id":2}"#).await;
     assert_eq!(r["result"], 2);
 }
 
 #[tokio::test]
 async fn ndjson_invalid_utf8_is_a_parse_error_and_the_next_line_works() {
     let mut c = connect(Framing::Ndjson, PeerConfig::default()).await;
-    c.send_bytes(b"{\"jsonrpc\":\"2.0\",\"method\":\"echo\",\"params\":[\"\xff\xfe\"],\"id\":1}\n")
-        .await;
+    c.send_bytes(b"{\"jsonrpc\":\"2.0\",\"method\":\"echo\",\"params\":[\"\xff\xfe\"],\"id\":1}\n").await;
     let r = c.recv().await;
-    assert_eq!(
-        (r["error"]["code"].clone(), r["id"].clone()),
-        (json!(-32700), json!(null))
-    );
-    c.send_bytes(
-        b"\r\n\n{\"jsonrpc\":\"2.0\",\"method\":\"subtract\",\"params\":[5,3],\"id\":2}\r\n",
-    )
-    .await;
+    assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32700), json!(null)));
+    c.send_bytes(b"\r\n\n{\"jsonrpc\":\"2.0\",\"method\":\"subtract\",\"params\":[5,3],\"id\":2}\r\n").await;
     assert_eq!(c.recv().await["result"], 2);
 }
 
@@ -456,47 +340,27 @@ async fn ndjson_invalid_utf8_is_a_parse_error_and_the_next_line_works() {
 async fn content_length_resynchronises_after_garbage() {
     let mut c = connect(Framing::ContentLength, PeerConfig::default()).await;
     c.send_bytes(b"garbage without a header\r\n\r\n{{{").await;
-    let r = c
-        .call(r#"{"jsonrpc":"2.0","method":"subtract","params":[5,3],"id":2}"#)
-        .await;
+    let r = c.call(r#"{"jsonrpc":"2.0","method":"subtract","params":[5,3],"id":2}"#).await;
     assert_eq!(r["result"], 2);
 }
 
 #[tokio::test]
 async fn content_length_oversized_request_is_answered_with_its_id() {
     let mut c = connect(Framing::ContentLength, PeerConfig::default()).await;
-    let body = format!(
-        r#"{{"jsonrpc":"2.0","id":77,"method":"echo","params":["{}"]}}"#,
-        "y".repeat(2 * 1024 * 1024)
-    );
+    let body = format!(r#"{{"jsonrpc":"2.0","id":77,"method":"echo","params":["{}"]}}"#, "y".repeat(2 * 1024 * 1024));
     c.send(&body).await;
     let r = c.recv().await;
-    assert_eq!(
-        (r["error"]["code"].clone(), r["id"].clone()),
-        (json!(-32600), json!(77))
-    );
-    assert_eq!(
-        c.call(r#"{"jsonrpc":"2.0","method":"subtract","params":[5,3],"id":2}"#)
-            .await["result"],
-        2
-    );
+    assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32600), json!(77)));
+    assert_eq!(c.call(r#"{"jsonrpc":"2.0","method":"subtract","params":[5,3],"id":2}"#).await["result"], 2);
 }
 
 #[tokio::test]
 async fn websocket_binary_frame_closes_with_1003() {
     let mut c = connect(Framing::WebSocket, PeerConfig::default()).await;
     c.send_bytes(b"{}").await;
-    let common::RawClient::Ws(ws) = &mut c else {
-        unreachable!()
-    };
+    let common::RawClient::Ws(ws) = &mut c else { unreachable!() };
     use futures_util::StreamExt;
-    let msg = tokio::time::timeout(std::time::Duration::from_secs(5), ws.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let tokio_tungstenite::tungstenite::Message::Close(Some(frame)) = msg else {
-        panic!("{msg:?}")
-    };
+    let msg = tokio::time::timeout(std::time::Duration::from_secs(5), ws.next()).await.unwrap().unwrap().unwrap();
+    let tokio_tungstenite::tungstenite::Message::Close(Some(frame)) = msg else { panic!("{msg:?}") };
     assert_eq!(u16::from(frame.code), 1003);
 }

@@ -26,10 +26,7 @@ fn example_path() -> PathBuf {
             if profile_dir.ends_with("release") {
                 cmd.arg("--release");
             }
-            assert!(
-                cmd.status().unwrap().success(),
-                "building the stdio_server example"
-            );
+            assert!(cmd.status().unwrap().success(), "building the stdio_server example");
         }
     });
     path
@@ -42,11 +39,7 @@ fn spawn_child() -> (PeerHandle, Child) {
         .kill_on_drop(true)
         .spawn()
         .expect("the stdio_server example is built by `cargo test`");
-    let transport = Transport::content_length(
-        child.stdout.take().unwrap(),
-        child.stdin.take().unwrap(),
-        1 << 20,
-    );
+    let transport = Transport::content_length(child.stdout.take().unwrap(), child.stdin.take().unwrap(), 1 << 20);
     let router = Router::<()>::new()
         .method("confirm", |_, n: [u64; 1]| async move { Ok(n[0] * 10) })
         .method("unused", |_, _: NoParams| async { Ok(()) })
@@ -60,10 +53,7 @@ fn spawn_child() -> (PeerHandle, Child) {
 #[tokio::test]
 async fn a_child_process_answers_over_its_pipes_and_can_call_back() {
     let (peer, _child) = spawn_child();
-    let echoed: Value = peer
-        .request("echo", json!({"text": "Zoë ✓"}))
-        .await
-        .unwrap();
+    let echoed: Value = peer.request("echo", json!({"text": "Zoë ✓"})).await.unwrap();
     assert_eq!(echoed, json!({"text": "Zoë ✓"}));
     // The child's handler asks us while we wait on it: both directions on one pipe pair.
     let answer: u64 = peer.request("ask_parent", [4]).await.unwrap();
@@ -75,18 +65,12 @@ async fn a_crashing_child_fails_pending_calls_at_once() {
     let (peer, mut child) = spawn_child();
     let hanging = {
         let peer = peer.clone();
-        tokio::spawn(async move {
-            peer.request_raw("hang", &(), Some(Duration::from_secs(60)))
-                .await
-        })
+        tokio::spawn(async move { peer.request_raw("hang", &(), Some(Duration::from_secs(60))).await })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = Instant::now();
     peer.notify("crash", ()).await.unwrap();
-    let result = tokio::time::timeout(Duration::from_secs(5), hanging)
-        .await
-        .expect("call still pending")
-        .unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(5), hanging).await.expect("call still pending").unwrap();
     assert_eq!(result.unwrap_err(), CallError::Disconnected);
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(child.wait().await.unwrap().code(), Some(3));

@@ -33,9 +33,7 @@ fn a_socket_passed_by_systemd_is_served_and_readiness_is_notified() {
     let dir = tempfile::tempdir().unwrap();
     let notify_path = dir.path().join("notify");
     let notify = UnixDatagram::bind(&notify_path).unwrap();
-    notify
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    notify.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
 
     let fd = listener.as_raw_fd();
     let mut cmd = Command::new("sh");
@@ -54,11 +52,7 @@ fn a_socket_passed_by_systemd_is_served_and_readiness_is_notified() {
     // that case clears it explicitly).
     unsafe {
         cmd.pre_exec(move || {
-            let ok = if fd == 3 {
-                nix::libc::fcntl(3, nix::libc::F_SETFD, 0)
-            } else {
-                nix::libc::dup2(fd, 3)
-            };
+            let ok = if fd == 3 { nix::libc::fcntl(3, nix::libc::F_SETFD, 0) } else { nix::libc::dup2(fd, 3) };
             if ok < 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -74,41 +68,23 @@ fn a_socket_passed_by_systemd_is_served_and_readiness_is_notified() {
     // The server did not bind 127.0.0.1:1 (it would have failed): it serves our socket.
     drop(listener);
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
-        .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1}\n")
-        .unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1}\n").unwrap();
     let mut reply = String::new();
     BufReader::new(&stream).read_line(&mut reply).unwrap();
-    assert_eq!(
-        reply.trim(),
-        r#"{"jsonrpc":"2.0","id":1,"result":{"pong":true}}"#
-    );
+    assert_eq!(reply.trim(), r#"{"jsonrpc":"2.0","id":1,"result":{"pong":true}}"#);
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = child.wait().unwrap();
     assert!(status.success(), "exit after SIGTERM: {status}");
     let mut log = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
-    assert!(
-        log.contains(&addr.to_string()),
-        "it should have listened on the passed socket: {log}"
-    );
+    assert!(log.contains(&addr.to_string()), "it should have listened on the passed socket: {log}");
 }
 
 #[test]
 fn sighup_is_ignored_rather_than_fatal() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut child = Command::new(example("activated_server"))
         .arg(format!("127.0.0.1:{port}"))
         .stdin(Stdio::null())
@@ -118,28 +94,20 @@ fn sighup_is_ignored_rather_than_fatal() {
     let ping = || -> Option<String> {
         let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        stream
-            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1}\n")
-            .ok()?;
+        stream.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1}\n").ok()?;
         let mut reply = String::new();
         BufReader::new(&stream).read_line(&mut reply).ok()?;
         Some(reply)
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while ping().is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the server never listened"
-        );
+        assert!(std::time::Instant::now() < deadline, "the server never listened");
         std::thread::sleep(Duration::from_millis(20));
     }
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "SIGHUP ended the server"
-    );
+    assert!(child.try_wait().unwrap().is_none(), "SIGHUP ended the server");
     assert!(ping().is_some_and(|r| r.contains("pong")));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     assert!(child.wait().unwrap().success());

@@ -34,48 +34,27 @@ impl Agent {
         let url = format!("ws://{}/ws?clientType=agent", authority(endpoint));
         let mut request = url.as_str().into_client_request()?;
         if let Some(token) = &endpoint.auth_token {
-            request
-                .headers_mut()
-                .insert("authorization", format!("Bearer {token}").parse()?);
+            request.headers_mut().insert("authorization", format!("Bearer {token}").parse()?);
         }
         let config = websocket::config(websocket::DEFAULT_MAX_MESSAGE);
-        let (ws, _) = tokio_tungstenite::connect_async_with_config(request, Some(config), true)
-            .await
-            .map_err(|e| match e {
+        let (ws, _) =
+            tokio_tungstenite::connect_async_with_config(request, Some(config), true).await.map_err(|e| match e {
                 tokio_tungstenite::tungstenite::Error::Http(response) => {
-                    let body = response
-                        .body()
-                        .as_ref()
-                        .map(|b| String::from_utf8_lossy(b).into_owned())
-                        .unwrap_or_default();
-                    anyhow!(
-                        "the broker refused the connection: HTTP {}: {body}",
-                        response.status()
-                    )
+                    let body =
+                        response.body().as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+                    anyhow!("the broker refused the connection: HTTP {}: {body}", response.status())
                 }
                 other => anyhow!("connecting to {url}: {other}"),
             })?;
         let peer = rpc_core::client::spawn(websocket::transport(ws), Router::<()>::empty(), ());
-        let mut agent = Agent {
-            peer,
-            joined: Value::Null,
-        };
+        let mut agent = Agent { peer, joined: Value::Null };
         agent.joined = agent
-            .request(
-                "session/join",
-                &serde_json::json!({ "sessionId": session }),
-                Duration::from_secs(10),
-            )
+            .request("session/join", &serde_json::json!({ "sessionId": session }), Duration::from_secs(10))
             .await?;
         Ok(agent)
     }
 
-    pub async fn request(
-        &self,
-        method: &str,
-        params: &impl Serialize,
-        timeout: Duration,
-    ) -> anyhow::Result<Value> {
+    pub async fn request(&self, method: &str, params: &impl Serialize, timeout: Duration) -> anyhow::Result<Value> {
         match self.peer.request_raw(method, params, Some(timeout)).await {
             Ok(raw) => serde_json::from_str(raw.get()).context("the broker's answer"),
             Err(CallError::Rpc(e)) => bail!("{method}: {} ({})", e.message, e.code),

@@ -12,25 +12,21 @@ use crate::config::EndpointArgs;
 /// `GET path`, with the token if one is configured; the body as JSON.
 pub async fn get_json(endpoint: &EndpointArgs, path: &str) -> anyhow::Result<Value> {
     let authority = super::agent::authority(endpoint);
-    let stream = TcpStream::connect(&authority)
-        .await
-        .with_context(|| format!("connecting to the broker at {authority}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .context("HTTP handshake")?;
+    let stream =
+        TcpStream::connect(&authority).await.with_context(|| format!("connecting to the broker at {authority}"))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.context("HTTP handshake")?;
     tokio::spawn(connection);
     let mut request = hyper::Request::get(path).header(hyper::header::HOST, &authority);
     if let Some(token) = &endpoint.auth_token {
         request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
     }
-    let response = sender
-        .send_request(request.body(Empty::<Bytes>::new())?)
-        .await
-        .with_context(|| format!("GET {path}"))?;
+    let response =
+        sender.send_request(request.body(Empty::<Bytes>::new())?).await.with_context(|| format!("GET {path}"))?;
     let status = response.status();
     let body = response.into_body().collect().await?.to_bytes();
-    let value: Value = serde_json::from_slice(&body)
-        .with_context(|| format!("GET {path}: HTTP {status}, body is not JSON"))?;
+    let value: Value =
+        serde_json::from_slice(&body).with_context(|| format!("GET {path}: HTTP {status}, body is not JSON"))?;
     if !status.is_success() {
         let why = value["error"].as_str().unwrap_or("(no reason given)");
         bail!("GET {path}: HTTP {status}: {why}");

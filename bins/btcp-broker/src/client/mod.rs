@@ -15,13 +15,9 @@ pub async fn run(endpoint: &EndpointArgs, command: Command) -> anyhow::Result<()
         Command::Serve(_) => unreachable!("serve is not a client command"),
         Command::Sessions { json } => sessions(endpoint, json).await,
         Command::Tools { session, json } => tools(endpoint, &session, json).await,
-        Command::Call {
-            session,
-            tool,
-            args,
-            timeout,
-            json,
-        } => call(endpoint, &session, &tool, args, timeout, json).await,
+        Command::Call { session, tool, args, timeout, json } => {
+            call(endpoint, &session, &tool, args, timeout, json).await
+        }
     }
 }
 
@@ -31,33 +27,18 @@ async fn sessions(endpoint: &EndpointArgs, json: bool) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(());
     }
-    let rows = list
-        .as_array()
-        .context("the broker's /sessions is not a list")?;
+    let rows = list.as_array().context("the broker's /sessions is not a list")?;
     if rows.is_empty() {
         println!("no sessions");
         return Ok(());
     }
-    let width = rows
-        .iter()
-        .filter_map(|r| r["id"].as_str())
-        .map(str::len)
-        .max()
-        .unwrap_or(0)
-        .max("SESSION".len());
-    println!(
-        "{:width$}  BROWSER  AGENTS  TOOLS  LAST ACTIVITY",
-        "SESSION"
-    );
+    let width = rows.iter().filter_map(|r| r["id"].as_str()).map(str::len).max().unwrap_or(0).max("SESSION".len());
+    println!("{:width$}  BROWSER  AGENTS  TOOLS  LAST ACTIVITY", "SESSION");
     for row in rows {
         println!(
             "{:width$}  {:7}  {:<6}  {:<5}  {}",
             row["id"].as_str().unwrap_or("?"),
-            if row["hasBrowser"].as_bool() == Some(true) {
-                "yes"
-            } else {
-                "no"
-            },
+            if row["hasBrowser"].as_bool() == Some(true) { "yes" } else { "no" },
             row["agentCount"].as_u64().unwrap_or(0),
             row["toolCount"].as_u64().unwrap_or(0),
             row["lastActivity"].as_str().unwrap_or("")
@@ -79,18 +60,9 @@ async fn tools(endpoint: &EndpointArgs, session: &str, json: bool) -> anyhow::Re
         println!("session {session} has no tools registered");
         return Ok(());
     }
-    let width = tools
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .map(str::len)
-        .max()
-        .unwrap_or(0);
+    let width = tools.iter().filter_map(|t| t["name"].as_str()).map(str::len).max().unwrap_or(0);
     for tool in &tools {
-        println!(
-            "{:width$}  {}",
-            tool["name"].as_str().unwrap_or("?"),
-            tool["description"].as_str().unwrap_or("")
-        );
+        println!("{:width$}  {}", tool["name"].as_str().unwrap_or("?"), tool["description"].as_str().unwrap_or(""));
     }
     Ok(())
 }

@@ -32,12 +32,7 @@ pub struct Rejection {
 }
 
 pub fn reject(status: StatusCode, reason: &'static str, message: impl Into<String>) -> Rejection {
-    Rejection {
-        status,
-        reason,
-        message: message.into(),
-        header: None,
-    }
+    Rejection { status, reason, message: message.into(), header: None }
 }
 
 impl Rejection {
@@ -53,14 +48,10 @@ impl IntoResponse for Rejection {
         let body = Json(json!({ "error": self.message, "reason": self.reason }));
         let mut response = (self.status, body).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         if let Some((name, value)) = self.header {
-            response
-                .headers_mut()
-                .insert(name, HeaderValue::from_static(value));
+            response.headers_mut().insert(name, HeaderValue::from_static(value));
         }
         response
     }
@@ -70,13 +61,7 @@ impl IntoResponse for Rejection {
 pub fn query(uri: &axum::http::Uri) -> Result<HashMap<String, String>, Rejection> {
     axum::extract::Query::<HashMap<String, String>>::try_from_uri(uri)
         .map(|q| q.0)
-        .map_err(|e| {
-            reject(
-                StatusCode::BAD_REQUEST,
-                "bad_query",
-                format!("query string: {e}"),
-            )
-        })
+        .map_err(|e| reject(StatusCode::BAD_REQUEST, "bad_query", format!("query string: {e}")))
 }
 
 /// Checks `BTCP_AUTH_TOKEN` against the `Authorization: Bearer` header or the
@@ -93,10 +78,7 @@ pub fn authorize(
     let from_header = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
     let presented = from_header.or(query.get("token").map(String::as_str));
     let ok = presented.is_some_and(|t| bool::from(t.as_bytes().ct_eq(expected.as_bytes())));
@@ -104,11 +86,7 @@ pub fn authorize(
         return Ok(());
     }
     broker.metrics.rejected("unauthorized");
-    tracing::warn!(
-        peer = peer.map_or("-", |p| &*p.0),
-        presented = presented.is_some(),
-        "authentication failed"
-    );
+    tracing::warn!(peer = peer.map_or("-", |p| &*p.0), presented = presented.is_some(), "authentication failed");
     Err(reject(
         StatusCode::UNAUTHORIZED,
         "unauthorized",
@@ -152,46 +130,27 @@ pub fn check(
     };
     let client_type = match query.get("clientType").map(String::as_str) {
         None => {
-            return bad(
-                "missing_client_type",
-                "clientType is required: clientType=browser or clientType=agent".into(),
-            );
+            return bad("missing_client_type", "clientType is required: clientType=browser or clientType=agent".into());
         }
         Some(text) => match ClientType::parse(text) {
             Some(t) => t,
             None => {
-                return bad(
-                    "invalid_client_type",
-                    format!("clientType must be browser or agent, not {text:?}"),
-                );
+                return bad("invalid_client_type", format!("clientType must be browser or agent, not {text:?}"));
             }
         },
     };
     let session_id = match query.get("sessionId").map(String::as_str) {
         None | Some("") => None,
         Some(id) if id.len() > MAX_SESSION_ID => {
-            return bad(
-                "invalid_session_id",
-                format!("sessionId is longer than {MAX_SESSION_ID} bytes"),
-            );
+            return bad("invalid_session_id", format!("sessionId is longer than {MAX_SESSION_ID} bytes"));
         }
         Some(id) if id.chars().any(char::is_control) => {
-            return bad(
-                "invalid_session_id",
-                "sessionId contains control characters".into(),
-            );
+            return bad("invalid_session_id", "sessionId contains control characters".into());
         }
         Some(id) => Some(id.to_owned()),
     };
-    let version = query
-        .get("version")
-        .cloned()
-        .unwrap_or_else(|| crate::broker::PROTOCOL_VERSION.to_owned());
-    Ok(Checked {
-        client_type,
-        session_id,
-        version,
-    })
+    let version = query.get("version").cloned().unwrap_or_else(|| crate::broker::PROTOCOL_VERSION.to_owned());
+    Ok(Checked { client_type, session_id, version })
 }
 
 /// Reserves a connection place (and checks the session and agent caps).
@@ -201,11 +160,7 @@ pub fn reserve(
     peer: Option<&PeerAddr>,
     transport: TransportKind,
 ) -> Result<PeerSpec, Rejection> {
-    let Checked {
-        client_type,
-        session_id,
-        version,
-    } = checked;
+    let Checked { client_type, session_id, version } = checked;
     let full = |message: String| {
         broker.metrics.rejected("capacity");
         tracing::warn!(peer = peer.map_or("-", |p| &*p.0), %message, "connection refused");
@@ -213,10 +168,7 @@ pub fn reserve(
     };
     let creates_session = client_type == ClientType::Browser || session_id.is_some();
     if creates_session && !broker.sessions.can_hold(session_id.as_deref()) {
-        return full(format!(
-            "the broker holds its maximum of {} sessions",
-            broker.config.max_sessions
-        ));
+        return full(format!("the broker holds its maximum of {} sessions", broker.config.max_sessions));
     }
     if let (ClientType::Agent, Some(id)) = (client_type, &session_id)
         && !broker.sessions.has_agent_room(id)
@@ -227,10 +179,7 @@ pub fn reserve(
         ));
     }
     let Some(slot) = broker.reserve_peer() else {
-        return full(format!(
-            "the broker holds its maximum of {} connections",
-            broker.config.max_connections
-        ));
+        return full(format!("the broker holds its maximum of {} connections", broker.config.max_connections));
     };
     Ok(PeerSpec {
         client_type,

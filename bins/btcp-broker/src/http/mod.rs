@@ -32,30 +32,20 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/btcp.js", get(script))
         .route("/", get(index))
         .layer(DefaultBodyLimit::max(broker.config.max_message))
-        .layer(middleware::from_fn_with_state(
-            broker.clone(),
-            origin_policy,
-        ))
+        .layer(middleware::from_fn_with_state(broker.clone(), origin_policy))
         .with_state(broker)
 }
 
 /// Refuses requests from origins not allowed (403), answers CORS preflights,
 /// and lets allowed origins read the responses (EventSource, fetch).
-async fn origin_policy(
-    State(broker): State<Arc<Broker>>,
-    request: Request,
-    next: Next,
-) -> Response {
+async fn origin_policy(State(broker): State<Arc<Broker>>, request: Request, next: Next) -> Response {
     let Some(origin) = request.headers().get(header::ORIGIN).cloned() else {
         return next.run(request).await;
     };
     let text = origin.to_str().unwrap_or("");
     if !origin_allowed(broker.config.allowed_origins.as_deref(), text) {
         broker.metrics.rejected("origin");
-        let peer = request
-            .extensions()
-            .get::<PeerAddr>()
-            .map_or("-".into(), |p| p.0.clone());
+        let peer = request.extensions().get::<PeerAddr>().map_or("-".into(), |p| p.0.clone());
         tracing::warn!(%peer, origin = text, path = request.uri().path(), "origin not allowed");
         return reject(
             StatusCode::FORBIDDEN,
@@ -67,18 +57,12 @@ async fn origin_policy(
     let mut response = if request.method() == Method::OPTIONS {
         let mut response = StatusCode::NO_CONTENT.into_response();
         let headers = response.headers_mut();
-        headers.insert(
-            header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("GET, POST, OPTIONS"),
-        );
+        headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, OPTIONS"));
         headers.insert(
             header::ACCESS_CONTROL_ALLOW_HEADERS,
             HeaderValue::from_static("authorization, content-type, x-client-id, x-session-id"),
         );
-        headers.insert(
-            header::ACCESS_CONTROL_MAX_AGE,
-            HeaderValue::from_static("600"),
-        );
+        headers.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
         response
     } else {
         next.run(request).await
@@ -96,10 +80,7 @@ pub fn origin_allowed(allowed: Option<&[String]>, origin: &str) -> bool {
     if let Some(list) = allowed {
         return list.contains(&origin);
     }
-    let Some(rest) = origin
-        .strip_prefix("http://")
-        .or_else(|| origin.strip_prefix("https://"))
-    else {
+    let Some(rest) = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) else {
         return false;
     };
     let (host, port) = match rest.strip_prefix("[::1]") {
@@ -110,8 +91,7 @@ pub fn origin_allowed(allowed: Option<&[String]>, origin: &str) -> bool {
 }
 
 fn valid_port(text: &str) -> bool {
-    text.strip_prefix(':')
-        .is_some_and(|p| !p.is_empty() && p.parse::<u16>().is_ok())
+    text.strip_prefix(':').is_some_and(|p| !p.is_empty() && p.parse::<u16>().is_ok())
 }
 
 async fn health(State(broker): State<Arc<Broker>>) -> Response {
@@ -139,14 +119,7 @@ async fn metrics(State(broker): State<Arc<Broker>>, request: Request) -> Respons
         return rejection.into_response();
     }
     let text = broker.metrics.render(broker.sessions.counts());
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
 }
 
 /// The token check of the read-only endpoints.
@@ -157,24 +130,12 @@ fn guard(broker: &Broker, request: &Request) -> Result<(), Rejection> {
 }
 
 async fn script() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        BTCP_JS,
-    )
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], BTCP_JS)
         .into_response()
 }
 
 async fn index() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        INDEX_HTML,
-    )
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], INDEX_HTML)
         .into_response()
 }
 
@@ -208,10 +169,7 @@ mod tests {
 
     #[test]
     fn a_configured_list_is_matched_exactly() {
-        let list = vec![
-            "https://app.example".to_owned(),
-            "chrome-extension://abc".to_owned(),
-        ];
+        let list = vec!["https://app.example".to_owned(), "chrome-extension://abc".to_owned()];
         assert!(origin_allowed(Some(&list), "https://app.example"));
         assert!(origin_allowed(Some(&list), "chrome-extension://abc"));
         assert!(!origin_allowed(Some(&list), "http://localhost"));

@@ -43,24 +43,14 @@ pub async fn events(State(broker): State<Arc<Broker>>, request: Request) -> Resp
         Ok(q) => q,
         Err(rejection) => return rejection.into_response(),
     };
-    let spec = match admission::admit(
-        &broker,
-        request.headers(),
-        &query,
-        peer.as_ref(),
-        TransportKind::Sse,
-    ) {
+    let spec = match admission::admit(&broker, request.headers(), &query, peer.as_ref(), TransportKind::Sse) {
         Ok(spec) => spec,
         Err(rejection) => return rejection.into_response(),
     };
     let client_id = spec.client_id.clone();
     let (inbox_tx, inbox_rx) = mpsc::channel(INBOX);
     let (outbox_tx, outbox_rx) = mpsc::channel(OUTBOX);
-    broker
-        .sse_inboxes
-        .lock()
-        .unwrap()
-        .insert(client_id.clone(), inbox_tx);
+    broker.sse_inboxes.lock().unwrap().insert(client_id.clone(), inbox_tx);
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
     let task_broker = broker.clone();
     let task_id = client_id.clone();
@@ -78,13 +68,8 @@ pub async fn events(State(broker): State<Arc<Broker>>, request: Request) -> Resp
         }
         task_broker.sse_inboxes.lock().unwrap().remove(&task_id);
     });
-    let stream = EventStream {
-        outbox: outbox_rx,
-        ended: Some(ended_tx),
-    };
-    Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response()
+    let stream = EventStream { outbox: outbox_rx, ended: Some(ended_tx) };
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
 }
 
 /// The broker's outbound messages as SSE events. Dropping it (the client went
@@ -152,33 +137,22 @@ pub async fn message(
     };
     match inbox.send_timeout(Frame::Message(body), POST_WAIT).await {
         Ok(()) => StatusCode::ACCEPTED.into_response(),
-        Err(mpsc::error::SendTimeoutError::Closed(_)) => reject(
-            StatusCode::GONE,
-            "closed",
-            "this client's event stream has closed",
-        )
-        .into_response(),
-        Err(mpsc::error::SendTimeoutError::Timeout(_)) => reject(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "busy",
-            "the client's queue stayed full; try again",
-        )
-        .into_response(),
+        Err(mpsc::error::SendTimeoutError::Closed(_)) => {
+            reject(StatusCode::GONE, "closed", "this client's event stream has closed").into_response()
+        }
+        Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
+            reject(StatusCode::SERVICE_UNAVAILABLE, "busy", "the client's queue stayed full; try again").into_response()
+        }
     }
 }
 
 /// Finds the sender: by client id, else by session id and that session's browser.
-fn sender_inbox(
-    broker: &Broker,
-    headers: &HeaderMap,
-    query: &HashMap<String, String>,
-) -> Option<mpsc::Sender<Frame>> {
+fn sender_inbox(broker: &Broker, headers: &HeaderMap, query: &HashMap<String, String>) -> Option<mpsc::Sender<Frame>> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let client_id = match header("x-client-id").or(query.get("clientId").map(String::as_str)) {
         Some(id) => Arc::<str>::from(id),
         None => {
-            let session_id =
-                header("x-session-id").or(query.get("sessionId").map(String::as_str))?;
+            let session_id = header("x-session-id").or(query.get("sessionId").map(String::as_str))?;
             broker.sessions.get(session_id)?.browser()?.client_id
         }
     };

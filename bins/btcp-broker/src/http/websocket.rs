@@ -70,12 +70,10 @@ pub async fn upgrade(State(broker): State<Arc<Broker>>, mut request: Request) ->
 /// Checks the RFC 6455 handshake headers and computes the accept key.
 fn handshake_key(headers: &HeaderMap) -> Result<HeaderValue, Rejection> {
     let has_token = |name: header::HeaderName, token: &str| {
-        headers.get_all(name).iter().any(|v| {
-            v.to_str().is_ok_and(|v| {
-                v.split(',')
-                    .any(|part| part.trim().eq_ignore_ascii_case(token))
-            })
-        })
+        headers
+            .get_all(name)
+            .iter()
+            .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|part| part.trim().eq_ignore_ascii_case(token))))
     };
     if !has_token(header::UPGRADE, "websocket") || !has_token(header::CONNECTION, "upgrade") {
         return Err(reject(
@@ -85,10 +83,7 @@ fn handshake_key(headers: &HeaderMap) -> Result<HeaderValue, Rejection> {
         )
         .with_header(header::UPGRADE, "websocket"));
     }
-    if headers
-        .get(header::SEC_WEBSOCKET_VERSION)
-        .is_none_or(|v| v.as_bytes() != b"13")
-    {
+    if headers.get(header::SEC_WEBSOCKET_VERSION).is_none_or(|v| v.as_bytes() != b"13") {
         return Err(reject(
             StatusCode::UPGRADE_REQUIRED,
             "websocket_version",
@@ -97,11 +92,7 @@ fn handshake_key(headers: &HeaderMap) -> Result<HeaderValue, Rejection> {
         .with_header(header::SEC_WEBSOCKET_VERSION, "13"));
     }
     let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
-        return Err(reject(
-            StatusCode::BAD_REQUEST,
-            "websocket_key",
-            "Sec-WebSocket-Key is missing",
-        ));
+        return Err(reject(StatusCode::BAD_REQUEST, "websocket_key", "Sec-WebSocket-Key is missing"));
     };
     HeaderValue::from_str(&derive_accept_key(key.as_bytes()))
         .map_err(|_| reject(StatusCode::BAD_REQUEST, "websocket_key", "bad key"))

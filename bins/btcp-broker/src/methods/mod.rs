@@ -48,11 +48,7 @@ fn allowed_for(client_type: ClientType, method: &str) -> Result<(), RpcError> {
     }
     Err(RpcError::new(
         codes::WRONG_CLIENT_TYPE,
-        format!(
-            "{method} is for {} connections; this one is {}",
-            only.as_str(),
-            client_type.as_str()
-        ),
+        format!("{method} is for {} connections; this one is {}", only.as_str(), client_type.as_str()),
     )
     .with_data(serde_json::json!({
         "method": method,

@@ -31,20 +31,12 @@ pub async fn join(cx: Ctx<ConnState>, params: JoinParams) -> Result<JoinReply, R
     let session = match current {
         Some(session) => session,
         None => {
-            let session = state
-                .broker
-                .sessions
-                .attach_agent(&params.session_id, false)
-                .map_err(attach_error)?;
+            let session = state.broker.sessions.attach_agent(&params.session_id, false).map_err(attach_error)?;
             state.join(&cx.peer, session.clone());
             session
         }
     };
-    Ok(JoinReply {
-        session_id: session.id.clone(),
-        has_browser: session.has_browser(),
-        tools: session.tools(),
-    })
+    Ok(JoinReply { session_id: session.id.clone(), has_browser: session.has_browser(), tools: session.tools() })
 }
 
 #[derive(Serialize)]
@@ -60,21 +52,18 @@ pub async fn leave(cx: Ctx<ConnState>, _: NoParams) -> Result<LeaveReply, RpcErr
 }
 
 pub fn not_joined() -> RpcError {
-    RpcError::new(
-        codes::SESSION_NOT_FOUND,
-        "not in a session: connect with ?sessionId= or call session/join first",
-    )
+    RpcError::new(codes::SESSION_NOT_FOUND, "not in a session: connect with ?sessionId= or call session/join first")
 }
 
 pub fn attach_error(error: AttachError) -> RpcError {
     match &error {
-        AttachError::NotFound(id) => RpcError::new(codes::SESSION_NOT_FOUND, error.to_string())
-            .with_data(serde_json::json!({ "sessionId": id })),
-        AttachError::TooManyAgents { session, max } => {
-            RpcError::new(codes::CONNECTION, error.to_string())
-                .with_data(serde_json::json!({ "sessionId": session, "maxAgents": max }))
+        AttachError::NotFound(id) => {
+            RpcError::new(codes::SESSION_NOT_FOUND, error.to_string()).with_data(serde_json::json!({ "sessionId": id }))
         }
-        AttachError::TooManySessions(max) => RpcError::new(codes::CONNECTION, error.to_string())
-            .with_data(serde_json::json!({ "maxSessions": max })),
+        AttachError::TooManyAgents { session, max } => RpcError::new(codes::CONNECTION, error.to_string())
+            .with_data(serde_json::json!({ "sessionId": session, "maxAgents": max })),
+        AttachError::TooManySessions(max) => {
+            RpcError::new(codes::CONNECTION, error.to_string()).with_data(serde_json::json!({ "maxSessions": max }))
+        }
     }
 }

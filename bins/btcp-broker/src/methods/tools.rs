@@ -32,10 +32,7 @@ pub struct RegisterReply {
 }
 
 /// Replaces the session's tool list and tells its agents.
-pub async fn register(
-    cx: Ctx<ConnState>,
-    params: RegisterParams,
-) -> Result<RegisterReply, RpcError> {
+pub async fn register(cx: Ctx<ConnState>, params: RegisterParams) -> Result<RegisterReply, RpcError> {
     let state = &cx.state;
     let session = state.session().ok_or_else(not_joined)?;
     let max = state.broker.config.max_tools_per_session;
@@ -46,13 +43,7 @@ pub async fn register(
     let tools = Arc::new(tools);
     let registered = tools.len();
     session.set_tools(tools.clone());
-    session.notify_agents(
-        "tools/updated",
-        &ToolsUpdated {
-            session_id: &session.id,
-            tools: tools.json(),
-        },
-    );
+    session.notify_agents("tools/updated", &ToolsUpdated { session_id: &session.id, tools: tools.json() });
     session.notify_agents("notifications/tools/list_changed", &());
     tracing::info!(session = %session.id, registered, "tools registered");
     Ok(RegisterReply { registered })
@@ -66,9 +57,7 @@ pub struct ToolsReply {
 /// The broker's copy of the list: no round trip to the browser.
 pub async fn list(cx: Ctx<ConnState>, _: NoParams) -> Result<ToolsReply, RpcError> {
     let session = cx.state.session().ok_or_else(not_joined)?;
-    Ok(ToolsReply {
-        tools: session.tools(),
-    })
+    Ok(ToolsReply { tools: session.tools() })
 }
 
 #[derive(Deserialize)]
@@ -115,21 +104,15 @@ pub async fn call(cx: Ctx<ConnState>, params: CallParams) -> Result<Box<RawValue
     let Some(browser) = browser else {
         return refuse(
             Outcome::NoBrowser,
-            RpcError::new(
-                codes::NO_BROWSER,
-                format!("no browser connected to session {}", session.id),
-            )
-            .with_data(serde_json::json!({ "sessionId": &*session.id })),
+            RpcError::new(codes::NO_BROWSER, format!("no browser connected to session {}", session.id))
+                .with_data(serde_json::json!({ "sessionId": &*session.id })),
         );
     };
     if !tools.contains(&params.name) {
         return refuse(
             Outcome::UnknownTool,
-            RpcError::new(
-                codes::TOOL_NOT_FOUND,
-                format!("tool not found: {:?}", params.name),
-            )
-            .with_data(serde_json::json!({ "name": params.name, "sessionId": &*session.id })),
+            RpcError::new(codes::TOOL_NOT_FOUND, format!("tool not found: {:?}", params.name))
+                .with_data(serde_json::json!({ "name": params.name, "sessionId": &*session.id })),
         );
     }
     let arguments = params.arguments.as_deref().unwrap_or(&NO_ARGUMENTS);
@@ -143,13 +126,8 @@ pub async fn call(cx: Ctx<ConnState>, params: CallParams) -> Result<Box<RawValue
     };
     session.touch();
     let started = Instant::now();
-    let forwarded = ForwardedCall {
-        name: &params.name,
-        arguments,
-    };
-    let answer = browser
-        .request_raw("tools/call", &forwarded, Some(timeout))
-        .await;
+    let forwarded = ForwardedCall { name: &params.name, arguments };
+    let answer = browser.request_raw("tools/call", &forwarded, Some(timeout)).await;
     match answer {
         Ok(result) => {
             metrics.call(Outcome::Ok);
@@ -164,23 +142,20 @@ pub async fn call(cx: Ctx<ConnState>, params: CallParams) -> Result<Box<RawValue
         }
         Err(CallError::Timeout(limit)) => refuse(
             Outcome::Timeout,
-            RpcError::new(
-                codes::TIMEOUT,
-                format!("tool call timed out after {} ms", limit.as_millis()),
-            )
-            .with_data(serde_json::json!({
-                "name": params.name,
-                "timeoutMs": limit.as_millis() as u64,
-            })),
+            RpcError::new(codes::TIMEOUT, format!("tool call timed out after {} ms", limit.as_millis())).with_data(
+                serde_json::json!({
+                    "name": params.name,
+                    "timeoutMs": limit.as_millis() as u64,
+                }),
+            ),
         ),
         Err(CallError::Disconnected) => refuse(
             Outcome::BrowserDisconnected,
             RpcError::new(codes::NO_BROWSER, "browser disconnected")
                 .with_data(serde_json::json!({ "sessionId": &*session.id })),
         ),
-        Err(CallError::Malformed(problem)) => refuse(
-            Outcome::Malformed,
-            RpcError::internal(format!("malformed answer from the browser: {problem}")),
-        ),
+        Err(CallError::Malformed(problem)) => {
+            refuse(Outcome::Malformed, RpcError::internal(format!("malformed answer from the browser: {problem}")))
+        }
     }
 }

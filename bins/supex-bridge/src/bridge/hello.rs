@@ -26,18 +26,11 @@ pub struct ServerInfo {
     pub version: &'static str,
 }
 
-pub async fn handle(
-    app: Arc<App>,
-    cx: Ctx<BridgeConn>,
-    params: Value,
-) -> Result<Welcome, RpcError> {
+pub async fn handle(app: Arc<App>, cx: Ctx<BridgeConn>, params: Value) -> Result<Welcome, RpcError> {
     let handshake = &cx.state.handshake;
     let fields = HelloFields::new(params).map_err(|e| handshake.fail(&cx, e))?;
     if let Err(e) = auth::check_token(app.auth_token.as_deref(), fields.token()) {
-        tracing::warn!(
-            conn = cx.peer.conn_id(),
-            "bridge authentication failed: invalid or missing token"
-        );
+        tracing::warn!(conn = cx.peer.conn_id(), "bridge authentication failed: invalid or missing token");
         return Err(handshake.fail(&cx, e));
     }
     let identity = (|| {
@@ -63,10 +56,7 @@ pub async fn handle(
     Ok(Welcome {
         success: true,
         message: "Client identified",
-        server: ServerInfo {
-            name: "supex-runtime",
-            version: env!("CARGO_PKG_VERSION"),
-        },
+        server: ServerInfo { name: "supex-runtime", version: env!("CARGO_PKG_VERSION") },
     })
 }
 
@@ -84,9 +74,7 @@ fn workspace(app: &App, dir: &str) -> Result<PathBuf, RpcError> {
         return Err(invalid(format!("{dir} is not an existing directory")));
     }
     if resolved == Path::new("/") && app.policy.roots().is_some() {
-        return Err(invalid(
-            "/ would let file tools touch the whole disk; give the project directory".into(),
-        ));
+        return Err(invalid("/ would let file tools touch the whole disk; give the project directory".into()));
     }
     Ok(resolved)
 }

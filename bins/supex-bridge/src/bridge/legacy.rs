@@ -70,10 +70,7 @@ mod tests {
             Some(json!({"jsonrpc":"2.0","id":null,"method":"tools/call",
                         "params":{"name":"ping","arguments":{}}}))
         );
-        assert_eq!(
-            adapted(r#"{"command":"ping","parameters":null,"id":"a"}"#).unwrap()["id"],
-            json!("a")
-        );
+        assert_eq!(adapted(r#"{"command":"ping","parameters":null,"id":"a"}"#).unwrap()["id"], json!("a"));
     }
 
     #[test]

@@ -42,20 +42,12 @@ pub fn router(app: Arc<App>) -> Arc<Router<BridgeConn>> {
     let hello_app = app.clone();
     let call_app = app;
     Router::new()
-        .method("hello", move |cx, params| {
-            hello::handle(hello_app.clone(), cx, params)
-        })
-        .method("ping", |_, _: NoParams| async {
-            Ok(json!({"status": "ok"}))
-        })
+        .method("hello", move |cx, params| hello::handle(hello_app.clone(), cx, params))
+        .method("ping", |_, _: NoParams| async { Ok(json!({"status": "ok"})) })
         .method("tools/list", |_, _: NoParams| async { Ok(tools::list()) })
-        .method("tools/call", move |cx, params| {
-            tools::call(call_app.clone(), cx, params)
-        })
+        .method("tools/call", move |cx, params| tools::call(call_app.clone(), cx, params))
         // The Supex driver asks for resources; this runtime has none to offer.
-        .method("resources/list", |_, _: NoParams| async {
-            Ok(json!({"resources": []}))
-        })
+        .method("resources/list", |_, _: NoParams| async { Ok(json!({"resources": []})) })
         .guard(move |cx, method| match method {
             "hello" | "ping" => Ok(()),
             _ if cx.state.handshake.is_identified() => Ok(()),

@@ -88,9 +88,7 @@ async fn call(args: CallArgs) -> Result<Value, String> {
         let dir = std::path::absolute(dir).map_err(|e| format!("--workspace: {e}"))?;
         hello["workspace"] = json!(dir.to_string_lossy());
     }
-    request(&peer, "hello", &hello, short)
-        .await
-        .map_err(|e| format!("hello failed: {}", describe(&e)))?;
+    request(&peer, "hello", &hello, short).await.map_err(|e| format!("hello failed: {}", describe(&e)))?;
 
     if !pairs.is_empty() {
         let string_fields = string_fields(&peer, &args.tool).await;
@@ -106,14 +104,9 @@ async fn call(args: CallArgs) -> Result<Value, String> {
     let (method, params) = if args.tool.contains('/') {
         (args.tool.as_str(), Value::Object(arguments))
     } else {
-        (
-            "tools/call",
-            json!({"name": args.tool, "arguments": Value::Object(arguments)}),
-        )
+        ("tools/call", json!({"name": args.tool, "arguments": Value::Object(arguments)}))
     };
-    request(&peer, method, &params, args.timeout)
-        .await
-        .map_err(|e| describe(&e))
+    request(&peer, method, &params, args.timeout).await.map_err(|e| describe(&e))
 }
 
 /// The arguments of `tool` whose schema says string: `--arg code=42` means the

@@ -23,10 +23,7 @@ pub fn address(host: &str, port: u16) -> String {
 }
 
 pub fn tokio_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a current-thread tokio runtime starts")
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a current-thread tokio runtime starts")
 }
 
 /// Connects, giving up after `timeout`.
@@ -34,19 +31,12 @@ pub async fn connect(addr: &str, timeout: Duration) -> Result<PeerHandle, String
     match tokio::time::timeout(timeout, rpc_core::client::connect_ndjson(addr)).await {
         Ok(Ok(peer)) => Ok(peer),
         Ok(Err(e)) => Err(format!("cannot connect to {addr}: {e}")),
-        Err(_) => Err(format!(
-            "cannot connect to {addr}: no answer within {timeout:?}"
-        )),
+        Err(_) => Err(format!("cannot connect to {addr}: no answer within {timeout:?}")),
     }
 }
 
 /// A request with its own timeout, the result as JSON.
-pub async fn request(
-    peer: &PeerHandle,
-    method: &str,
-    params: &Value,
-    timeout: Duration,
-) -> Result<Value, CallError> {
+pub async fn request(peer: &PeerHandle, method: &str, params: &Value, timeout: Duration) -> Result<Value, CallError> {
     let raw = peer.request_raw(method, params, Some(timeout)).await?;
     serde_json::from_str(raw.get()).map_err(|e| CallError::Malformed(e.to_string()))
 }

@@ -32,29 +32,16 @@ pub struct PingArgs {
 }
 
 pub fn run(args: PingArgs) -> ExitCode {
-    let addr = if args.repl {
-        address(&args.repl_host, args.repl_port)
-    } else {
-        address(&args.host, args.port)
-    };
+    let addr = if args.repl { address(&args.repl_host, args.repl_port) } else { address(&args.host, args.port) };
     let started = Instant::now();
     let outcome = tokio_runtime().block_on(async {
         let peer = connect(&addr, args.timeout).await?;
-        let reply = request(&peer, "ping", &json!({}), args.timeout)
-            .await
-            .map_err(|e| describe(&e))?;
-        if reply["status"] == "ok" {
-            Ok(())
-        } else {
-            Err(format!("unexpected answer {reply}"))
-        }
+        let reply = request(&peer, "ping", &json!({}), args.timeout).await.map_err(|e| describe(&e))?;
+        if reply["status"] == "ok" { Ok(()) } else { Err(format!("unexpected answer {reply}")) }
     });
     match outcome {
         Ok(()) => {
-            println!(
-                "ok: {addr} answered in {:.1} ms",
-                started.elapsed().as_secs_f64() * 1e3
-            );
+            println!("ok: {addr} answered in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
             ExitCode::SUCCESS
         }
         Err(message) => {

@@ -40,11 +40,7 @@ pub struct ReplArgs {
 
 pub fn run(args: ReplArgs) -> ExitCode {
     let rt = tokio_runtime();
-    let mut session = Session {
-        addr: address(&args.host, args.port),
-        token: args.token.clone(),
-        peer: None,
-    };
+    let mut session = Session { addr: address(&args.host, args.port), token: args.token.clone(), peer: None };
     if let Err(e) = rt.block_on(session.ensure_connected()) {
         eprintln!("supex-bridge repl: {e}");
         return ExitCode::FAILURE;
@@ -56,28 +52,19 @@ pub fn run(args: ReplArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let history = args
-        .history
-        .or_else(|| dirs::data_dir().map(|d| d.join("supex-bridge").join("repl_history")));
+    let history = args.history.or_else(|| dirs::data_dir().map(|d| d.join("supex-bridge").join("repl_history")));
     if let Some(path) = &history {
         // A first run has no history yet; anything else is worth a word.
         if let Err(e) = editor.load_history(path)
             && path.exists()
         {
-            eprintln!(
-                "supex-bridge repl: cannot read history {}: {e}",
-                path.display()
-            );
+            eprintln!("supex-bridge repl: cannot read history {}: {e}", path.display());
         }
     }
 
     let mut buffer = String::new();
     let code = loop {
-        let prompt = if buffer.is_empty() {
-            PROMPT
-        } else {
-            CONTINUATION
-        };
+        let prompt = if buffer.is_empty() { PROMPT } else { CONTINUATION };
         let line = match editor.readline(prompt) {
             Ok(line) => line,
             Err(ReadlineError::Interrupted) => {
@@ -117,10 +104,7 @@ pub fn run(args: ReplArgs) -> ExitCode {
             let _ = std::fs::create_dir_all(dir);
         }
         if let Err(e) = editor.save_history(path) {
-            eprintln!(
-                "supex-bridge repl: cannot save history {}: {e}",
-                path.display()
-            );
+            eprintln!("supex-bridge repl: cannot save history {}: {e}", path.display());
         }
     }
     code
@@ -161,9 +145,7 @@ impl Session {
     }
 
     async fn connect_once(&self) -> Result<PeerHandle, ConnectError> {
-        let peer = connect(&self.addr, Duration::from_secs(5))
-            .await
-            .map_err(Retry)?;
+        let peer = connect(&self.addr, Duration::from_secs(5)).await.map_err(Retry)?;
         let mut hello = json!({
             "name": "supex-bridge-repl",
             "version": env!("CARGO_PKG_VERSION"),
@@ -184,14 +166,7 @@ impl Session {
     async fn complete(&mut self, code: &str) -> Result<bool, String> {
         for _ in 0..2 {
             let peer = self.ensure_connected().await?.clone();
-            match request(
-                &peer,
-                "complete",
-                &json!({"code": code}),
-                Duration::from_secs(10),
-            )
-            .await
-            {
+            match request(&peer, "complete", &json!({"code": code}), Duration::from_secs(10)).await {
                 Ok(reply) => return Ok(reply["complete"].as_bool().unwrap_or(true)),
                 Err(CallError::Disconnected) => self.peer = None,
                 Err(e) => return Err(describe(&e)),
@@ -205,15 +180,12 @@ impl Session {
         // No client-side timeout: the server enforces SUPEX_EVAL_TIMEOUT.
         let wait = Duration::from_secs(24 * 3600);
         match request(&peer, "eval", &json!({"code": code}), wait).await {
-            Ok(reply) => Ok(reply["output"]
-                .as_str()
-                .map_or_else(|| format!("{}\n", Value::to_string(&reply)), str::to_owned)),
+            Ok(reply) => {
+                Ok(reply["output"].as_str().map_or_else(|| format!("{}\n", Value::to_string(&reply)), str::to_owned))
+            }
             Err(CallError::Disconnected) => {
                 self.peer = None;
-                Err(
-                    "the connection dropped during the evaluation; it may or may not have run"
-                        .into(),
-                )
+                Err("the connection dropped during the evaluation; it may or may not have run".into())
             }
             Err(e) => Err(describe(&e)),
         }

@@ -52,11 +52,7 @@ impl ConsoleLog {
                 None
             }
         });
-        ConsoleLog {
-            lines: Mutex::default(),
-            path: file.as_ref().map(|f| f.path.clone()),
-            file: Mutex::new(file),
-        }
+        ConsoleLog { lines: Mutex::default(), path: file.as_ref().map(|f| f.path.clone()), file: Mutex::new(file) }
     }
 
     /// Where the console is written, if anywhere.
@@ -92,10 +88,7 @@ impl ConsoleLog {
     pub fn tail(&self, n: usize) -> Vec<String> {
         let lines = self.lines.lock().unwrap();
         let kept = &lines.kept;
-        kept.iter()
-            .skip(kept.len().saturating_sub(n))
-            .cloned()
-            .collect()
+        kept.iter().skip(kept.len().saturating_sub(n)).cloned().collect()
     }
 
     /// A mark to pass to [`ConsoleLog::since`].
@@ -108,10 +101,7 @@ impl ConsoleLog {
         let lines = self.lines.lock().unwrap();
         let new = usize::try_from(lines.pushed.saturating_sub(seq)).unwrap_or(usize::MAX);
         let kept = &lines.kept;
-        kept.iter()
-            .skip(kept.len().saturating_sub(new))
-            .cloned()
-            .collect()
+        kept.iter().skip(kept.len().saturating_sub(new)).cloned().collect()
     }
 
     /// Reads `pipe` until EOF, a line at a time, into the console. Blocking:
@@ -166,10 +156,7 @@ impl LogFile {
         if self.size >= ROTATE_AT {
             let old = self.path.with_extension("log.1");
             std::fs::rename(&self.path, &old)?;
-            self.file = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.path)?;
+            self.file = OpenOptions::new().create(true).append(true).open(&self.path)?;
             self.size = 0;
         }
         let mut record = Vec::with_capacity(line.len() + 1);

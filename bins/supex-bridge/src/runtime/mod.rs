@@ -149,10 +149,7 @@ impl Runtime {
             stop: CancellationToken::new(),
         });
         let keeper = tokio::spawn(keep(inner.clone()));
-        Runtime {
-            inner,
-            keeper: tokio::sync::Mutex::new(Some(keeper)),
-        }
+        Runtime { inner, keeper: tokio::sync::Mutex::new(Some(keeper)) }
     }
 
     /// Waits for its turn, evaluates, and returns what the code printed and
@@ -234,9 +231,7 @@ impl Runtime {
         };
         match settled.as_deref() {
             Ok(State::Running(p)) => Ok(p.info.pid),
-            Ok(State::Unavailable(message)) => Err(RuntimeError::Unavailable {
-                message: message.clone(),
-            }),
+            Ok(State::Unavailable(message)) => Err(RuntimeError::Unavailable { message: message.clone() }),
             _ => Err(RuntimeError::Stopped),
         }
     }
@@ -265,23 +260,17 @@ impl Runtime {
     /// Waits until the runtime is running, or says why it is not.
     async fn running(&self) -> Result<Arc<RubyProcess>, RuntimeError> {
         let mut state = self.inner.state.subscribe();
-        let settled = tokio::time::timeout(
-            STARTUP_TIMEOUT,
-            state.wait_for(|s| !matches!(s, State::Starting)),
-        )
-        .await;
+        let settled = tokio::time::timeout(STARTUP_TIMEOUT, state.wait_for(|s| !matches!(s, State::Starting))).await;
         match settled {
             Ok(Ok(state)) => match &*state {
                 State::Running(p) => Ok(p.clone()),
-                State::Unavailable(message) => Err(RuntimeError::Unavailable {
-                    message: message.clone(),
-                }),
+                State::Unavailable(message) => Err(RuntimeError::Unavailable { message: message.clone() }),
                 State::Stopped | State::Starting => Err(RuntimeError::Stopped),
             },
             Ok(Err(_)) => Err(RuntimeError::Stopped),
-            Err(_) => Err(RuntimeError::Unavailable {
-                message: "the Ruby runtime is still starting; try again".into(),
-            }),
+            Err(_) => {
+                Err(RuntimeError::Unavailable { message: "the Ruby runtime is still starting; try again".into() })
+            }
         }
     }
 
@@ -306,9 +295,7 @@ impl Runtime {
             };
             let pid = process.info.pid;
             tracing::info!(pid, %exited, "ruby runtime stopped");
-            inner.console.mark(&format!(
-                "runtime pid {pid} stopped ({exited}): daemon shutting down"
-            ));
+            inner.console.mark(&format!("runtime pid {pid} stopped ({exited}): daemon shutting down"));
         }
         inner.state.send_replace(State::Stopped);
     }
@@ -392,13 +379,8 @@ impl InFlight {
             Some(KillReason::Timeout) => {
                 tracing::warn!(pid, timeout = ?self.timeout, "evaluation timed out; killed the ruby runtime");
                 (
-                    RuntimeError::Timeout {
-                        after: self.timeout,
-                    },
-                    format!(
-                        "an evaluation ran past {}",
-                        humantime::format_duration(self.timeout)
-                    ),
+                    RuntimeError::Timeout { after: self.timeout },
+                    format!("an evaluation ran past {}", humantime::format_duration(self.timeout)),
                 )
             }
             Some(KillReason::Reset) => (RuntimeError::Reset, "reset requested".to_owned()),
@@ -406,16 +388,12 @@ impl InFlight {
             None => {
                 tracing::warn!(pid, %exited, "the ruby runtime died during an evaluation");
                 (
-                    RuntimeError::Crashed {
-                        exited: exited.0.clone(),
-                    },
+                    RuntimeError::Crashed { exited: exited.0.clone() },
                     format!("it exited during an evaluation ({exited})"),
                 )
             }
         };
-        self.inner
-            .console
-            .mark(&format!("runtime pid {pid} stopped ({exited}): {why}"));
+        self.inner.console.mark(&format!("runtime pid {pid} stopped ({exited}): {why}"));
         // The error goes back now; the next process starts while the turn is
         // still held, so whoever is next finds it running.
         if let Some(slot) = self.slot.take() {
@@ -490,36 +468,23 @@ async fn keep(inner: Arc<Inner>) {
             slot = inner.turn.lock() => slot,
             _ = inner.stop.cancelled() => return,
         };
-        if !slot
-            .process
-            .as_ref()
-            .is_some_and(|p| Arc::ptr_eq(p, &process))
-        {
+        if !slot.process.as_ref().is_some_and(|p| Arc::ptr_eq(p, &process)) {
             continue; // Whoever held the turn has already started the next one.
         }
         let pid = process.info.pid;
         match process.kill_reason() {
             Some(KillReason::Reset) => {
                 tracing::info!(pid, "ruby runtime reset");
-                inner.console.mark(&format!(
-                    "runtime pid {pid} stopped ({exited}): reset requested"
-                ));
+                inner.console.mark(&format!("runtime pid {pid} stopped ({exited}): reset requested"));
             }
             _ => {
                 tracing::warn!(pid, %exited, "the ruby runtime exited on its own; restarting it");
-                inner
-                    .console
-                    .mark(&format!("runtime pid {pid} exited on its own ({exited})"));
+                inner.console.mark(&format!("runtime pid {pid} exited on its own ({exited})"));
                 let lived = process.info.started_at.elapsed().unwrap_or_default();
-                slot.quick_crashes = if lived < HEALTHY_AFTER {
-                    slot.quick_crashes + 1
-                } else {
-                    0
-                };
+                slot.quick_crashes = if lived < HEALTHY_AFTER { slot.quick_crashes + 1 } else { 0 };
                 if slot.quick_crashes > 1 {
-                    let delay = Duration::from_millis(100)
-                        .saturating_mul(1 << slot.quick_crashes.min(8))
-                        .min(MAX_BACKOFF);
+                    let delay =
+                        Duration::from_millis(100).saturating_mul(1 << slot.quick_crashes.min(8)).min(MAX_BACKOFF);
                     tracing::warn!(
                         ?delay,
                         crashes = slot.quick_crashes,

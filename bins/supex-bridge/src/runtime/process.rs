@@ -144,13 +144,9 @@ impl RubyProcess {
     ) -> Result<RubyProcess, StartError> {
         let shown = command.join(" ");
         let io_error = |what: &str, e: io::Error| StartError(format!("{what}: {e}"));
-        let (reply_read, reply_write) =
-            pipe().map_err(|e| io_error("creating the reply pipe", e))?;
-        let (console_read, console_write) =
-            pipe().map_err(|e| io_error("creating the console pipe", e))?;
-        let console_write_2 = console_write
-            .try_clone()
-            .map_err(|e| io_error("creating the console pipe", e))?;
+        let (reply_read, reply_write) = pipe().map_err(|e| io_error("creating the reply pipe", e))?;
+        let (console_read, console_write) = pipe().map_err(|e| io_error("creating the console pipe", e))?;
+        let console_write_2 = console_write.try_clone().map_err(|e| io_error("creating the console pipe", e))?;
 
         let mut cmd = Command::new(&command[0]);
         cmd.args(&command[1..])
@@ -211,11 +207,7 @@ impl RubyProcess {
         };
         let Some(ready) = ready.filter(|r| r.ready && r.protocol == PROTOCOL_VERSION) else {
             let _ = kill_tx.send(());
-            let status = exit
-                .wait_for(Option::is_some)
-                .await
-                .ok()
-                .and_then(|s| s.clone());
+            let status = exit.wait_for(Option::is_some).await.ok().and_then(|s| s.clone());
             let _ = tokio::time::timeout(Duration::from_secs(1), console_done).await;
             let said: Vec<String> = console
                 .since(console_seq)
@@ -226,18 +218,11 @@ impl RubyProcess {
             return Err(StartError(format!(
                 "`{shown}` did not start the Ruby driver ({}){}",
                 status.map_or_else(|| "it sent something else first".to_owned(), |s| s.0),
-                if said.is_empty() {
-                    String::new()
-                } else {
-                    format!("; it printed: {}", said.join(" | "))
-                }
+                if said.is_empty() { String::new() } else { format!("; it printed: {}", said.join(" | ")) }
             )));
         };
 
-        console.mark(&format!(
-            "runtime started: pid {pid}, {}",
-            ready.ruby_description
-        ));
+        console.mark(&format!("runtime started: pid {pid}, {}", ready.ruby_description));
         Ok(RubyProcess {
             info: ProcessInfo {
                 pid: ready.pid,
@@ -313,10 +298,7 @@ impl RubyProcess {
     }
 
     /// Sends a request and waits for its reply, or for the process to end.
-    pub async fn call<'a>(
-        &self,
-        request: impl FnOnce(u64) -> Request<'a>,
-    ) -> Result<Reply, Exited> {
+    pub async fn call<'a>(&self, request: impl FnOnce(u64) -> Request<'a>) -> Result<Reply, Exited> {
         let mut pending = self.request(request).await;
         self.wait(&mut pending).await
     }

@@ -96,28 +96,15 @@ mod tests {
             show: Show::ToS,
         })
         .unwrap();
-        assert_eq!(
-            line,
-            r#"{"op":"eval","id":7,"code":"1+1","scope":"fresh","show":"to_s"}"#
-        );
+        assert_eq!(line, r#"{"op":"eval","id":7,"code":"1+1","scope":"fresh","show":"to_s"}"#);
         let line = serde_json::to_string(&Request::Complete { id: 1, code: "x" }).unwrap();
         assert_eq!(line, r#"{"op":"complete","id":1,"code":"x"}"#);
     }
 
     #[test]
     fn the_driver_documents_its_protocol_at_the_top() {
-        let header: String = DRIVER_SOURCE
-            .lines()
-            .take(60)
-            .collect::<Vec<_>>()
-            .join("\n");
-        for needle in [
-            "fd 3",
-            "\"op\":\"eval\"",
-            "\"op\":\"complete\"",
-            "\"ready\":true",
-            "exit!",
-        ] {
+        let header: String = DRIVER_SOURCE.lines().take(60).collect::<Vec<_>>().join("\n");
+        for needle in ["fd 3", "\"op\":\"eval\"", "\"op\":\"complete\"", "\"ready\":true", "exit!"] {
             assert!(header.contains(needle), "driver header lacks {needle}");
         }
     }

@@ -76,11 +76,7 @@ pub async fn eval_ruby(cx: &ToolContext, args: EvalArgs) -> Result<EvalResult, R
     let timeout = timeout(cx, args.timeout)?;
     let evaluated = run(cx, args.code, "(eval)".into(), timeout).await?;
     let (result, output) = value(evaluated)?;
-    Ok(EvalResult {
-        success: true,
-        result,
-        output,
-    })
+    Ok(EvalResult { success: true, result, output })
 }
 
 #[derive(Deserialize)]
@@ -120,23 +116,16 @@ pub async fn eval_ruby_file(cx: &ToolContext, args: FileArgs) -> Result<FileResu
     Ok(FileResult {
         success: true,
         result,
-        file_name: path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+        file_name: path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         file_path,
         output,
     })
 }
 
 fn read_source(given: &str, path: &Path, max: usize) -> Result<String, RpcError> {
-    let meta =
-        std::fs::metadata(path).map_err(|e| errors::file_operation("read", given, path, &e))?;
+    let meta = std::fs::metadata(path).map_err(|e| errors::file_operation("read", given, path, &e))?;
     if !meta.is_file() {
-        return Err(RpcError::invalid_params(format!(
-            "file_path: {} is not a regular file",
-            path.display()
-        )));
+        return Err(RpcError::invalid_params(format!("file_path: {} is not a regular file", path.display())));
     }
     if meta.len() > max as u64 {
         return Err(RpcError::invalid_params(format!(
@@ -146,9 +135,8 @@ fn read_source(given: &str, path: &Path, max: usize) -> Result<String, RpcError>
         )));
     }
     let bytes = std::fs::read(path).map_err(|e| errors::file_operation("read", given, path, &e))?;
-    String::from_utf8(bytes).map_err(|_| {
-        RpcError::invalid_params(format!("file_path: {} is not UTF-8 text", path.display()))
-    })
+    String::from_utf8(bytes)
+        .map_err(|_| RpcError::invalid_params(format!("file_path: {} is not UTF-8 text", path.display())))
 }
 
 /// The timeout of one call: the server's limit, or a shorter one it asked for.
@@ -159,27 +147,14 @@ fn timeout(cx: &ToolContext, asked: Option<f64>) -> Result<Duration, RpcError> {
         Some(secs) if secs.is_finite() && secs > 0.0 => {
             Ok(Duration::try_from_secs_f64(secs).map_or(limit, |asked| asked.min(limit)))
         }
-        Some(_) => Err(RpcError::invalid_params(
-            "arguments.timeout: must be a positive number of seconds",
-        )),
+        Some(_) => Err(RpcError::invalid_params("arguments.timeout: must be a positive number of seconds")),
     }
 }
 
-async fn run(
-    cx: &ToolContext,
-    code: String,
-    file: String,
-    timeout: Duration,
-) -> Result<Evaluated, RpcError> {
+async fn run(cx: &ToolContext, code: String, file: String, timeout: Duration) -> Result<Evaluated, RpcError> {
     cx.app
         .runtime
-        .eval(Eval {
-            code,
-            scope: Scope::Fresh,
-            file: Some(file),
-            show: Show::ToS,
-            timeout,
-        })
+        .eval(Eval { code, scope: Scope::Fresh, file: Some(file), show: Show::ToS, timeout })
         .await
         .map_err(|e| errors::runtime(&e))
 }

@@ -82,15 +82,13 @@ pub fn specs() -> Vec<ToolSpec> {
 
 /// Resolves and checks a path argument: -32002 outside the roots.
 pub fn checked(app: &App, given: &str, workspace: Option<&Path>) -> Result<PathBuf, RpcError> {
-    app.policy
-        .check(given, workspace)
-        .map_err(|refusal| match refusal {
-            PathRefusal::Denied { resolved, reason } => {
-                tracing::info!(path = given, resolved = ?resolved, "path access denied");
-                errors::path_denied(given, resolved.as_deref(), &reason)
-            }
-            PathRefusal::Invalid(why) => RpcError::invalid_params(format!("path: {why}")),
-        })
+    app.policy.check(given, workspace).map_err(|refusal| match refusal {
+        PathRefusal::Denied { resolved, reason } => {
+            tracing::info!(path = given, resolved = ?resolved, "path access denied");
+            errors::path_denied(given, resolved.as_deref(), &reason)
+        }
+        PathRefusal::Invalid(why) => RpcError::invalid_params(format!("path: {why}")),
+    })
 }
 
 #[derive(Deserialize)]
@@ -127,10 +125,7 @@ pub async fn read_file(cx: &ToolContext, args: ReadArgs) -> Result<ReadResult, R
         let mut file = fs::File::open(&path).map_err(fail)?;
         let meta = file.metadata().map_err(fail)?;
         if meta.is_dir() {
-            return Err(RpcError::invalid_params(format!(
-                "path: {} is a directory; use list_dir",
-                path.display()
-            )));
+            return Err(RpcError::invalid_params(format!("path: {} is a directory; use list_dir", path.display())));
         }
         let size = meta.len();
         // Half the message limit, so that even base64 (4/3) or escaped text
@@ -199,21 +194,16 @@ pub async fn write_file(cx: &ToolContext, args: WriteArgs) -> Result<WriteResult
         let given = args.path.as_str();
         let bytes = match args.encoding {
             Encoding::Utf8 => args.content.into_bytes(),
-            Encoding::Base64 => BASE64.decode(args.content.trim()).map_err(|e| {
-                RpcError::invalid_params(format!("arguments.content: not valid base64: {e}"))
-            })?,
+            Encoding::Base64 => BASE64
+                .decode(args.content.trim())
+                .map_err(|e| RpcError::invalid_params(format!("arguments.content: not valid base64: {e}")))?,
         };
         let path = checked(&app, given, workspace.as_deref())?;
         let fail = |e: std::io::Error| errors::file_operation("write", given, &path, &e);
         if path.is_dir() {
-            return Err(RpcError::invalid_params(format!(
-                "path: {} is a directory",
-                path.display()
-            )));
+            return Err(RpcError::invalid_params(format!("path: {} is a directory", path.display())));
         }
-        let parent = path
-            .parent()
-            .ok_or_else(|| RpcError::invalid_params("path: names no file"))?;
+        let parent = path.parent().ok_or_else(|| RpcError::invalid_params("path: names no file"))?;
         if !parent.is_dir() {
             if !args.create_dirs {
                 return Err(RpcError::invalid_params(format!(
@@ -226,22 +216,14 @@ pub async fn write_file(cx: &ToolContext, args: WriteArgs) -> Result<WriteResult
             fs::create_dir_all(parent).map_err(fail)?;
         }
         if args.append {
-            let mut file = fs::OpenOptions::new()
-                .append(true)
-                .create(true)
-                .open(&path)
-                .map_err(fail)?;
+            let mut file = fs::OpenOptions::new().append(true).create(true).open(&path).map_err(fail)?;
             file.write_all(&bytes).map_err(fail)?;
             file.sync_data().map_err(fail)?;
         } else {
             write_atomically(parent, &path, &bytes).map_err(fail)?;
         }
         tracing::debug!(path = %path.display(), bytes = bytes.len(), append = args.append, "file written");
-        Ok(WriteResult {
-            success: true,
-            path: path.display().to_string(),
-            bytes_written: bytes.len(),
-        })
+        Ok(WriteResult { success: true, path: path.display().to_string(), bytes_written: bytes.len() })
     })
     .await
 }
@@ -249,9 +231,7 @@ pub async fn write_file(cx: &ToolContext, args: WriteArgs) -> Result<WriteResult
 /// Temporary file in the same directory, synced, renamed over the target,
 /// directory synced. An existing file keeps its permissions.
 fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let existing_mode = fs::metadata(path)
-        .ok()
-        .map(|m| m.permissions().mode() & 0o7777);
+    let existing_mode = fs::metadata(path).ok().map(|m| m.permissions().mode() & 0o7777);
     let mut temp = tempfile::Builder::new()
         .prefix(".supex-write-")
         // New files get the usual 0666 minus the umask, not tempfile's 0600.
@@ -259,8 +239,7 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()
         .tempfile_in(dir)?;
     temp.write_all(bytes)?;
     if let Some(mode) = existing_mode {
-        temp.as_file()
-            .set_permissions(fs::Permissions::from_mode(mode))?;
+        temp.as_file().set_permissions(fs::Permissions::from_mode(mode))?;
     }
     temp.as_file().sync_all()?;
     temp.persist(path).map_err(|e| e.error)?;
@@ -312,19 +291,10 @@ pub async fn list_dir(cx: &ToolContext, args: ListArgs) -> Result<Listing, RpcEr
                 Ok(meta) => ("other", meta.len()),
                 Err(_) => ("other", 0),
             };
-            entries.push(Entry {
-                name: entry.file_name().to_string_lossy().into_owned(),
-                kind,
-                size,
-            });
+            entries.push(Entry { name: entry.file_name().to_string_lossy().into_owned(), kind, size });
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(Listing {
-            success: true,
-            path: path.display().to_string(),
-            entries,
-            truncated,
-        })
+        Ok(Listing { success: true, path: path.display().to_string(), entries, truncated })
     })
     .await
 }

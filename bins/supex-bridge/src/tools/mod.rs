@@ -56,15 +56,8 @@ pub struct ToolCall {
     arguments: Option<Box<RawValue>>,
 }
 
-pub async fn call(
-    app: Arc<App>,
-    cx: Ctx<BridgeConn>,
-    call: ToolCall,
-) -> Result<Box<RawValue>, RpcError> {
-    let cx = ToolContext {
-        app,
-        workspace: cx.state.workspace(),
-    };
+pub async fn call(app: Arc<App>, cx: Ctx<BridgeConn>, call: ToolCall) -> Result<Box<RawValue>, RpcError> {
+    let cx = ToolContext { app, workspace: cx.state.workspace() };
     let args = call.arguments.as_deref();
     match call.name.as_str() {
         "ping" => reply(runtime::ping(&cx)),
@@ -78,8 +71,7 @@ pub async fn call(
         "list_dir" => reply(files::list_dir(&cx, parse(args)?).await?),
         other => {
             let known: Vec<&str> = specs().iter().map(|t| t.name).collect();
-            Err(RpcError::invalid_params(format!("Unknown tool: {other}"))
-                .with_data(json!({ "tools": known })))
+            Err(RpcError::invalid_params(format!("Unknown tool: {other}")).with_data(json!({ "tools": known })))
         }
     }
 }
@@ -90,17 +82,14 @@ fn parse<T: DeserializeOwned>(args: Option<&RawValue>) -> Result<T, RpcError> {
 }
 
 fn reply<T: Serialize>(result: T) -> Result<Box<RawValue>, RpcError> {
-    serde_json::value::to_raw_value(&result)
-        .map_err(|e| RpcError::internal(format!("result did not serialise: {e}")))
+    serde_json::value::to_raw_value(&result).map_err(|e| RpcError::internal(format!("result did not serialise: {e}")))
 }
 
 /// Runs blocking file-system work off the async threads.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, RpcError> + Send + 'static,
 ) -> Result<T, RpcError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| RpcError::internal(format!("file operation failed: {e}")))?
+    tokio::task::spawn_blocking(work).await.map_err(|e| RpcError::internal(format!("file operation failed: {e}")))?
 }
 
 #[cfg(test)]
@@ -130,11 +119,7 @@ mod tests {
             assert_eq!(schema["additionalProperties"], false, "{}", spec.name);
             for required in schema["required"].as_array().into_iter().flatten() {
                 let field = required.as_str().unwrap();
-                assert!(
-                    schema["properties"].get(field).is_some(),
-                    "{}: {field}",
-                    spec.name
-                );
+                assert!(schema["properties"].get(field).is_some(), "{}: {field}", spec.name);
             }
         }
     }
@@ -150,10 +135,6 @@ mod tests {
         let err = parse::<Args>(Some(&raw)).unwrap_err();
         assert!(err.message.contains("arguments.code"), "{}", err.message);
         let err = parse::<Args>(None).unwrap_err();
-        assert!(
-            err.message.contains("arguments: missing field `code`"),
-            "{}",
-            err.message
-        );
+        assert!(err.message.contains("arguments: missing field `code`"), "{}", err.message);
     }
 }

@@ -91,10 +91,7 @@ pub fn info(cx: &ToolContext) -> Info {
         ruby_version: s.process.as_ref().map(|p| p.ruby_version.clone()),
         ruby_description: s.process.as_ref().map(|p| p.ruby_description.clone()),
         pid: s.process.as_ref().map(|p| p.pid),
-        started_at: s
-            .process
-            .as_ref()
-            .map(|p| humantime::format_rfc3339_seconds(p.started_at).to_string()),
+        started_at: s.process.as_ref().map(|p| humantime::format_rfc3339_seconds(p.started_at).to_string()),
         evals: s.evals,
         restarts: s.restarts,
         problem: s.problem,
@@ -108,12 +105,7 @@ pub struct Reset {
 }
 
 pub async fn reset(cx: &ToolContext) -> Result<Reset, RpcError> {
-    let pid = cx
-        .app
-        .runtime
-        .reset()
-        .await
-        .map_err(|e| errors::runtime(&e))?;
+    let pid = cx.app.runtime.reset().await.map_err(|e| errors::runtime(&e))?;
     Ok(Reset { success: true, pid })
 }
 
@@ -137,9 +129,7 @@ pub struct Console {
 
 pub fn console_log(cx: &ToolContext, args: ConsoleArgs) -> Result<Console, RpcError> {
     if args.lines == 0 {
-        return Err(RpcError::invalid_params(
-            "arguments.lines: must be at least 1",
-        ));
+        return Err(RpcError::invalid_params("arguments.lines: must be at least 1"));
     }
     let console = cx.app.runtime.console();
     Ok(Console {

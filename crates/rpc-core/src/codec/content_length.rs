@@ -28,10 +28,7 @@ pub struct ContentLengthCodec {
 #[derive(Clone, Debug)]
 enum State {
     /// Reading header lines; `length` once a valid Content-Length was seen.
-    Headers {
-        length: Option<usize>,
-        any_header: bool,
-    },
+    Headers { length: Option<usize>, any_header: bool },
     /// Reading a body of this many bytes.
     Body(usize),
     /// Skipping an oversized body: bytes still to drop, and its first bytes.
@@ -42,13 +39,7 @@ enum State {
 
 impl ContentLengthCodec {
     pub fn new(max_body: usize) -> Self {
-        ContentLengthCodec {
-            max_body,
-            state: State::Headers {
-                length: None,
-                any_header: false,
-            },
-        }
+        ContentLengthCodec { max_body, state: State::Headers { length: None, any_header: false } }
     }
 
     fn resync(&mut self, why: &str, line: &[u8]) {
@@ -83,10 +74,7 @@ impl Decoder for ContentLengthCodec {
                         match (*length, *any_header) {
                             (_, false) => continue, // stray blank line before a header
                             (Some(n), true) if n > self.max_body => {
-                                self.state = State::Skip {
-                                    remaining: n,
-                                    prefix: Vec::new(),
-                                };
+                                self.state = State::Skip { remaining: n, prefix: Vec::new() };
                             }
                             (Some(n), true) => {
                                 buf.reserve(n.saturating_sub(buf.len()));
@@ -100,22 +88,16 @@ impl Decoder for ContentLengthCodec {
                         self.resync("not a header", line);
                         continue;
                     };
-                    let (name, value) =
-                        (line[..colon].trim_ascii(), line[colon + 1..].trim_ascii());
+                    let (name, value) = (line[..colon].trim_ascii(), line[colon + 1..].trim_ascii());
                     if name.eq_ignore_ascii_case(HEADER_NAME) {
-                        match std::str::from_utf8(value)
-                            .ok()
-                            .and_then(|v| v.parse::<usize>().ok())
-                        {
+                        match std::str::from_utf8(value).ok().and_then(|v| v.parse::<usize>().ok()) {
                             Some(n) => *length = Some(n),
                             None => {
                                 self.resync("Content-Length is not a number", line);
                                 continue;
                             }
                         }
-                    } else if name.eq_ignore_ascii_case(b"content-type")
-                        && !is_utf8_content_type(value)
-                    {
+                    } else if name.eq_ignore_ascii_case(b"content-type") && !is_utf8_content_type(value) {
                         tracing::warn!(
                             content_type = %String::from_utf8_lossy(value),
                             "message in a charset other than utf-8; it will be parsed as utf-8"
@@ -129,10 +111,7 @@ impl Decoder for ContentLengthCodec {
                         return Ok(None);
                     }
                     let body = buf.split_to(n).freeze();
-                    self.state = State::Headers {
-                        length: None,
-                        any_header: false,
-                    };
+                    self.state = State::Headers { length: None, any_header: false };
                     return Ok(Some(Frame::Message(body)));
                 }
                 State::Skip { remaining, prefix } => {
@@ -145,19 +124,13 @@ impl Decoder for ContentLengthCodec {
                         return Ok(None);
                     }
                     let sniffed = Sniffed::scan(prefix);
-                    self.state = State::Headers {
-                        length: None,
-                        any_header: false,
-                    };
+                    self.state = State::Headers { length: None, any_header: false };
                     return Ok(Some(Frame::TooLarge(Some(sniffed))));
                 }
                 State::Resync => match find_header(buf) {
                     Some(at) => {
                         buf.advance(at);
-                        self.state = State::Headers {
-                            length: None,
-                            any_header: false,
-                        };
+                        self.state = State::Headers { length: None, any_header: false };
                     }
                     None => {
                         // Keep a tail that may be the start of a split header name.
@@ -173,10 +146,7 @@ impl Decoder for ContentLengthCodec {
     fn decode_eof(&mut self, buf: &mut BytesMut) -> io::Result<Option<Frame>> {
         let frame = self.decode(buf)?;
         if frame.is_none() && !buf.iter().all(u8::is_ascii_whitespace) {
-            tracing::warn!(
-                bytes = buf.len(),
-                "stream ended inside a Content-Length message"
-            );
+            tracing::warn!(bytes = buf.len(), "stream ended inside a Content-Length message");
             buf.clear();
         }
         Ok(frame)
@@ -213,8 +183,7 @@ fn is_utf8_content_type(value: &[u8]) -> bool {
 
 /// Where the next `Content-Length` header name starts, ignoring case.
 fn find_header(buf: &[u8]) -> Option<usize> {
-    buf.windows(HEADER_NAME.len())
-        .position(|w| w.eq_ignore_ascii_case(HEADER_NAME))
+    buf.windows(HEADER_NAME.len()).position(|w| w.eq_ignore_ascii_case(HEADER_NAME))
 }
 
 #[cfg(test)]
@@ -248,32 +217,16 @@ mod tests {
     #[test]
     fn same_messages_byte_by_byte_in_one_chunk_and_random_splits() {
         let mut input = frame(r#"{"a":1}"#);
-        input.extend_from_slice(b"\r\n\ncontent-length: 7\ncontent-type: application/vscode-jsonrpc; charset=utf-8\n\n{\"b\":2}");
+        input.extend_from_slice(
+            b"\r\n\ncontent-length: 7\ncontent-type: application/vscode-jsonrpc; charset=utf-8\n\n{\"b\":2}",
+        );
         input.extend_from_slice(b"CONTENT-LENGTH:7\r\n\r\n{\"c\":3}");
         let expected = vec![r#"{"a":1}"#, r#"{"b":2}"#, r#"{"c":3}"#];
-        assert_eq!(
-            bodies(&decode_in_chunks(
-                ContentLengthCodec::new(1024),
-                &input,
-                &[1]
-            )),
-            expected
-        );
-        assert_eq!(
-            bodies(&decode_in_chunks(
-                ContentLengthCodec::new(1024),
-                &input,
-                &[input.len()]
-            )),
-            expected
-        );
+        assert_eq!(bodies(&decode_in_chunks(ContentLengthCodec::new(1024), &input, &[1])), expected);
+        assert_eq!(bodies(&decode_in_chunks(ContentLengthCodec::new(1024), &input, &[input.len()])), expected);
         for seed in 1..50 {
             let chunks = random_chunks(seed, 64, 13);
-            let got = bodies(&decode_in_chunks(
-                ContentLengthCodec::new(1024),
-                &input,
-                &chunks,
-            ));
+            let got = bodies(&decode_in_chunks(ContentLengthCodec::new(1024), &input, &chunks));
             assert_eq!(got, expected, "seed {seed}");
         }
     }
@@ -287,29 +240,20 @@ mod tests {
         input.extend_from_slice(b"X-Other: 1\r\n\r\n{\"no length\":1}");
         input.extend(frame(r#"{"ok":3}"#));
         for chunks in [&[1usize][..], &[input.len()], &random_chunks(3, 64, 17)] {
-            let got = bodies(&decode_in_chunks(
-                ContentLengthCodec::new(1024),
-                &input,
-                chunks,
-            ));
+            let got = bodies(&decode_in_chunks(ContentLengthCodec::new(1024), &input, chunks));
             assert_eq!(got, vec![r#"{"ok":1}"#, r#"{"ok":2}"#, r#"{"ok":3}"#]);
         }
     }
 
     #[test]
     fn oversized_body_is_skipped_exactly_and_sniffed() {
-        let big = format!(
-            r#"{{"jsonrpc":"2.0","id":41,"method":"m","params":"{}"}}"#,
-            "x".repeat(3000)
-        );
+        let big = format!(r#"{{"jsonrpc":"2.0","id":41,"method":"m","params":"{}"}}"#, "x".repeat(3000));
         let mut input = frame(&big);
         input.extend(frame(r#"{"after":1}"#));
         for chunks in [&[1usize][..], &[input.len()], &random_chunks(5, 64, 200)] {
             let frames = decode_in_chunks(ContentLengthCodec::new(100), &input, chunks);
             assert_eq!(frames.len(), 2);
-            let Frame::TooLarge(Some(sniffed)) = &frames[0] else {
-                panic!("{:?}", frames[0])
-            };
+            let Frame::TooLarge(Some(sniffed)) = &frames[0] else { panic!("{:?}", frames[0]) };
             assert_eq!(sniffed.id, Some(Id::from(41)));
             assert!(sniffed.has_method);
             assert_eq!(bodies(&frames[1..]), vec![r#"{"after":1}"#]);
@@ -332,9 +276,7 @@ mod tests {
     fn encoder_writes_byte_length_and_body_together() {
         let mut codec = ContentLengthCodec::new(100);
         let mut dst = BytesMut::new();
-        codec
-            .encode(Outbound::message(Kind::Request, "{\"é\":1}"), &mut dst)
-            .unwrap();
+        codec.encode(Outbound::message(Kind::Request, "{\"é\":1}"), &mut dst).unwrap();
         assert_eq!(&dst[..], "Content-Length: 8\r\n\r\n{\"é\":1}".as_bytes());
     }
 }

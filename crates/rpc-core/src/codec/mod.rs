@@ -41,10 +41,7 @@ pub enum Frame {
     Alive,
     /// Something the framing cannot carry on from: the peer closes the connection,
     /// with this WebSocket close code where that means something.
-    Unsupported {
-        close_code: u16,
-        reason: &'static str,
-    },
+    Unsupported { close_code: u16, reason: &'static str },
 }
 
 /// One unit written to a transport.
@@ -60,10 +57,7 @@ pub enum Outbound {
 
 impl Outbound {
     pub fn message(kind: Kind, json: impl Into<Bytes>) -> Self {
-        Outbound::Message {
-            kind,
-            json: json.into(),
-        }
+        Outbound::Message { kind, json: json.into() }
     }
 }
 
@@ -84,11 +78,7 @@ impl Transport {
     where
         R: AsyncRead + Send + 'static,
         W: AsyncWrite + Send + 'static,
-        C: Decoder<Item = Frame, Error = io::Error>
-            + Encoder<Outbound, Error = io::Error>
-            + Clone
-            + Send
-            + 'static,
+        C: Decoder<Item = Frame, Error = io::Error> + Encoder<Outbound, Error = io::Error> + Clone + Send + 'static,
     {
         Transport {
             reader: Box::pin(FramedRead::new(reader, codec.clone())),
@@ -121,23 +111,15 @@ impl Transport {
     pub fn channels(inbound: mpsc::Receiver<Frame>, outbound: mpsc::Sender<Outbound>) -> Self {
         let reader = tokio_stream_from(inbound).map(Ok);
         let writer = futures_util::sink::unfold(outbound, |tx, item: Outbound| async move {
-            tx.send(item)
-                .await
-                .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))?;
+            tx.send(item).await.map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))?;
             Ok::<_, io::Error>(tx)
         });
-        Transport {
-            reader: Box::pin(reader),
-            writer: Box::pin(writer),
-            wants_keepalive: false,
-        }
+        Transport { reader: Box::pin(reader), writer: Box::pin(writer), wants_keepalive: false }
     }
 }
 
 fn tokio_stream_from<T: Send + 'static>(rx: mpsc::Receiver<T>) -> impl Stream<Item = T> + Send {
-    futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    })
+    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
 }
 
 #[cfg(test)]

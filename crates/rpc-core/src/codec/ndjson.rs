@@ -24,11 +24,7 @@ pub struct NdjsonCodec {
 
 impl NdjsonCodec {
     pub fn new(max_line: usize) -> Self {
-        NdjsonCodec {
-            max_line,
-            searched: 0,
-            discarding: false,
-        }
+        NdjsonCodec { max_line, searched: 0, discarding: false }
     }
 }
 
@@ -141,31 +137,12 @@ mod tests {
 
     #[test]
     fn same_messages_byte_by_byte_in_one_chunk_and_random_splits() {
-        let expected = vec![
-            r#"{"a":1}"#,
-            r#"{"b":"é"}"#,
-            r#"[{"c":3}]"#,
-            r#"{"tail":true}"#,
-        ];
-        assert_eq!(
-            messages(&decode_in_chunks(NdjsonCodec::new(1024), INPUT, &[1])),
-            expected
-        );
-        assert_eq!(
-            messages(&decode_in_chunks(
-                NdjsonCodec::new(1024),
-                INPUT,
-                &[INPUT.len()]
-            )),
-            expected
-        );
+        let expected = vec![r#"{"a":1}"#, r#"{"b":"é"}"#, r#"[{"c":3}]"#, r#"{"tail":true}"#];
+        assert_eq!(messages(&decode_in_chunks(NdjsonCodec::new(1024), INPUT, &[1])), expected);
+        assert_eq!(messages(&decode_in_chunks(NdjsonCodec::new(1024), INPUT, &[INPUT.len()])), expected);
         for seed in 1..50 {
             let chunks = random_chunks(seed, 64, 9);
-            assert_eq!(
-                messages(&decode_in_chunks(NdjsonCodec::new(1024), INPUT, &chunks)),
-                expected,
-                "seed {seed}"
-            );
+            assert_eq!(messages(&decode_in_chunks(NdjsonCodec::new(1024), INPUT, &chunks)), expected, "seed {seed}");
         }
     }
 
@@ -176,10 +153,7 @@ mod tests {
         input.extend_from_slice(b"\n{\"after\":2}\n");
         for chunks in [&[1usize][..], &[input.len()], &random_chunks(7, 100, 300)] {
             let frames = decode_in_chunks(NdjsonCodec::new(100), &input, chunks);
-            assert_eq!(
-                messages(&frames),
-                vec![r#"{"first":1}"#, "TooLarge(None)", r#"{"after":2}"#]
-            );
+            assert_eq!(messages(&frames), vec![r#"{"first":1}"#, "TooLarge(None)", r#"{"after":2}"#]);
         }
     }
 
@@ -198,12 +172,7 @@ mod tests {
     fn encoder_appends_newline_and_flattens_raw_line_breaks() {
         let mut codec = NdjsonCodec::new(100);
         let mut dst = BytesMut::new();
-        codec
-            .encode(
-                Outbound::message(Kind::Response, &b"{\n  \"a\": 1\r\n}"[..]),
-                &mut dst,
-            )
-            .unwrap();
+        codec.encode(Outbound::message(Kind::Response, &b"{\n  \"a\": 1\r\n}"[..]), &mut dst).unwrap();
         codec.encode(Outbound::Ping, &mut dst).unwrap();
         assert_eq!(&dst[..], b"{   \"a\": 1  }\n");
     }

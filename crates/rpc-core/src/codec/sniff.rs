@@ -26,10 +26,7 @@ impl Sniffed {
     /// cannot be read is simply not reported.
     pub fn scan(prefix: &[u8]) -> Sniffed {
         let mut found = Sniffed::default();
-        let mut s = Scanner {
-            text: prefix,
-            pos: 0,
-        };
+        let mut s = Scanner { text: prefix, pos: 0 };
         s.skip_ws();
         if !s.eat(b'{') {
             return found;
@@ -146,9 +143,7 @@ mod tests {
 
     #[test]
     fn finds_the_id_and_kind_before_a_big_member() {
-        let s = Sniffed::scan(
-            br#"{"jsonrpc":"2.0","id":"a\"1","method":"x","params":{"data":"xxxxxxxx"#,
-        );
+        let s = Sniffed::scan(br#"{"jsonrpc":"2.0","id":"a\"1","method":"x","params":{"data":"xxxxxxxx"#);
         assert_eq!(s.id, Some(Id::from("a\"1")));
         assert!(s.has_method && !s.is_response);
         let s = Sniffed::scan(br#" { "id" : 12 , "result": [1, {"a": "}"}], "jsonrpc": "2.0"}"#);

@@ -44,10 +44,7 @@ where
     let (sink, stream) = ws.split();
     let writer = sink.with(|item: Outbound| async move { Ok::<_, WsError>(to_message(item)) });
     Transport {
-        reader: Box::pin(Reader {
-            inner: stream,
-            done: false,
-        }),
+        reader: Box::pin(Reader { inner: stream, done: false }),
         writer: Box::pin(writer.sink_map_err(to_io)),
         wants_keepalive: true,
     }
@@ -58,16 +55,12 @@ fn to_message(item: Outbound) -> Message {
         // Everything we serialise is UTF-8 JSON; the check is a fast scan.
         Outbound::Message { json, .. } => match Utf8Bytes::try_from(json) {
             Ok(text) => Message::Text(text),
-            Err(_) => Message::Close(Some(CloseFrame {
-                code: CloseCode::Error,
-                reason: "invalid utf-8".into(),
-            })),
+            Err(_) => Message::Close(Some(CloseFrame { code: CloseCode::Error, reason: "invalid utf-8".into() })),
         },
         Outbound::Ping => Message::Ping(Default::default()),
-        Outbound::Close { code, reason } => Message::Close(Some(CloseFrame {
-            code: code.into(),
-            reason: reason.into(),
-        })),
+        Outbound::Close { code, reason } => {
+            Message::Close(Some(CloseFrame { code: code.into(), reason: reason.into() }))
+        }
     }
 }
 
@@ -98,22 +91,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Stream for Reader<S> {
                 Some(Ok(Message::Text(text))) => Some(Ok(Frame::Message(text.into()))),
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => Some(Ok(Frame::Alive)),
                 Some(Ok(Message::Frame(_))) => continue,
-                Some(Ok(Message::Binary(_))) => Some(Ok(Frame::Unsupported {
-                    close_code: 1003,
-                    reason: "binary frames are not supported",
-                })),
-                Some(Err(WsError::Capacity(_))) => Some(Ok(Frame::Unsupported {
-                    close_code: 1009,
-                    reason: "message too big",
-                })),
-                Some(Err(WsError::Utf8(_))) => Some(Ok(Frame::Unsupported {
-                    close_code: 1007,
-                    reason: "invalid utf-8",
-                })),
-                Some(Err(WsError::Protocol(_))) => Some(Ok(Frame::Unsupported {
-                    close_code: 1002,
-                    reason: "protocol error",
-                })),
+                Some(Ok(Message::Binary(_))) => {
+                    Some(Ok(Frame::Unsupported { close_code: 1003, reason: "binary frames are not supported" }))
+                }
+                Some(Err(WsError::Capacity(_))) => {
+                    Some(Ok(Frame::Unsupported { close_code: 1009, reason: "message too big" }))
+                }
+                Some(Err(WsError::Utf8(_))) => {
+                    Some(Ok(Frame::Unsupported { close_code: 1007, reason: "invalid utf-8" }))
+                }
+                Some(Err(WsError::Protocol(_))) => {
+                    Some(Ok(Frame::Unsupported { close_code: 1002, reason: "protocol error" }))
+                }
                 Some(Err(WsError::ConnectionClosed | WsError::AlreadyClosed)) => None,
                 Some(Err(e)) => Some(Err(to_io(e))),
             };
@@ -143,18 +132,9 @@ mod tests {
     async fn text_frames_are_messages_and_replies_are_text() {
         let (mut t, mut client) = pair().await;
         client.send(Message::text(r#"{"a":1}"#)).await.unwrap();
-        assert_eq!(
-            t.reader.next().await.unwrap().unwrap(),
-            Frame::Message(r#"{"a":1}"#.into())
-        );
-        t.writer
-            .send(Outbound::message(Kind::Response, r#"{"b":2}"#))
-            .await
-            .unwrap();
-        assert_eq!(
-            client.next().await.unwrap().unwrap(),
-            Message::text(r#"{"b":2}"#)
-        );
+        assert_eq!(t.reader.next().await.unwrap().unwrap(), Frame::Message(r#"{"a":1}"#.into()));
+        t.writer.send(Outbound::message(Kind::Response, r#"{"b":2}"#)).await.unwrap();
+        assert_eq!(client.next().await.unwrap().unwrap(), Message::text(r#"{"b":2}"#));
     }
 
     #[tokio::test]
@@ -162,13 +142,7 @@ mod tests {
         let (mut t, mut client) = pair().await;
         client.send(Message::binary(vec![1, 2, 3])).await.unwrap();
         let frame = t.reader.next().await.unwrap().unwrap();
-        assert!(matches!(
-            frame,
-            Frame::Unsupported {
-                close_code: 1003,
-                ..
-            }
-        ));
+        assert!(matches!(frame, Frame::Unsupported { close_code: 1003, .. }));
         assert!(t.reader.next().await.is_none());
     }
 
@@ -177,31 +151,14 @@ mod tests {
         let (mut t, mut client) = pair().await;
         client.send(Message::text("x".repeat(4096))).await.unwrap();
         let frame = t.reader.next().await.unwrap().unwrap();
-        assert!(
-            matches!(
-                frame,
-                Frame::Unsupported {
-                    close_code: 1009,
-                    ..
-                }
-            ),
-            "{frame:?}"
-        );
+        assert!(matches!(frame, Frame::Unsupported { close_code: 1009, .. }), "{frame:?}");
     }
 
     #[tokio::test]
     async fn close_carries_the_code() {
         let (mut t, mut client) = pair().await;
-        t.writer
-            .send(Outbound::Close {
-                code: 4001,
-                reason: "replaced".into(),
-            })
-            .await
-            .unwrap();
-        let Message::Close(Some(frame)) = client.next().await.unwrap().unwrap() else {
-            panic!()
-        };
+        t.writer.send(Outbound::Close { code: 4001, reason: "replaced".into() }).await.unwrap();
+        let Message::Close(Some(frame)) = client.next().await.unwrap().unwrap() else { panic!() };
         assert_eq!(u16::from(frame.code), 4001);
         assert_eq!(frame.reason.as_str(), "replaced");
     }

@@ -34,25 +34,12 @@ struct Subtract {
 /// edge cases (`panic`, `sleep`, `echo`).
 pub fn spec_router() -> Arc<Router<Seen>> {
     Router::new()
-        .method("subtract", |_, p: Subtract| async move {
-            Ok(p.minuend - p.subtrahend)
-        })
-        .method(
-            "sum",
-            |_, p: Vec<i64>| async move { Ok(p.iter().sum::<i64>()) },
-        )
-        .method("get_data", |_, _: NoParams| async {
-            Ok(json!(["hello", 5]))
-        })
-        .method("update", |cx, p: Value| async move {
-            record(&cx.state, "update", p)
-        })
-        .method("notify_hello", |cx, p: Value| async move {
-            record(&cx.state, "notify_hello", p)
-        })
-        .method("notify_sum", |cx, p: Value| async move {
-            record(&cx.state, "notify_sum", p)
-        })
+        .method("subtract", |_, p: Subtract| async move { Ok(p.minuend - p.subtrahend) })
+        .method("sum", |_, p: Vec<i64>| async move { Ok(p.iter().sum::<i64>()) })
+        .method("get_data", |_, _: NoParams| async { Ok(json!(["hello", 5])) })
+        .method("update", |cx, p: Value| async move { record(&cx.state, "update", p) })
+        .method("notify_hello", |cx, p: Value| async move { record(&cx.state, "notify_hello", p) })
+        .method("notify_sum", |cx, p: Value| async move { record(&cx.state, "notify_sum", p) })
         .method("echo", |_, p: Value| async move { Ok(p) })
         .method("sleep", |_, ms: [u64; 1]| async move {
             tokio::time::sleep(Duration::from_millis(ms[0])).await;
@@ -64,12 +51,8 @@ pub fn spec_router() -> Arc<Router<Seen>> {
             }
             Ok(())
         })
-        .method("fail", |_, _: NoParams| async move {
-            Err::<(), _>(RpcError::new(-32042, "own error"))
-        })
-        .method("seen", |cx, _: NoParams| async move {
-            Ok(Value::Array(cx.state.notes.lock().unwrap().clone()))
-        })
+        .method("fail", |_, _: NoParams| async move { Err::<(), _>(RpcError::new(-32042, "own error")) })
+        .method("seen", |cx, _: NoParams| async move { Ok(Value::Array(cx.state.notes.lock().unwrap().clone())) })
         .build()
         .unwrap()
 }
@@ -92,16 +75,8 @@ pub const FRAMINGS: [Framing; 3] = [Framing::Ndjson, Framing::ContentLength, Fra
 /// texts a test wants (including invalid ones).
 #[allow(clippy::large_enum_variant)]
 pub enum RawClient {
-    Bytes {
-        io: DuplexStream,
-        buf: bytes::BytesMut,
-        codec: ContentLengthCodec,
-    },
-    Ndjson {
-        io: TcpStream,
-        buf: bytes::BytesMut,
-        codec: NdjsonCodec,
-    },
+    Bytes { io: DuplexStream, buf: bytes::BytesMut, codec: ContentLengthCodec },
+    Ndjson { io: TcpStream, buf: bytes::BytesMut, codec: NdjsonCodec },
     Ws(WebSocketStream<TcpStream>),
 }
 
@@ -122,29 +97,18 @@ pub async fn connect_with(
             let addr = listener.local_addr().unwrap();
             let s = shutdown.clone();
             tokio::spawn(async move {
-                listen::serve(
-                    Listener::Tcp(listener),
-                    "test",
-                    16,
-                    &s.clone(),
-                    move |stream, _| {
-                        let (router, config, s) = (router.clone(), config.clone(), s.clone());
-                        async move {
-                            let transport = stream.into_ndjson(1024 * 1024);
-                            let (_peer, conn) =
-                                Connection::new(transport, router, Arc::default(), config);
-                            conn.with_shutdown(&s).run().await;
-                        }
-                    },
-                )
+                listen::serve(Listener::Tcp(listener), "test", 16, &s.clone(), move |stream, _| {
+                    let (router, config, s) = (router.clone(), config.clone(), s.clone());
+                    async move {
+                        let transport = stream.into_ndjson(1024 * 1024);
+                        let (_peer, conn) = Connection::new(transport, router, Arc::default(), config);
+                        conn.with_shutdown(&s).run().await;
+                    }
+                })
                 .await
             });
             let io = TcpStream::connect(addr).await.unwrap();
-            RawClient::Ndjson {
-                io,
-                buf: Default::default(),
-                codec: NdjsonCodec::new(usize::MAX),
-            }
+            RawClient::Ndjson { io, buf: Default::default(), codec: NdjsonCodec::new(usize::MAX) }
         }
         Framing::ContentLength => {
             let (client, server) = tokio::io::duplex(1 << 20);
@@ -152,40 +116,25 @@ pub async fn connect_with(
             let transport = Transport::content_length(r, w, 1024 * 1024);
             let (_peer, conn) = Connection::new(transport, router, Arc::default(), config);
             tokio::spawn(conn.with_shutdown(&shutdown).run());
-            RawClient::Bytes {
-                io: client,
-                buf: Default::default(),
-                codec: ContentLengthCodec::new(usize::MAX),
-            }
+            RawClient::Bytes { io: client, buf: Default::default(), codec: ContentLengthCodec::new(usize::MAX) }
         }
         Framing::WebSocket => {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
             tokio::spawn(async move {
                 while let Ok((stream, _)) = listener.accept().await {
-                    let (router, config, shutdown) =
-                        (router.clone(), config.clone(), shutdown.clone());
+                    let (router, config, shutdown) = (router.clone(), config.clone(), shutdown.clone());
                     tokio::spawn(async move {
-                        let ws = tokio_tungstenite::accept_async_with_config(
-                            stream,
-                            Some(websocket::config(1 << 20)),
-                        )
-                        .await
-                        .unwrap();
-                        let (_peer, conn) = Connection::new(
-                            websocket::transport(ws),
-                            router,
-                            Arc::default(),
-                            config,
-                        );
+                        let ws = tokio_tungstenite::accept_async_with_config(stream, Some(websocket::config(1 << 20)))
+                            .await
+                            .unwrap();
+                        let (_peer, conn) = Connection::new(websocket::transport(ws), router, Arc::default(), config);
                         conn.with_shutdown(&shutdown).run().await;
                     });
                 }
             });
             let stream = TcpStream::connect(addr).await.unwrap();
-            let (ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), stream)
-                .await
-                .unwrap();
+            let (ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), stream).await.unwrap();
             RawClient::Ws(ws)
         }
     }
@@ -223,17 +172,11 @@ impl RawClient {
     /// The next JSON text, or `None` if nothing arrives within `timeout` or the
     /// connection closed.
     pub async fn recv_within(&mut self, timeout: Duration) -> Option<String> {
-        tokio::time::timeout(timeout, self.recv_inner())
-            .await
-            .ok()
-            .flatten()
+        tokio::time::timeout(timeout, self.recv_inner()).await.ok().flatten()
     }
 
     pub async fn recv(&mut self) -> Value {
-        let text = self
-            .recv_within(Duration::from_secs(10))
-            .await
-            .expect("no reply within 10 s");
+        let text = self.recv_within(Duration::from_secs(10)).await.expect("no reply within 10 s");
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {text}"))
     }
 
@@ -274,9 +217,7 @@ impl RawClient {
     /// Asserts nothing was sent back for what came before: a marker request's
     /// reply must be the very next message.
     pub async fn assert_no_reply_before_marker(&mut self) {
-        let reply = self
-            .call(r#"{"jsonrpc":"2.0","method":"echo","params":["marker"],"id":"marker"}"#)
-            .await;
+        let reply = self.call(r#"{"jsonrpc":"2.0","method":"echo","params":["marker"],"id":"marker"}"#).await;
         assert_eq!(
             reply,
             json!({"jsonrpc":"2.0","id":"marker","result":["marker"]}),
