@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+
+use crate::load;
 use futures_util::{SinkExt, StreamExt};
 use rpc_core::codec::websocket;
 use rpc_core::{NoParams, PeerHandle, Router};
@@ -81,6 +83,60 @@ pub async fn core_servers(ndjson: SocketAddr, ws: SocketAddr) -> Result<(SocketA
         }
     });
     Ok((ndjson, ws))
+}
+
+/// The Ruby driver supex-bridge embeds, for B5's bare-pipe baseline.
+const SUPEX_DRIVER: &str = include_str!("../../../bins/supex-bridge/src/runtime/driver.rb");
+
+/// B5 baseline: `1+1` evaluated by supex-bridge's own driver over a bare pipe
+/// (requests on its stdin, replies on fd 3), one at a time, for `duration`.
+pub async fn ruby_pipe_eval(ruby: &str, duration: Duration, warmup: Duration) -> Result<load::Report> {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    // fd 3 (replies) goes to our pipe; the driver's console output is dropped.
+    let mut child = tokio::process::Command::new("sh")
+        .args(["-c", "exec \"$0\" -e \"$SUPEX_DRIVER\" 3>&1 >/dev/null 2>&1", ruby])
+        .env("SUPEX_DRIVER", SUPEX_DRIVER)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {ruby}"))?;
+    let mut requests = child.stdin.take().context("stdin")?;
+    let mut replies = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let ready = replies.next_line().await?.context("the driver exited before it was ready")?;
+    if !ready.contains("\"ready\":true") {
+        bail!("unexpected first line from the driver: {ready}");
+    }
+    let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
+    let started = Instant::now();
+    let (measure_from, stop_at) = (started + warmup, started + warmup + duration);
+    let mut id = 0u64;
+    loop {
+        let now = Instant::now();
+        if now >= stop_at {
+            break;
+        }
+        id += 1;
+        let line = format!("{{\"id\":{id},\"op\":\"eval\",\"code\":\"1+1\",\"scope\":\"fresh\",\"show\":\"to_s\"}}\n");
+        requests.write_all(line.as_bytes()).await?;
+        let reply = replies.next_line().await?.context("the driver exited")?;
+        if !reply.contains("\"value\":\"2\"") {
+            bail!("unexpected reply: {reply}");
+        }
+        if now >= measure_from {
+            hist.record(now.elapsed().as_nanos() as u64)?;
+        }
+    }
+    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    Ok(load::Report {
+        requests: hist.len(),
+        errors: 0,
+        seconds: duration.as_secs_f64(),
+        per_second: hist.len() as f64 / duration.as_secs_f64(),
+        p50_us: us(0.5),
+        p99_us: us(0.99),
+        p999_us: us(0.999),
+    })
 }
 
 /// B3's browser side: connects to a BTCP broker as the browser of `session`,

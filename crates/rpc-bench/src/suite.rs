@@ -57,14 +57,14 @@ fn free_addr() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
-fn start(bin: &str, env: &[(&str, String)]) -> Result<Daemon> {
+fn start(bin: &str, env: &[(&str, String)], args: &[&str]) -> Result<Daemon> {
     let dir = std::env::current_exe()?.parent().context("binary directory")?.to_owned();
     let path = dir.join(bin);
     if !path.exists() {
         bail!("{} is not built (run `cargo build --release --workspace --bins`)", path.display());
     }
     let mut cmd = Command::new(&path);
-    cmd.env("RUST_LOG", "warn").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+    cmd.args(args).env("RUST_LOG", "warn").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -129,7 +129,11 @@ fn throughput_row(
 
 pub async fn run(options: Options) -> Result<()> {
     let mut rows = Vec::new();
-    let echo = baseline::echo_server("127.0.0.1:0".parse()?).await?;
+    // Baselines run as processes of their own, like the daemons: sharing the
+    // load generator's runtime would make their round trips unfairly short.
+    let echo = free_addr();
+    let _echo = start("rpc-bench", &[], &["echo-server", "--addr", &echo.to_string()])?;
+    wait_for(echo)?;
 
     let bridge_addr = free_addr();
     let _bridge = if options.wants("b1") || options.wants("b4") || options.wants("b9") || options.wants("b5") {
@@ -144,6 +148,7 @@ pub async fn run(options: Options) -> Result<()> {
                 ("SUPEX_PROJECT_ROOT", project.display().to_string()),
                 ("SUPEX_MAX_CONNECTIONS", "1024".into()),
             ],
+            &[],
         )?;
         wait_for(bridge_addr)?;
         Some(daemon)
@@ -160,12 +165,15 @@ pub async fn run(options: Options) -> Result<()> {
             ("BTCP_RATE_LIMIT", "100000000".into()),
             ("BTCP_MAX_SESSIONS", "100000".into()),
         ],
+        &[],
     )?;
     wait_for(broker_addr)?;
     let broker_pid = broker.child.id();
     let ws_agent = format!("ws://{broker_addr}/ws?clientType=agent");
 
-    let (jsonrpsee_addr, _jsonrpsee) = baseline::jsonrpsee_server("127.0.0.1:0".parse()?).await?;
+    let jsonrpsee_addr = free_addr();
+    let _jsonrpsee = start("rpc-bench", &[], &["jsonrpsee-server", "--addr", &jsonrpsee_addr.to_string()])?;
+    wait_for(jsonrpsee_addr)?;
 
     if options.wants("b1") {
         eprintln!("B1: supex-bridge ping over TCP NDJSON vs raw echo");
@@ -257,6 +265,30 @@ pub async fn run(options: Options) -> Result<()> {
                     met: Some(ratio <= 1.3),
                 });
             }
+        }
+    }
+
+    if options.wants("b5") {
+        eprintln!("B5: eval_ruby of 1+1 through supex-bridge vs its driver over a bare pipe");
+        let ruby = std::env::var("SUPEX_RUBY").unwrap_or_else(|_| "ruby".into());
+        match baseline::ruby_pipe_eval(&ruby, Duration::from_secs_f64(options.seconds), Duration::from_secs_f64(options.warmup)).await {
+            Ok(base) => {
+                eprintln!("  {:<40} {}", "driver over a bare pipe", base.line());
+                let mut load = options.load(format!("tcp://{bridge_addr}"), "tools/call", r#"{"name":"eval_ruby","arguments":{"code":"1+1"}}"#, 1, 1);
+                load.hello = Some(("hello".into(), r#"{"name":"rpc-bench","version":"1","agent":"rpc-bench","pid":1}"#.into()));
+                let got = measure("supex-bridge eval_ruby 1+1", &load).await?;
+                let ratio = got.p50_us / base.p50_us;
+                rows.push(Row {
+                    id: "B5",
+                    what: "`eval_ruby` of `1+1`, p50 latency".into(),
+                    baseline: format!("{:.1} µs", base.p50_us),
+                    measured: format!("{:.1} µs", got.p50_us),
+                    ratio: Some(ratio),
+                    target: "≤ 1.5 × bare pipe",
+                    met: Some(ratio <= 1.5 && got.errors == 0),
+                });
+            }
+            Err(e) => eprintln!("  skipped: {e:#} (is Ruby installed? SUPEX_RUBY={ruby})"),
         }
     }
 

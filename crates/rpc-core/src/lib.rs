@@ -19,6 +19,7 @@ pub mod fanout;
 pub mod fuzzing;
 pub mod listen;
 pub mod message;
+mod outbox;
 pub mod peer;
 pub mod router;
 pub mod shutdown;

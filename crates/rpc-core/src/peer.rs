@@ -1,13 +1,13 @@
 //! The peer: one JSON-RPC connection, symmetric in both directions.
 //!
-//! Each connection has two tasks. The **connection task** ([`Connection::run`])
-//! reads frames, routes responses to our pending calls, and runs incoming
-//! handlers as futures it polls itself (no task spawn per message). Because the
-//! reader and the handlers live in one `select!`, a handler that awaits a reply
-//! from the other side never stops the reply from being read: that is the
-//! deadlock tower-lsp's `buffer_unordered(4)` walks into. The **writer task**
-//! owns the write half and drains a bounded queue, flushing only when the queue
-//! is empty, so a burst of replies becomes one write.
+//! One task per connection ([`Connection::run`]) does everything in one
+//! `select!`: it reads frames, routes responses to our pending calls, runs
+//! incoming handlers as futures it polls itself (no task spawn per message),
+//! and writes what the outbox holds (see `outbox.rs`: one bounded queue, one
+//! writer, flushed once per batch). Because the reader and the handlers live
+//! in one loop, a handler that awaits a reply from the other side never stops
+//! that reply from being read: that is the deadlock tower-lsp's
+//! `buffer_unordered(4)` walks into.
 //!
 //! [`PeerHandle`] is the cheap, cloneable side: send requests (with a timeout
 //! each) and notifications, and close the connection. When the connection ends,
@@ -24,16 +24,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::{BoxFuture, join_all};
 use futures_util::stream::FuturesUnordered;
-use futures_util::{FutureExt, SinkExt, StreamExt};
+use futures_util::{FutureExt, StreamExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
-use std::future::Future;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::codec::{Frame, FrameSink, Outbound, Transport};
+use crate::codec::{Frame, Outbound, Transport};
 use crate::message::{self, Id, Invalid, Kind, Message, Outcome, Parsed, RpcError};
+use crate::outbox::{Drain, Drained, Outbox, PushError};
 use crate::router::{Ctx, HandlerFuture, Router};
 use crate::shutdown::Shutdown;
 
@@ -112,7 +112,7 @@ struct PendingCalls {
 
 struct Shared {
     conn_id: u64,
-    out: mpsc::Sender<Outbound>,
+    outbox: Outbox,
     pending: Mutex<PendingCalls>,
     next_id: AtomicU64,
     closing: CancellationToken,
@@ -204,23 +204,18 @@ impl PeerHandle {
         self.send(Outbound::Message { kind, json }).await
     }
 
-    /// Queues an item for the writer. A full queue for longer than the stall
-    /// timeout means the other side stopped reading: the connection is dropped.
+    /// Queues an item for the connection to write. A queue that stays full for
+    /// longer than the stall timeout means the other side stopped reading: the
+    /// connection is dropped.
     async fn send(&self, item: Outbound) -> Result<(), Closed> {
         let shared = &self.shared;
-        match shared.out.try_send(item) {
+        match shared.outbox.push(item, shared.config.write_stall).await {
             Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(Closed),
-            Err(mpsc::error::TrySendError::Full(item)) => {
-                match shared.out.send_timeout(item, shared.config.write_stall).await {
-                    Ok(()) => Ok(()),
-                    Err(mpsc::error::SendTimeoutError::Closed(_)) => Err(Closed),
-                    Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
-                        tracing::warn!(conn = shared.conn_id, "peer is not reading; dropping the connection");
-                        shared.closing.cancel();
-                        Err(Closed)
-                    }
-                }
+            Err(PushError::Closed) => Err(Closed),
+            Err(PushError::Stalled) => {
+                tracing::warn!(conn = shared.conn_id, "peer is not reading; dropping the connection");
+                shared.closing.cancel();
+                Err(Closed)
             }
         }
     }
@@ -228,7 +223,7 @@ impl PeerHandle {
     /// Closes the connection after what is already queued has been written, with
     /// this WebSocket close code and reason.
     pub fn close(&self, code: u16, reason: &str) {
-        let _ = self.shared.out.try_send(Outbound::Close { code, reason: reason.to_owned() });
+        let _ = self.shared.outbox.push_now(Outbound::Close { code, reason: reason.to_owned() });
         self.shared.closing.cancel();
     }
 
@@ -297,7 +292,6 @@ pub enum CloseReason {
 pub struct Connection<S> {
     handle: PeerHandle,
     transport: Transport,
-    out_rx: mpsc::Receiver<Outbound>,
     router: Arc<Router<S>>,
     state: Arc<S>,
     shutdown: Shutdown,
@@ -317,10 +311,9 @@ enum DoneIds {
 
 impl<S: Send + Sync + 'static> Connection<S> {
     pub fn new(transport: Transport, router: Arc<Router<S>>, state: Arc<S>, config: PeerConfig) -> (PeerHandle, Self) {
-        let (out, out_rx) = mpsc::channel(config.write_queue.max(1));
         let shared = Arc::new(Shared {
             conn_id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
-            out,
+            outbox: Outbox::new(config.write_queue),
             pending: Mutex::default(),
             next_id: AtomicU64::new(1),
             closing: CancellationToken::new(),
@@ -328,7 +321,7 @@ impl<S: Send + Sync + 'static> Connection<S> {
             config,
         });
         let handle = PeerHandle { shared };
-        let conn = Connection { handle: handle.clone(), transport, out_rx, router, state, shutdown: Shutdown::new() };
+        let conn = Connection { handle: handle.clone(), transport, router, state, shutdown: Shutdown::new() };
         (handle, conn)
     }
 
@@ -340,10 +333,11 @@ impl<S: Send + Sync + 'static> Connection<S> {
 
     /// Serves the connection until either side closes it.
     pub async fn run(self) -> CloseReason {
-        let Connection { handle, transport, out_rx, router, state, shutdown } = self;
+        let Connection { handle, transport, router, state, shutdown } = self;
         let shared = handle.shared.clone();
         let config = &shared.config;
-        let mut writer = tokio::spawn(write_loop(transport.writer, out_rx, config.write_stall));
+        let outbox = &shared.outbox;
+        let mut drain = Drain::new(transport.writer);
         let mut reader = transport.reader;
         let mut work = Work {
             handle: handle.clone(),
@@ -362,7 +356,8 @@ impl<S: Send + Sync + 'static> Connection<S> {
         });
         let mut missed_pings = 0u32;
         let mut reading = true;
-        let mut writer_done = false;
+        // The transport's write side failed or was shut: nothing more to write.
+        let mut sink_done = false;
         // Created once: building these futures anew for every message would
         // register and unregister a waiter on each token every time.
         let closing = shared.closing.cancelled();
@@ -377,21 +372,28 @@ impl<S: Send + Sync + 'static> Connection<S> {
             if work.draining && work.is_idle() {
                 break CloseReason::Shutdown;
             }
+            let blocked_since = drain.blocked_since();
             tokio::select! {
                 biased;
                 _ = &mut closing => break CloseReason::Closed,
                 _ = &mut aborted => break CloseReason::Shutdown,
-                result = &mut writer, if !writer_done => {
-                    writer_done = true;
-                    let why = match result {
-                        Ok(Ok(())) => "writer closed".to_owned(),
-                        Ok(Err(e)) => e.to_string(),
-                        Err(e) => e.to_string(),
-                    };
-                    break CloseReason::Failed(why);
+                drained = std::future::poll_fn(|cx| drain.poll_drain(outbox, cx)) => match drained {
+                    Ok(Drained::Progress) => {}
+                    Ok(Drained::Closed) => {
+                        sink_done = true;
+                        break CloseReason::Closed;
+                    }
+                    Err(e) => {
+                        sink_done = true;
+                        break CloseReason::Failed(format!("write failed: {e}"));
+                    }
+                },
+                _ = stalled(blocked_since, config.write_stall), if blocked_since.is_some() => {
+                    sink_done = true;
+                    break CloseReason::Failed("write stalled: the peer is not reading".into());
                 }
                 Some(done) = work.running.next(), if !work.running.is_empty() => {
-                    if let Err(reason) = work.finish(done).await {
+                    if let Err(reason) = work.finish(done) {
                         break reason;
                     }
                 }
@@ -403,14 +405,16 @@ impl<S: Send + Sync + 'static> Connection<S> {
                         break CloseReason::Failed(format!("no answer to {missed_pings} pings"));
                     }
                     missed_pings += 1;
-                    if handle.send(Outbound::Ping).await.is_err() {
+                    if outbox.push_now(Outbound::Ping).is_err() {
                         break CloseReason::Failed("write queue closed".into());
                     }
                 }
                 _ = &mut draining, if !work.draining => {
                     work.draining = true;
                 }
-                frame = reader.next(), if reading => {
+                // While the outbox is full the other side is not reading our
+                // replies; reading more requests would only queue more.
+                frame = reader.next(), if reading && !outbox.is_full() => {
                     missed_pings = 0;
                     // Handle this frame and any others already buffered (a pipelining
                     // client sends many per read) without a trip through select! each.
@@ -444,7 +448,7 @@ impl<S: Send + Sync + 'static> Connection<S> {
                             }
                         }
                         budget -= 1;
-                        if budget == 0 {
+                        if budget == 0 || outbox.is_full() {
                             break;
                         }
                         next = match std::future::poll_fn(|cx| Poll::Ready(reader.poll_next_unpin(cx))).await {
@@ -460,22 +464,24 @@ impl<S: Send + Sync + 'static> Connection<S> {
         shared.closing.cancel();
         // Dropping the work cancels handlers still running (they lost their peer).
         drop(work);
-        if !writer_done {
+        if !sink_done {
             if reason == CloseReason::Shutdown
                 && let Some((method, params)) = &config.goodbye
+                && let Ok(json) = message::request(None, method, params)
             {
-                let _ = handle.notify(method, params).await;
+                let _ = outbox.push_now(Outbound::message(Kind::Notification, json));
             }
             let (code, why) = match &reason {
                 CloseReason::Shutdown => (1001, "server shutting down"),
                 CloseReason::Failed(_) => (1011, "connection failed"),
                 _ => (1000, ""),
             };
-            let _ = shared.out.try_send(Outbound::Close { code, reason: why.to_owned() });
-            if tokio::time::timeout(config.write_stall, &mut writer).await.is_err() {
-                writer.abort();
-            }
+            // After what is queued, and after any close `PeerHandle::close` queued.
+            let _ = outbox.push_now(Outbound::Close { code, reason: why.to_owned() });
+            outbox.close();
+            drain.finish(outbox, config.write_stall).await;
         }
+        outbox.close();
         tracing::debug!(conn = shared.conn_id, ?reason, "connection finished");
         reason
     }
@@ -485,6 +491,14 @@ impl<S: Send + Sync + 'static> Connection<S> {
 async fn run_front(queue: &mut VecDeque<BoxFuture<'static, ()>>) {
     match queue.front_mut() {
         Some(handler) => handler.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves when the sink has refused data for `limit` since `since`.
+async fn stalled(since: Option<tokio::time::Instant>, limit: Duration) {
+    match since {
+        Some(since) => tokio::time::sleep_until(since + limit).await,
         None => std::future::pending().await,
     }
 }
@@ -527,18 +541,16 @@ impl<S: Send + Sync + 'static> Work<S> {
         &self.handle.shared.config
     }
 
-    async fn write(&mut self, kind: Kind, json: Vec<u8>) -> Result<(), CloseReason> {
-        self.handle
-            .send(Outbound::message(kind, json))
-            .await
-            .map_err(|_| CloseReason::Failed("write queue closed".into()))
+    /// Queues a reply; the connection task writes it when it next drains.
+    fn write(&mut self, kind: Kind, json: Vec<u8>) -> Result<(), CloseReason> {
+        self.handle.shared.outbox.push_now(Outbound::message(kind, json)).map_err(|_| CloseReason::Closed)
     }
 
-    async fn write_error(&mut self, id: &Id, error: &RpcError) -> Result<(), CloseReason> {
-        self.write(Kind::Response, message::response_err(id, error)).await
+    fn write_error(&mut self, id: &Id, error: &RpcError) -> Result<(), CloseReason> {
+        self.write(Kind::Response, message::response_err(id, error))
     }
 
-    async fn finish(&mut self, done: Done) -> Result<(), CloseReason> {
+    fn finish(&mut self, done: Done) -> Result<(), CloseReason> {
         match done.ids {
             DoneIds::None => {}
             DoneIds::One(id) => {
@@ -554,7 +566,7 @@ impl<S: Send + Sync + 'static> Work<S> {
             self.running.push(next);
         }
         if let Some(reply) = done.reply {
-            self.write(Kind::Response, reply).await?;
+            self.write(Kind::Response, reply)?;
         }
         if self.handle.shared.close_after_reply.load(Ordering::Acquire) {
             return Err(CloseReason::Closed);
@@ -565,9 +577,9 @@ impl<S: Send + Sync + 'static> Work<S> {
     async fn on_frame(&mut self, frame: Frame) -> Result<(), CloseReason> {
         match frame {
             Frame::Message(bytes) => self.on_message(&bytes).await,
-            Frame::TooLarge(None) => self.write_error(&Id::Null, &too_large()).await,
+            Frame::TooLarge(None) => self.write_error(&Id::Null, &too_large()),
             Frame::TooLarge(Some(sniffed)) => match sniffed.id {
-                Some(id) if sniffed.has_method => self.write_error(&id, &too_large()).await,
+                Some(id) if sniffed.has_method => self.write_error(&id, &too_large()),
                 Some(id) if sniffed.is_response => {
                     self.handle.complete(&id, Err(CallError::Malformed("response too large".into())));
                     Ok(())
@@ -583,14 +595,14 @@ impl<S: Send + Sync + 'static> Work<S> {
 
     async fn on_message(&mut self, bytes: &[u8]) -> Result<(), CloseReason> {
         match message::parse(bytes, self.config().max_batch) {
-            Parsed::Rejected(error) => self.write_error(&Id::Null, &error).await,
+            Parsed::Rejected(error) => self.write_error(&Id::Null, &error),
             Parsed::Single(Ok(message)) => self.on_single(message).await,
             Parsed::Single(Err(invalid)) => match self.router.adapt(bytes) {
                 Some(adapted) => match message::parse(&adapted, 1) {
                     Parsed::Single(Ok(message)) => self.on_single(message).await,
-                    _ => self.write_error(&invalid.id, &invalid.error).await,
+                    _ => self.write_error(&invalid.id, &invalid.error),
                 },
-                None => self.write_error(&invalid.id, &invalid.error).await,
+                None => self.write_error(&invalid.id, &invalid.error),
             },
             Parsed::Batch(items) => self.on_batch(items).await,
         }
@@ -600,11 +612,11 @@ impl<S: Send + Sync + 'static> Work<S> {
         match message {
             Message::Request { id, method, params } => {
                 if let Err(error) = self.admit(&id) {
-                    return self.write_error(&id, &error).await;
+                    return self.write_error(&id, &error);
                 }
                 let mut handler = match self.router.dispatch(self.ctx(), &method, params) {
                     Ok(handler) => handler,
-                    Err(error) => return self.write_error(&id, &error).await,
+                    Err(error) => return self.write_error(&id, &error),
                 };
                 if self.running.len() < self.config().max_concurrent {
                     // Most handlers finish without waiting for anything: poll once
@@ -620,7 +632,7 @@ impl<S: Send + Sync + 'static> Work<S> {
                     };
                     if let Some(outcome) = outcome {
                         let reply = reply_from(&id, outcome);
-                        return self.finish(Done { ids: DoneIds::None, reply: Some(reply) }).await;
+                        return self.finish(Done { ids: DoneIds::None, reply: Some(reply) });
                     }
                     self.in_flight.insert(id.clone());
                     self.running.push(running_request(id, handler));
@@ -732,7 +744,7 @@ impl<S: Send + Sync + 'static> Work<S> {
             // A batch of notifications (or responses) gets no reply at all, never `[]`.
             return match ready.is_empty() {
                 true => Ok(()),
-                false => self.write(Kind::Response, message::batch(&ready)).await,
+                false => self.write(Kind::Response, message::batch(&ready)),
             };
         }
         self.in_flight.extend(ids.iter().cloned());
@@ -792,37 +804,4 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> &str {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(non-string panic)")
-}
-
-/// The writer task: writes what is queued, flushing once the queue is empty,
-/// until a `Close` item or until every sender is gone.
-async fn write_loop(mut sink: FrameSink, mut rx: mpsc::Receiver<Outbound>, stall: Duration) -> std::io::Result<()> {
-    while let Some(first) = rx.recv().await {
-        let mut closing = matches!(first, Outbound::Close { .. });
-        stalling(stall, sink.feed(first)).await?;
-        while !closing {
-            let Ok(item) = rx.try_recv() else { break };
-            closing = matches!(item, Outbound::Close { .. });
-            stalling(stall, sink.feed(item)).await?;
-        }
-        stalling(stall, sink.flush()).await?;
-        if closing {
-            break;
-        }
-    }
-    let _ = tokio::time::timeout(stall, sink.close()).await;
-    Ok(())
-}
-
-/// Runs a write with the stall timeout, arming the timer only when the write
-/// does not complete at once (the common case costs no timer at all).
-async fn stalling<F: Future<Output = std::io::Result<()>>>(stall: Duration, write: F) -> std::io::Result<()> {
-    let mut write = std::pin::pin!(write);
-    if let Some(done) = (&mut write).now_or_never() {
-        return done;
-    }
-    match tokio::time::timeout(stall, write).await {
-        Ok(done) => done,
-        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "write stalled: the peer is not reading")),
-    }
 }
