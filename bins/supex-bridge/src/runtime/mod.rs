@@ -137,8 +137,8 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Starts Ruby in the background. Must be called from a multi-threaded
-    /// tokio runtime (see `process::set_up_child`).
+    /// Starts Ruby in the background. Must be called from a runtime thread
+    /// that lives as long as the daemon (see `process::set_up_child`).
     pub fn start(config: RuntimeConfig, console: Arc<ConsoleLog>) -> Runtime {
         let inner = Arc::new(Inner {
             command: config.command,

@@ -458,9 +458,9 @@ fn set_up_child(cmd: &mut Command, reply_fd: i32) {
             #[cfg(target_os = "linux")]
             {
                 // The death signal follows the *thread* that forked. Ruby is
-                // spawned from tasks on the multi-threaded runtime's workers,
-                // which live as long as the daemon does (nothing here uses
-                // block_in_place, which could retire one to the blocking pool).
+                // spawned from tasks on the daemon's single runtime thread,
+                // which lives as long as the daemon does (never from the
+                // blocking pool, whose threads retire when idle).
                 nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
                 // The daemon may have died before the line above: then nobody
                 // would ever send the signal.
