@@ -393,8 +393,23 @@ impl<S: Send + Sync + 'static> Connection<S> {
                     break CloseReason::Failed("write stalled: the peer is not reading".into());
                 }
                 Some(done) = work.running.next(), if !work.running.is_empty() => {
-                    if let Err(reason) = work.finish(done) {
-                        break reason;
+                    // Take every handler that has finished by now, so their replies
+                    // leave in one flush: answers arriving from another connection
+                    // would otherwise cost a write each.
+                    let mut next = Some(done);
+                    let mut budget = READ_BATCH;
+                    while let Some(done) = next.take() {
+                        if let Err(reason) = work.finish(done) {
+                            break 'serve reason;
+                        }
+                        budget -= 1;
+                        if budget == 0 || work.running.is_empty() {
+                            break;
+                        }
+                        next = match std::future::poll_fn(|cx| Poll::Ready(work.running.poll_next_unpin(cx))).await {
+                            Poll::Ready(done) => done,
+                            Poll::Pending => None,
+                        };
                     }
                 }
                 () = run_front(&mut work.notifications), if !work.notifications.is_empty() => {

@@ -97,8 +97,13 @@ pub fn parse_params_at<P: DeserializeOwned>(prefix: &str, params: Option<&RawVal
         None | Some("null") => "{}",
         Some(text) => text,
     };
+    // Plain serde on the way in; path tracking costs on every field, so it only
+    // runs again, on the same text, to say where the problem is.
+    if let Ok(params) = serde_json::from_str(text) {
+        return Ok(params);
+    }
     let mut de = serde_json::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    serde_path_to_error::deserialize::<_, P>(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let at = match (prefix, path.as_str()) {
