@@ -1,5 +1,12 @@
 //! The benchmark suite: every row of performance.md's table that has a daemon
 //! to measure, each against its baseline from the same run.
+//!
+//! The machines here are shared and noisy, so every comparison runs its
+//! baseline and its target alternately, `--repeat` times, and reports the
+//! median of each: a burst of noise then hits both sides or neither, and one
+//! bad run does not decide the row. Baselines run as processes of their own,
+//! like the daemons: inside the load generator's runtime their round trips
+//! would be unfairly short.
 
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -15,11 +22,14 @@ use crate::load::{self, Load, Report};
 #[derive(Clone, Debug, clap::Args)]
 pub struct Options {
     /// Measured seconds per run.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 2.0)]
     seconds: f64,
     /// Warm-up seconds per run (not measured).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 0.5)]
     warmup: f64,
+    /// Runs of each baseline/target pair, alternating; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
     /// Which benchmarks to run.
     #[arg(long, value_delimiter = ',', default_value = "b1,b2,b3,b4,b5,b8,b9")]
     only: Vec<String>,
@@ -41,13 +51,23 @@ struct Row {
     met: Option<bool>,
 }
 
-/// A daemon started for the suite; killed when dropped.
+/// A process started for the suite; stopped (SIGTERM, so it can stop its own
+/// children) when dropped.
 struct Daemon {
     child: Child,
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -57,6 +77,7 @@ fn free_addr() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
+/// Starts a binary from the suite's own directory (the release build).
 fn start(bin: &str, env: &[(&str, String)], args: &[&str]) -> Result<Daemon> {
     let dir = std::env::current_exe()?.parent().context("binary directory")?.to_owned();
     let path = dir.join(bin);
@@ -87,9 +108,9 @@ impl Options {
         self.only.iter().any(|o| o.eq_ignore_ascii_case(id))
     }
 
-    fn load(&self, target: String, method: &str, params: &str, window: usize, connections: usize) -> Load {
+    fn load(&self, target: &str, method: &str, params: &str, window: usize, connections: usize) -> Load {
         Load {
-            target,
+            target: target.to_owned(),
             method: method.to_owned(),
             params: params.to_owned(),
             window,
@@ -99,22 +120,43 @@ impl Options {
             hello: None,
         }
     }
+
+    /// Runs each load in turn, `repeat` times over, and returns the median
+    /// report of each.
+    async fn compare(&self, loads: &[(&str, &Load)]) -> Result<Vec<Report>> {
+        let mut runs: Vec<Vec<Report>> = vec![Vec::new(); loads.len()];
+        for _ in 0..self.repeat.max(1) {
+            for (i, (label, load)) in loads.iter().enumerate() {
+                let report = load::run(load).await.with_context(|| format!("{label} ({})", load.target))?;
+                eprintln!("  {label:<40} {}", report.line());
+                runs[i].push(report);
+            }
+        }
+        Ok(runs.into_iter().map(median).collect())
+    }
 }
 
-async fn measure(label: &str, load: &Load) -> Result<Report> {
-    let report = load::run(load).await.with_context(|| format!("{label} ({})", load.target))?;
-    eprintln!("  {label:<40} {}", report.line());
-    Ok(report)
+/// The median of each figure over several runs.
+fn median(mut runs: Vec<Report>) -> Report {
+    fn mid(values: &mut [f64]) -> f64 {
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    }
+    let pick = |f: fn(&Report) -> f64, runs: &[Report]| mid(&mut runs.iter().map(f).collect::<Vec<_>>());
+    let report = Report {
+        requests: runs.iter().map(|r| r.requests).sum(),
+        errors: runs.iter().map(|r| r.errors).sum(),
+        seconds: runs.iter().map(|r| r.seconds).sum(),
+        per_second: pick(|r| r.per_second, &runs),
+        p50_us: pick(|r| r.p50_us, &runs),
+        p99_us: pick(|r| r.p99_us, &runs),
+        p999_us: pick(|r| r.p999_us, &runs),
+    };
+    runs.clear();
+    report
 }
 
-fn throughput_row(
-    id: &'static str,
-    what: String,
-    base: &Report,
-    got: &Report,
-    min_ratio: f64,
-    target: &'static str,
-) -> Row {
+fn throughput_row(id: &'static str, what: String, base: &Report, got: &Report, min: f64, target: &'static str) -> Row {
     let ratio = got.per_second / base.per_second;
     Row {
         id,
@@ -123,186 +165,166 @@ fn throughput_row(
         measured: format!("{:.0}/s", got.per_second),
         ratio: Some(ratio),
         target,
-        met: Some(ratio >= min_ratio && got.errors == 0),
+        met: Some(ratio >= min && got.errors == 0),
+    }
+}
+
+fn latency_row(id: &'static str, what: String, base: f64, got: f64, max: f64, target: &'static str) -> Row {
+    let ratio = got / base;
+    Row {
+        id,
+        what,
+        baseline: format!("{base:.1} µs"),
+        measured: format!("{got:.1} µs"),
+        ratio: Some(ratio),
+        target,
+        met: Some(ratio <= max),
     }
 }
 
 pub async fn run(options: Options) -> Result<()> {
     let mut rows = Vec::new();
-    // Baselines run as processes of their own, like the daemons: sharing the
-    // load generator's runtime would make their round trips unfairly short.
+
     let echo = free_addr();
     let _echo = start("rpc-bench", &[], &["echo-server", "--addr", &echo.to_string()])?;
+    let jsonrpsee = free_addr();
+    let _jsonrpsee = start("rpc-bench", &[], &["jsonrpsee-server", "--addr", &jsonrpsee.to_string()])?;
     wait_for(echo)?;
+    wait_for(jsonrpsee)?;
+    let echo = format!("tcp://{echo}");
+    let jsonrpsee = format!("ws://{jsonrpsee}");
 
     let bridge_addr = free_addr();
-    let _bridge = if options.wants("b1") || options.wants("b4") || options.wants("b9") || options.wants("b5") {
-        let project = std::env::temp_dir().join(format!("rpc-bench-supex-{}", std::process::id()));
-        std::fs::create_dir_all(&project)?;
-        let daemon = start(
-            "supex-bridge",
-            &[
-                ("SUPEX_HOST", "127.0.0.1".into()),
-                ("SUPEX_PORT", bridge_addr.port().to_string()),
-                ("SUPEX_REPL_DISABLED", "1".into()),
-                ("SUPEX_PROJECT_ROOT", project.display().to_string()),
-                ("SUPEX_MAX_CONNECTIONS", "1024".into()),
-            ],
-            &[],
-        )?;
-        wait_for(bridge_addr)?;
-        Some(daemon)
-    } else {
-        None
-    };
-
+    let project = std::env::temp_dir().join(format!("rpc-bench-supex-{}", std::process::id()));
+    std::fs::create_dir_all(&project)?;
+    let _bridge = start(
+        "supex-bridge",
+        &[
+            ("SUPEX_HOST", "127.0.0.1".into()),
+            ("SUPEX_PORT", bridge_addr.port().to_string()),
+            ("SUPEX_REPL_DISABLED", "1".into()),
+            ("SUPEX_PROJECT_ROOT", project.display().to_string()),
+            ("SUPEX_MAX_CONNECTIONS", "1024".into()),
+        ],
+        &[],
+    )?;
     let broker_addr = free_addr();
     let broker = start(
         "btcp-broker",
         &[
             ("BTCP_HOST", "127.0.0.1".into()),
             ("BTCP_PORT", broker_addr.port().to_string()),
-            ("BTCP_RATE_LIMIT", "100000000".into()),
+            // The benchmark measures forwarding, not the per-agent rate limit.
+            ("BTCP_RATE_LIMIT", "0".into()),
             ("BTCP_MAX_SESSIONS", "100000".into()),
         ],
         &[],
     )?;
+    wait_for(bridge_addr)?;
     wait_for(broker_addr)?;
-    let broker_pid = broker.child.id();
-    let ws_agent = format!("ws://{broker_addr}/ws?clientType=agent");
-
-    let jsonrpsee_addr = free_addr();
-    let _jsonrpsee = start("rpc-bench", &[], &["jsonrpsee-server", "--addr", &jsonrpsee_addr.to_string()])?;
-    wait_for(jsonrpsee_addr)?;
+    let bridge = format!("tcp://{bridge_addr}");
+    let agent = format!("ws://{broker_addr}/ws?clientType=agent");
 
     if options.wants("b1") {
         eprintln!("B1: supex-bridge ping over TCP NDJSON vs raw echo");
         for conns in [1, 8] {
-            let base = measure(
-                &format!("echo, {conns} conn"),
-                &options.load(format!("tcp://{echo}"), "ping", "{}", 64, conns),
-            )
-            .await?;
-            let got = measure(
-                &format!("supex-bridge ping, {conns} conn"),
-                &options.load(format!("tcp://{bridge_addr}"), "ping", "{}", 64, conns),
-            )
-            .await?;
-            rows.push(throughput_row(
-                "B1",
-                format!("supex-bridge `ping`, window 64, {conns} conn"),
-                &base,
-                &got,
-                0.5,
-                "≥ 0.5 × echo",
-            ));
+            let base = options.load(&echo, "ping", "{}", 64, conns);
+            let got = options.load(&bridge, "ping", "{}", 64, conns);
+            let m = options.compare(&[("echo", &base), ("supex-bridge ping", &got)]).await?;
+            let what = format!("supex-bridge `ping`, window 64, {conns} conn");
+            rows.push(throughput_row("B1", what, &m[0], &m[1], 0.5, "≥ 0.5 × echo"));
         }
     }
 
-    let mut broker_ping = Vec::new();
     if options.wants("b2") || options.wants("b3") {
-        eprintln!("B2: btcp-broker ping over WebSocket vs jsonrpsee");
-        for conns in [1, 8] {
-            let base = measure(
-                &format!("jsonrpsee ping, {conns} conn"),
-                &options.load(format!("ws://{jsonrpsee_addr}"), "ping", "{}", 64, conns),
-            )
-            .await?;
-            let got = measure(
-                &format!("btcp-broker ping, {conns} conn"),
-                &options.load(ws_agent.clone(), "ping", "{}", 64, conns),
-            )
-            .await?;
-            if options.wants("b2") {
-                rows.push(throughput_row(
-                    "B2",
-                    format!("btcp-broker `ping` (WS), window 64, {conns} conn"),
-                    &base,
-                    &got,
-                    4.0,
-                    "≥ 4 × jsonrpsee",
-                ));
-            }
-            broker_ping.push(got);
-        }
-    }
-
-    if options.wants("b3") {
-        eprintln!("B3: forwarded tools/call vs broker ping");
         let _browser = baseline::btcp_browser(&format!("ws://{broker_addr}"), "bench").await?;
-        let target = format!("ws://{broker_addr}/ws?clientType=agent&sessionId=bench");
-        for (i, conns) in [1, 8].into_iter().enumerate() {
-            let got = measure(
-                &format!("forwarded tools/call, {conns} conn"),
-                &options.load(target.clone(), "tools/call", r#"{"name":"echo","arguments":{}}"#, 64, conns),
-            )
-            .await?;
-            rows.push(throughput_row(
-                "B3",
-                format!("btcp-broker forwarded `tools/call`, {conns} conn"),
-                &broker_ping[i],
-                &got,
-                0.4,
-                "≥ 0.4 × broker ping",
-            ));
+        let forward = format!("ws://{broker_addr}/ws?clientType=agent&sessionId=bench");
+        eprintln!("B2/B3: btcp-broker ping vs jsonrpsee; forwarded tools/call vs broker ping");
+        for conns in [1, 8] {
+            let base = options.load(&jsonrpsee, "ping", "{}", 64, conns);
+            let ping = options.load(&agent, "ping", "{}", 64, conns);
+            let call = options.load(&forward, "tools/call", r#"{"name":"echo","arguments":{}}"#, 64, conns);
+            let m = options
+                .compare(&[("jsonrpsee ping", &base), ("btcp-broker ping", &ping), ("forwarded tools/call", &call)])
+                .await?;
+            if options.wants("b2") {
+                let what = format!("btcp-broker `ping` (WS), window 64, {conns} conn");
+                rows.push(throughput_row("B2", what, &m[0], &m[1], 4.0, "≥ 4 × jsonrpsee"));
+            }
+            if options.wants("b3") {
+                let what = format!("btcp-broker forwarded `tools/call`, {conns} conn");
+                rows.push(throughput_row("B3", what, &m[1], &m[2], 0.4, "≥ 0.4 × broker ping"));
+            }
         }
     }
 
     if options.wants("b4") {
         eprintln!("B4: round trip at window 1 vs raw echo");
-        let base = measure("echo RTT", &options.load(format!("tcp://{echo}"), "ping", "{}", 1, 1)).await?;
-        for (name, target) in [("supex-bridge", format!("tcp://{bridge_addr}")), ("btcp-broker", ws_agent.clone())] {
-            let got = measure(&format!("{name} RTT"), &options.load(target, "ping", "{}", 1, 1)).await?;
-            for (q, b, g) in [("p50", base.p50_us, got.p50_us), ("p99", base.p99_us, got.p99_us)] {
-                let ratio = g / b;
-                rows.push(Row {
-                    id: "B4",
-                    what: format!("{name} `ping` RTT {q}, window 1"),
-                    baseline: format!("{b:.1} µs"),
-                    measured: format!("{g:.1} µs"),
-                    ratio: Some(ratio),
-                    target: "≤ 1.3 × echo",
-                    met: Some(ratio <= 1.3),
-                });
-            }
+        let base = options.load(&echo, "ping", "{}", 1, 1);
+        let bridge_ping = options.load(&bridge, "ping", "{}", 1, 1);
+        let broker_ping = options.load(&agent, "ping", "{}", 1, 1);
+        let m = options
+            .compare(&[("echo RTT", &base), ("supex-bridge RTT", &bridge_ping), ("btcp-broker RTT", &broker_ping)])
+            .await?;
+        for (name, got) in [("supex-bridge", &m[1]), ("btcp-broker", &m[2])] {
+            let (b, g) = (&m[0], got);
+            rows.push(latency_row(
+                "B4",
+                format!("{name} `ping` RTT p50, window 1"),
+                b.p50_us,
+                g.p50_us,
+                1.3,
+                "≤ 1.3 × echo",
+            ));
+            rows.push(latency_row(
+                "B4",
+                format!("{name} `ping` RTT p99, window 1"),
+                b.p99_us,
+                g.p99_us,
+                1.3,
+                "≤ 1.3 × echo",
+            ));
         }
     }
 
     if options.wants("b5") {
         eprintln!("B5: eval_ruby of 1+1 through supex-bridge vs its driver over a bare pipe");
         let ruby = std::env::var("SUPEX_RUBY").unwrap_or_else(|_| "ruby".into());
-        match baseline::ruby_pipe_eval(&ruby, Duration::from_secs_f64(options.seconds), Duration::from_secs_f64(options.warmup)).await {
-            Ok(base) => {
-                eprintln!("  {:<40} {}", "driver over a bare pipe", base.line());
-                let mut load = options.load(format!("tcp://{bridge_addr}"), "tools/call", r#"{"name":"eval_ruby","arguments":{"code":"1+1"}}"#, 1, 1);
-                load.hello = Some(("hello".into(), r#"{"name":"rpc-bench","version":"1","agent":"rpc-bench","pid":1}"#.into()));
-                let got = measure("supex-bridge eval_ruby 1+1", &load).await?;
-                let ratio = got.p50_us / base.p50_us;
-                rows.push(Row {
-                    id: "B5",
-                    what: "`eval_ruby` of `1+1`, p50 latency".into(),
-                    baseline: format!("{:.1} µs", base.p50_us),
-                    measured: format!("{:.1} µs", got.p50_us),
-                    ratio: Some(ratio),
-                    target: "≤ 1.5 × bare pipe",
-                    met: Some(ratio <= 1.5 && got.errors == 0),
-                });
+        let mut load = options.load(&bridge, "tools/call", r#"{"name":"eval_ruby","arguments":{"code":"1+1"}}"#, 1, 1);
+        load.hello = Some(("hello".into(), r#"{"name":"rpc-bench","version":"1","agent":"rpc-bench","pid":1}"#.into()));
+        let (seconds, warmup) = (Duration::from_secs_f64(options.seconds), Duration::from_secs_f64(options.warmup));
+        let (mut pipe, mut bridged) = (Vec::new(), Vec::new());
+        for _ in 0..options.repeat.max(1) {
+            match baseline::ruby_pipe_eval(&ruby, seconds, warmup).await {
+                Ok(report) => {
+                    eprintln!("  {:<40} {}", "driver over a bare pipe", report.line());
+                    pipe.push(report);
+                }
+                Err(e) => {
+                    eprintln!("  B5 skipped: {e:#} (is Ruby installed? SUPEX_RUBY={ruby})");
+                    break;
+                }
             }
-            Err(e) => eprintln!("  skipped: {e:#} (is Ruby installed? SUPEX_RUBY={ruby})"),
+            let report = load::run(&load).await.context("supex-bridge eval_ruby")?;
+            eprintln!("  {:<40} {}", "supex-bridge eval_ruby 1+1", report.line());
+            bridged.push(report);
+        }
+        if !pipe.is_empty() {
+            let (base, got) = (median(pipe), median(bridged));
+            let what = "`eval_ruby` of `1+1`, p50 latency".into();
+            rows.push(latency_row("B5", what, base.p50_us, got.p50_us, 1.5, "≤ 1.5 × bare pipe"));
         }
     }
 
     if options.wants("b8") {
         eprintln!("B8: {} idle WebSocket connections", options.idle);
-        let before = baseline::rss_mib(broker_pid).unwrap_or(0.0);
-        let idle = baseline::IdleConnections::open(&ws_agent, options.idle).await?;
+        let pid = broker.child.id();
+        let before = baseline::rss_mib(pid).unwrap_or(0.0);
+        let idle = baseline::IdleConnections::open(&agent, options.idle).await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let rss = baseline::rss_mib(broker_pid).unwrap_or(f64::NAN);
+        let rss = baseline::rss_mib(pid).unwrap_or(f64::NAN);
         let answered = idle.ping_all().await;
-        eprintln!(
-            "  broker RSS {before:.1} MiB idle -> {rss:.1} MiB with {} connections; {answered} answered ping",
-            options.idle
-        );
+        eprintln!("  broker RSS {before:.1} MiB idle -> {rss:.1} MiB; {answered} answered ping");
         rows.push(Row {
             id: "B8",
             what: format!("btcp-broker holding {} idle WS connections", options.idle),
@@ -312,21 +334,16 @@ pub async fn run(options: Options) -> Result<()> {
             target: "≤ 200 MiB, all answer",
             met: Some(rss <= 200.0 && answered == options.idle),
         });
-        drop(idle);
     }
 
     if options.wants("b9") {
         eprintln!("B9: cost curve");
-        for (name, target) in [("supex-bridge", format!("tcp://{bridge_addr}")), ("btcp-broker", ws_agent.clone())] {
-            let mut points = Vec::new();
-            for conns in [1, 8, 64, 512] {
-                let got = measure(
-                    &format!("{name} ping, {conns} conn"),
-                    &options.load(target.clone(), "ping", "{}", 64, conns),
-                )
-                .await?;
-                points.push((conns, got.per_second));
-            }
+        for (name, target) in [("supex-bridge", &bridge), ("btcp-broker", &agent)] {
+            let loads: Vec<Load> = [1, 8, 64, 512].iter().map(|&c| options.load(target, "ping", "{}", 64, c)).collect();
+            let labels: Vec<String> = [1, 8, 64, 512].iter().map(|c| format!("{name} ping, {c} conn")).collect();
+            let pairs: Vec<(&str, &Load)> = labels.iter().map(String::as_str).zip(loads.iter()).collect();
+            let m = options.compare(&pairs).await?;
+            let points: Vec<(usize, f64)> = [1, 8, 64, 512].into_iter().zip(m.iter().map(|r| r.per_second)).collect();
             let peak = points.iter().map(|p| p.1).fold(0.0, f64::max);
             let last = points.last().unwrap().1;
             rows.push(Row {
@@ -348,6 +365,7 @@ pub async fn run(options: Options) -> Result<()> {
         std::fs::write(path, document(&table, &options)).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
+    let _ = std::fs::remove_dir_all(&project);
     Ok(())
 }
 
@@ -380,12 +398,19 @@ fn document(table: &str, options: &Options) -> String {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!(
-        "# Benchmarks\n\nThe latest run of `rpc-bench suite` (performance.md). Every number is from one run on one \
-         machine, client and servers sharing it; compare ratios, not absolute values.\n\n\
-         - machine: {cores} cores, {cpu}, Linux {kernel}\
-         - command: `cargo build --release --workspace --bins && ./target/release/rpc-bench suite --seconds {} --warmup {} --only {} --write BENCHMARKS.md`\n\n{table}",
+        "# Benchmarks\n\nThe latest run of `rpc-bench suite` (performance.md). Client, daemons and baselines share \
+         one machine; compare ratios, not absolute numbers. Each row is the median of {} alternating runs of \
+         {} s (after {} s of warm-up) of its baseline and its target.\n\n\
+         - machine: {cores} cores, {cpu}, Linux {}\n\
+         - command: `cargo build --release --workspace --bins && ./target/release/rpc-bench suite --seconds {} \
+         --warmup {} --repeat {} --only {} --write BENCHMARKS.md`\n\n{table}",
+        options.repeat,
         options.seconds,
         options.warmup,
+        kernel.trim(),
+        options.seconds,
+        options.warmup,
+        options.repeat,
         options.only.join(","),
     )
 }
