@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use crate::auth::{self, Handshake, HelloFields};
 use crate::errors;
 use crate::runtime::{Eval, Scope, Show};
-use crate::server::App;
+use crate::server::{App, Pong};
 
 /// Backtrace lines shown under an exception.
 const BACKTRACE_LINES: usize = 5;
@@ -34,7 +34,7 @@ pub fn router(app: Arc<App>) -> Arc<Router<ReplConn>> {
     let complete_app = app;
     Router::new()
         .method("hello", move |cx, params| hello(hello_app.clone(), cx, params))
-        .method("ping", |_, _: NoParams| async { Ok(json!({"status": "ok"})) })
+        .method("ping", |_, _: NoParams| async { Ok(Pong::OK) })
         .method("eval", move |_, params| eval(eval_app.clone(), params))
         .method("complete", move |_, params| complete(complete_app.clone(), params))
         .guard(move |cx, method| match method {

@@ -15,6 +15,17 @@ use crate::paths::PathPolicy;
 use crate::runtime::{ConsoleLog, Runtime, RuntimeConfig};
 use crate::{bridge, repl};
 
+/// The answer to `ping` on both servers, `{"status": "ok"}`, built without an
+/// allocation (health checks and benchmarks call it a lot).
+#[derive(serde::Serialize)]
+pub struct Pong {
+    status: &'static str,
+}
+
+impl Pong {
+    pub const OK: Pong = Pong { status: "ok" };
+}
+
 /// What every connection of both servers shares.
 pub struct App {
     pub runtime: Runtime,

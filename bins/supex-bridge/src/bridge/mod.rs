@@ -12,7 +12,7 @@ use rpc_core::{NoParams, Router};
 use serde_json::json;
 
 use crate::auth::{self, Handshake};
-use crate::server::App;
+use crate::server::{App, Pong};
 use crate::tools;
 
 /// Per-connection state of the bridge.
@@ -43,7 +43,7 @@ pub fn router(app: Arc<App>) -> Arc<Router<BridgeConn>> {
     let call_app = app;
     Router::new()
         .method("hello", move |cx, params| hello::handle(hello_app.clone(), cx, params))
-        .method("ping", |_, _: NoParams| async { Ok(json!({"status": "ok"})) })
+        .method("ping", |_, _: NoParams| async { Ok(Pong::OK) })
         .method("tools/list", |_, _: NoParams| async { Ok(tools::list()) })
         .method("tools/call", move |cx, params| tools::call(call_app.clone(), cx, params))
         // The Supex driver asks for resources; this runtime has none to offer.
