@@ -3,26 +3,13 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
+use rpc_core::token::token_matches;
 use rpc_core::{Ctx, RpcError};
-use subtle::{Choice, ConstantTimeEq};
 
 use crate::errors;
 
 /// Failed `hello`s after which a connection is closed.
 pub const MAX_FAILED_HELLOS: u32 = 3;
-
-/// Whether `given` equals `expected`, in time that depends only on the length
-/// of `expected` (the secret), never on where the first difference is.
-pub fn token_matches(expected: &str, given: &str) -> bool {
-    let expected = expected.as_bytes();
-    let given = given.as_bytes();
-    let mut same = Choice::from(u8::from(expected.len() == given.len()));
-    for (i, byte) in expected.iter().enumerate() {
-        let other = given.get(i).copied().unwrap_or(0);
-        same &= byte.ct_eq(&other);
-    }
-    same.into()
-}
 
 /// The handshake state of one connection.
 #[derive(Debug, Default)]
@@ -76,16 +63,6 @@ pub fn not_identified(token_required: bool, hint: &str) -> RpcError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tokens_match_only_when_equal() {
-        assert!(token_matches("s3cret", "s3cret"));
-        assert!(!token_matches("s3cret", "s3cre"));
-        assert!(!token_matches("s3cret", "s3cret!"));
-        assert!(!token_matches("s3cret", "S3cret"));
-        assert!(!token_matches("s3cret", ""));
-        assert!(!token_matches("ab", "ab\0"));
-    }
 
     #[test]
     fn check_token_requires_the_token_only_when_configured() {

@@ -24,6 +24,7 @@ pub mod peer;
 pub mod router;
 pub mod shutdown;
 pub mod systemd;
+pub mod token;
 
 pub use codec::{Frame, Outbound, Transport};
 pub use message::{Id, RpcError};

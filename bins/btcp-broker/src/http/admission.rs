@@ -7,8 +7,8 @@ use std::sync::Arc;
 use axum::Json;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use rpc_core::token::token_matches;
 use serde_json::json;
-use subtle::ConstantTimeEq;
 
 use crate::broker::{Broker, PeerSpec};
 use crate::metrics::TransportKind;
@@ -81,7 +81,7 @@ pub fn authorize(
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
     let presented = from_header.or(query.get("token").map(String::as_str));
-    let ok = presented.is_some_and(|t| bool::from(t.as_bytes().ct_eq(expected.as_bytes())));
+    let ok = presented.is_some_and(|t| token_matches(expected, t));
     if ok {
         return Ok(());
     }
