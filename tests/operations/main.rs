@@ -1,7 +1,7 @@
 //! operations.md, checked: service files parse, every setting a daemon reads is
 //! in its example env file, and the README's main job starts and stops cleanly.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,8 +17,8 @@ fn repo() -> PathBuf {
 }
 
 /// The environment variables named by a daemon's `--help` and by the help of
-/// each of its subcommands.
-fn env_vars_in_help(daemon: &str) -> BTreeSet<String> {
+/// each of its subcommands, with the default the help shows (if any).
+fn env_vars_in_help(daemon: &str) -> BTreeMap<String, Option<String>> {
     let help = |args: &[&str]| {
         let (status, out, _) = run(daemon, args, &[]);
         assert!(status.success(), "{daemon} {args:?} failed");
@@ -36,40 +36,53 @@ fn env_vars_in_help(daemon: &str) -> BTreeSet<String> {
         .filter(|name| *name != "help")
         .map(str::to_owned)
         .collect();
-    let mut vars = BTreeSet::new();
+    let mut vars = BTreeMap::new();
     for text in std::iter::once(top).chain(subcommands.iter().map(|sub| help(&[sub, "--help"]))) {
         for piece in text.split("[env: ").skip(1) {
             let name: String = piece.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-            vars.insert(name);
+            // clap prints `[default: X]` right after the env name, before the next option.
+            let default = piece
+                .split("\n\n")
+                .next()
+                .and_then(|block| block.split("[default: ").nth(1))
+                .and_then(|rest| rest.split(']').next())
+                .map(str::to_owned);
+            vars.entry(name).or_insert(default);
         }
     }
     vars
 }
 
-/// Variable names in an env file, set or commented out (`#NAME=default`).
-fn vars_in_env_file(path: &Path) -> BTreeSet<String> {
+/// Variables in an env file, set or commented out (`#NAME=default`), with
+/// the value written there.
+fn vars_in_env_file(path: &Path) -> BTreeMap<String, String> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.lines()
         .map(|l| l.trim_start_matches('#').trim())
         .filter_map(|l| l.split_once('='))
-        .map(|(name, _)| name.trim())
-        .filter(|name| {
+        .filter(|(name, _)| {
             !name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
         })
-        .map(str::to_owned)
+        .map(|(name, value)| (name.trim().to_owned(), value.trim().to_owned()))
         .collect()
 }
 
 #[test]
-fn every_setting_a_daemon_reads_is_in_its_env_file() {
+fn every_setting_a_daemon_reads_is_in_its_env_file_with_its_default() {
     for daemon in DAEMONS {
         let in_help = env_vars_in_help(daemon);
         assert!(in_help.len() >= 3, "{daemon}: --help names only {in_help:?}");
-        let in_file = vars_in_env_file(&repo().join(format!("config/env/{daemon}.env")));
-        let missing: Vec<_> = in_help.difference(&in_file).collect();
-        assert!(missing.is_empty(), "{daemon}: config/env/{daemon}.env lacks {missing:?}");
-        let unknown: Vec<_> = in_file.difference(&in_help).collect();
-        assert!(unknown.is_empty(), "{daemon}: config/env/{daemon}.env lists {unknown:?}, which --help does not know");
+        let file = repo().join(format!("config/env/{daemon}.env"));
+        let in_file = vars_in_env_file(&file);
+        let missing: Vec<_> = in_help.keys().filter(|v| !in_file.contains_key(*v)).collect();
+        assert!(missing.is_empty(), "{daemon}: {} lacks {missing:?}", file.display());
+        let unknown: Vec<_> = in_file.keys().filter(|v| !in_help.contains_key(*v)).collect();
+        assert!(unknown.is_empty(), "{daemon}: {} lists {unknown:?}, which --help does not know", file.display());
+        for (name, default) in &in_help {
+            if let Some(default) = default {
+                assert_eq!(&in_file[name], default, "{daemon}: {name}'s default in {}", file.display());
+            }
+        }
     }
 }
 
@@ -124,10 +137,12 @@ fn launchd_plists_have_what_launchd_needs() {
         }
         let args = dict["ProgramArguments"].as_array().unwrap();
         assert!(args[0].as_string().unwrap().ends_with(daemon), "{}: runs {:?}", path.display(), args[0]);
+        // `serve`, said or implied: no other subcommand.
+        assert!(args.len() == 1 || args[1].as_string() == Some("serve"), "{}: {args:?}", path.display());
         // Every variable it sets is one the daemon knows.
         let known = env_vars_in_help(daemon);
         for name in dict["EnvironmentVariables"].as_dictionary().unwrap().keys() {
-            assert!(known.contains(name), "{}: sets {name}, unknown to {daemon}", path.display());
+            assert!(known.contains_key(name), "{}: sets {name}, unknown to {daemon}", path.display());
         }
     }
 }

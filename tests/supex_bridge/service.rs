@@ -1,7 +1,6 @@
-//! The service files: a unit systemd accepts, READY=1 and socket activation,
-//! a launchd plist, and an env file that names every setting.
+//! Running under systemd: READY=1 once listening, and a socket systemd passes
+//! is the one served. (Unit files, env file and plist: tests/operations.)
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -9,92 +8,6 @@ use integration_tests::{Daemon, LineClient, bin_path, eventually, free_port, req
 use serde_json::json;
 
 use crate::support::BIN;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
-}
-
-/// Every env variable named in the help of the daemon and its subcommands.
-fn env_variables() -> Vec<String> {
-    let mut vars = Vec::new();
-    for args in [&["--help"][..], &["serve", "--help"], &["call", "--help"], &["repl", "--help"], &["ping", "--help"]] {
-        let out = Command::new(bin_path(BIN)).args(args).output().unwrap();
-        let help = String::from_utf8_lossy(&out.stdout);
-        for rest in help.split("[env: ").skip(1) {
-            let var = rest.split(['=', ']']).next().unwrap().to_owned();
-            if !vars.contains(&var) {
-                vars.push(var);
-            }
-        }
-    }
-    vars
-}
-
-#[test]
-fn the_env_file_names_every_setting() {
-    let env_file = std::fs::read_to_string(repo().join("config/env/supex-bridge.env")).unwrap();
-    let vars = env_variables();
-    assert!(vars.len() >= 17, "{vars:?}");
-    for var in &vars {
-        assert!(env_file.contains(&format!("#{var}=")), "config/env/supex-bridge.env lacks {var}");
-    }
-    for (var, default) in [
-        ("SUPEX_PORT", "9876"),
-        ("SUPEX_REPL_PORT", "4433"),
-        ("SUPEX_EVAL_TIMEOUT", "30"),
-        ("SUPEX_MAX_MESSAGE", "10485760"),
-        ("SUPEX_MAX_CONNECTIONS", "64"),
-        ("SUPEX_RUBY", "ruby"),
-    ] {
-        assert!(env_file.contains(&format!("#{var}={default}\n")), "{var} default");
-    }
-}
-
-#[test]
-fn the_unit_passes_systemd_analyze_verify() {
-    if !require_tool("systemd-analyze") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    // verify checks that ExecStart exists: point it at the binary just built.
-    let unit = std::fs::read_to_string(repo().join("config/systemd/supex-bridge.service"))
-        .unwrap()
-        .replace("/usr/local/bin/supex-bridge", bin_path(BIN).to_str().unwrap());
-    assert!(unit.contains("Type=notify") && unit.contains("EnvironmentFile=-/etc/supex-bridge/supex-bridge.env"));
-    std::fs::write(dir.path().join("supex-bridge.service"), unit).unwrap();
-    let out = Command::new("systemd-analyze")
-        .args(["verify", "supex-bridge.service"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "systemd-analyze verify failed:\n{stderr}");
-    assert!(!stderr.contains("supex-bridge"), "warnings about the unit:\n{stderr}");
-}
-
-#[test]
-fn the_launchd_plist_runs_serve_and_keeps_it_alive() {
-    let plist = std::fs::read_to_string(repo().join("config/launchd/org.rpc-daemons.supex-bridge.plist")).unwrap();
-    for needle in [
-        "<key>Label</key>",
-        "<string>serve</string>",
-        "<key>KeepAlive</key>",
-        "<key>EnvironmentVariables</key>",
-        "<key>StandardErrorPath</key>",
-        "SUPEX_PROJECT_ROOT",
-    ] {
-        assert!(plist.contains(needle), "plist lacks {needle}");
-    }
-    if require_tool("python3") {
-        // plistlib is the reference parser for the format.
-        let status = Command::new("python3")
-            .args(["-c", "import plistlib,sys; d=plistlib.load(open(sys.argv[1],'rb')); assert d['ProgramArguments'][1]=='serve'"])
-            .arg(repo().join("config/launchd/org.rpc-daemons.supex-bridge.plist"))
-            .status()
-            .unwrap();
-        assert!(status.success(), "the plist does not parse");
-    }
-}
 
 #[test]
 fn ready_is_notified_once_listening() {
