@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use integration_tests::{bin_path, eventually, free_port, require_tool};
+use integration_tests::{NotifySocket, bin_path, eventually, free_port, require_tool};
 
 use crate::support::Ws;
 
@@ -14,15 +14,13 @@ async fn socket_activation_hands_over_the_socket_and_ready_is_notified() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let notify_path = dir.path().join("notify.sock");
-    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
-    notify.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let notify = NotifySocket::new();
     let log_path = dir.path().join("broker.log");
     let port = free_port();
     let mut activator = Command::new("systemd-socket-activate")
         .args(["-l", &format!("127.0.0.1:{port}")])
         .args(["-E", "RUST_LOG=info", "-E"])
-        .arg(format!("NOTIFY_SOCKET={}", notify_path.display()))
+        .arg(format!("NOTIFY_SOCKET={}", notify.path().display()))
         .arg(bin_path("btcp-broker"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -36,9 +34,7 @@ async fn socket_activation_hands_over_the_socket_and_ready_is_notified() {
     let reply = agent.call(1, "ping", serde_json::json!({})).await;
     assert_eq!(reply["result"]["pong"], true);
     assert!(log().contains("using socket passed by systemd"), "{}", log());
-    let mut buf = [0u8; 64];
-    let n = notify.recv(&mut buf).unwrap();
-    assert_eq!(&buf[..n], b"READY=1");
+    notify.expect_ready();
     let pid = nix::unistd::Pid::from_raw(activator.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = activator.wait().unwrap();

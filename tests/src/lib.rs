@@ -275,3 +275,38 @@ pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
     }
     check()
 }
+
+/// A stand-in for systemd's notification socket: point a daemon's
+/// `NOTIFY_SOCKET` at `path()` and wait for what it reports.
+pub struct NotifySocket {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    socket: std::os::unix::net::UnixDatagram,
+}
+
+impl Default for NotifySocket {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl NotifySocket {
+    pub fn new() -> NotifySocket {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify.sock");
+        let socket = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        socket.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        NotifySocket { _dir: dir, path, socket }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Waits (at most 20 s) for the daemon's `READY=1`.
+    pub fn expect_ready(&self) {
+        let mut buf = [0u8; 64];
+        let n = self.socket.recv(&mut buf).expect("no READY=1 within 20 s");
+        assert_eq!(&buf[..n], b"READY=1");
+    }
+}

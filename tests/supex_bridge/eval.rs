@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use integration_tests::{LineClient, eventually};
 use serde_json::json;
 
-use crate::support::{Bridge, alive, error, eval, ok, runtime_pid, tool};
+use crate::support::{Bridge, alive, error, eval, ok, runtime_pid, start_eval, tool};
 
 #[test]
 fn eval_returns_to_s_and_everything_the_code_printed() {
@@ -155,13 +155,7 @@ fn ping_and_other_non_ruby_calls_answer_while_a_long_eval_runs() {
     };
     let mut busy = bridge.client();
     std::fs::write(bridge.root.join("note.txt"), "hello").unwrap();
-    busy.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                      "params": {"name": "eval_ruby", "arguments": {"code": "sleep 3; :done"}}}));
-    // Wait until the evaluation is running, not just queued.
-    let mut probe = bridge.client();
-    assert!(eventually(Duration::from_secs(10), || {
-        ok(&mut probe, "runtime_info", json!({}))["evals"].as_u64() >= Some(1)
-    }));
+    start_eval(&bridge, &mut busy, "sleep 3; :done");
     let started = Instant::now();
     let mut fresh = LineClient::connect(bridge.bridge);
     assert_eq!(fresh.call(1, "ping", json!({}))["result"]["status"], "ok");

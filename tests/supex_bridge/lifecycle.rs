@@ -7,7 +7,7 @@ use integration_tests::{Daemon, LineClient, eventually, free_port, run};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-use crate::support::{BIN, Bridge, alive, eval, ok, runtime_pid};
+use crate::support::{BIN, Bridge, alive, eval, runtime_pid, start_eval};
 
 #[test]
 fn sigterm_exits_0_and_leaves_no_ruby_behind() {
@@ -32,12 +32,7 @@ fn sigkill_of_the_daemon_during_a_busy_loop_leaves_no_ruby_behind() {
     };
     let mut client = bridge.client();
     let ruby = runtime_pid(&mut client);
-    client.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                        "params": {"name": "eval_ruby", "arguments": {"code": "loop {}"}}}));
-    let mut probe = bridge.client();
-    assert!(eventually(Duration::from_secs(10), || {
-        ok(&mut probe, "runtime_info", json!({}))["evals"].as_u64() >= Some(1)
-    }));
+    start_eval(&bridge, &mut client, "loop {}");
     bridge.daemon.signal(Signal::SIGKILL);
     assert!(eventually(Duration::from_secs(5), || !alive(ruby)), "ruby {ruby} outlived the daemon");
 }
@@ -210,13 +205,7 @@ fn sigterm_during_a_long_evaluation_still_exits_0_without_ruby() {
     };
     let mut client = bridge.client();
     let ruby = runtime_pid(&mut client);
-    client.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                        "params": {"name": "eval_ruby", "arguments": {"code": "sleep 60"}}}));
-    let mut probe = bridge.client();
-    assert!(eventually(Duration::from_secs(10), || {
-        ok(&mut probe, "runtime_info", json!({}))["evals"].as_u64() >= Some(1)
-    }));
-    drop(probe);
+    start_eval(&bridge, &mut client, "sleep 60");
     // The grace period (5 s) runs out; the evaluation is abandoned, Ruby stopped.
     let status = bridge.daemon.terminate();
     assert_eq!(status.code(), Some(0), "{}", bridge.daemon.stderr());

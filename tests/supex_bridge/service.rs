@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use integration_tests::{Daemon, LineClient, bin_path, eventually, free_port, require_tool};
+use integration_tests::{Daemon, LineClient, NotifySocket, bin_path, eventually, free_port, require_tool};
 use serde_json::json;
 
 use crate::support::BIN;
@@ -14,10 +14,8 @@ fn ready_is_notified_once_listening() {
     if !require_tool("ruby") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let notify_path = dir.path().join("notify.sock");
-    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
-    notify.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let notify = NotifySocket::new();
     let port = free_port();
     let _daemon = Daemon::start_in(
         BIN,
@@ -25,13 +23,11 @@ fn ready_is_notified_once_listening() {
         &[
             ("SUPEX_PORT", &port.to_string()),
             ("SUPEX_REPL_DISABLED", "1"),
-            ("NOTIFY_SOCKET", notify_path.to_str().unwrap()),
+            ("NOTIFY_SOCKET", notify.path().to_str().unwrap()),
         ],
-        Some(dir.path()),
+        Some(project.path()),
     );
-    let mut buf = [0u8; 64];
-    let n = notify.recv(&mut buf).unwrap();
-    assert_eq!(&buf[..n], b"READY=1");
+    notify.expect_ready();
     // Listening by then.
     let mut client = LineClient::connect(format!("127.0.0.1:{port}").parse().unwrap());
     assert_eq!(client.call(1, "ping", json!({}))["result"]["status"], "ok");

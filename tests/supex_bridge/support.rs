@@ -120,3 +120,14 @@ pub fn runtime_pid(client: &mut LineClient) -> u32 {
     assert!(started, "the runtime did not start: {info}");
     info["pid"].as_u64().unwrap() as u32
 }
+
+/// Sends `code` for evaluation on `client` without waiting for its reply, and
+/// returns once the runtime has started it (not merely queued it).
+pub fn start_eval(bridge: &Bridge, client: &mut LineClient, code: &str) {
+    client.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                        "params": {"name": "eval_ruby", "arguments": {"code": code}}}));
+    let mut probe = bridge.client();
+    assert!(integration_tests::eventually(Duration::from_secs(10), || {
+        ok(&mut probe, "runtime_info", json!({}))["evals"].as_u64() >= Some(1)
+    }));
+}
