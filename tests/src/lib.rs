@@ -310,3 +310,59 @@ impl NotifySocket {
         assert_eq!(&buf[..n], b"READY=1");
     }
 }
+
+/// A daemon started the way systemd's socket activation starts it:
+/// `systemd-socket-activate` holds a listening socket on `port` and execs the
+/// daemon with it at fd 3 (`LISTEN_FDS`) on the first connection.
+pub struct SocketActivated {
+    child: Child,
+    _dir: tempfile::TempDir,
+    log: PathBuf,
+}
+
+impl SocketActivated {
+    /// `fd_name` is the socket's `FileDescriptorName=`; `env` is passed with `-E`.
+    pub fn start(bin: &str, port: u16, fd_name: Option<&str>, env: &[(&str, &str)]) -> SocketActivated {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("daemon.log");
+        let mut cmd = Command::new("systemd-socket-activate");
+        cmd.args(["-l", &format!("127.0.0.1:{port}")]);
+        if let Some(name) = fd_name {
+            cmd.arg(format!("--fdname={name}"));
+        }
+        for (k, v) in std::iter::once(&("RUST_LOG", "info")).chain(env) {
+            cmd.args(["-E", &format!("{k}={v}")]);
+        }
+        let child = cmd
+            .arg(bin_path(bin))
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let activated = SocketActivated { child, _dir: dir, log };
+        let listening = eventually(Duration::from_secs(10), || activated.log().contains("Listening on"));
+        assert!(listening, "systemd-socket-activate did not listen:\n{}", activated.log());
+        activated
+    }
+
+    /// What the launcher and the daemon wrote to stderr.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM (to the daemon, which the launcher exec'd into), then its exit status.
+    pub fn terminate(mut self) -> ExitStatus {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for SocketActivated {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
