@@ -124,7 +124,7 @@ impl Session {
                 agents: 0,
                 idle_since: Some(Instant::now()),
             }),
-            events: Fanout::new(fanout::DEFAULT_QUEUE),
+            events: Fanout::new(fanout::DEFAULT_QUEUE, fanout::DEFAULT_QUEUE_BYTES),
         }
     }
 
@@ -163,7 +163,7 @@ impl Session {
 
     /// The queue of notifications for one agent.
     pub fn subscribe_agent(&self) -> Subscription<Bytes> {
-        self.events.subscribe(Topics::All)
+        self.events.subscribe(Topics::all())
     }
 
     /// Detaches a browser if it is still this session's browser. Returns whether

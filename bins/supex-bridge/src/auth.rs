@@ -23,8 +23,12 @@ impl Handshake {
         self.identified.load(Ordering::Acquire)
     }
 
-    pub fn identify(&self) {
+    /// Records a successful `hello`; the connection no longer counts against
+    /// the listener's share of connections without a handshake, and its
+    /// handshake deadline no longer applies.
+    pub fn identify<S>(&self, cx: &Ctx<S>) {
         self.identified.store(true, Ordering::Release);
+        cx.peer.handshake_done();
     }
 
     /// Counts a failed `hello`; the third one closes the connection once its

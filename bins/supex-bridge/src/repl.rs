@@ -79,7 +79,7 @@ async fn hello(app: Arc<App>, cx: Ctx<ReplConn>, params: Value) -> Result<Welcom
         %session,
         "REPL client identified"
     );
-    handshake.identify();
+    handshake.identify(&cx);
     Ok(Welcome {
         success: true,
         session,

@@ -1,11 +1,18 @@
 //! Bounded event fan-out: one publisher, many subscribers, none able to slow it.
 //!
-//! Each subscriber has its own bounded queue. Publishing takes each queue's lock
-//! for a push and never awaits, so a subscriber that stopped reading costs the
-//! publisher nothing more than one that keeps up. When a queue is full its oldest
-//! event is dropped and counted; the subscriber is told how many it missed
-//! ([`Event::Missed`]) before the events that came after the gap, so it knows to
-//! resynchronise (for example with a status call).
+//! Each subscriber has its own queue, bounded in events and in bytes.
+//! Publishing takes each queue's lock for a push and never awaits, so a
+//! subscriber that stopped reading costs the publisher nothing more than one
+//! that keeps up. When a queue is full its oldest events are dropped and
+//! counted; the subscriber is told how many it missed ([`Event::Missed`])
+//! before the events that came after the gap, so it knows to resynchronise
+//! (for example with a status call).
+//!
+//! [`pump`] forwards a subscription to a connection. It waits for room in the
+//! connection's outbox as long as the connection lives and never closes it: a
+//! subscriber whose socket stops draining (a paused `attach`, Ctrl-Z) loses
+//! events, counted, not its connection, and when it drains again it reads the
+//! events queued before the gap, then the missed-count notice, then live ones.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
@@ -16,26 +23,116 @@ use tokio::sync::Notify;
 use crate::message::Kind;
 use crate::peer::PeerHandle;
 
-/// Default queue length per subscriber.
+/// Default queue length per subscriber, in events.
 pub const DEFAULT_QUEUE: usize = 1024;
+/// Default queue size per subscriber, in bytes.
+pub const DEFAULT_QUEUE_BYTES: usize = 4 * 1024 * 1024;
 
-/// Which topics a subscriber wants.
+/// The size an event takes in a subscriber's queue.
+pub trait Weigh {
+    fn weight(&self) -> usize;
+}
+
+impl Weigh for Bytes {
+    fn weight(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Weigh for String {
+    fn weight(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Weigh for Vec<u8> {
+    fn weight(&self) -> usize {
+        self.len()
+    }
+}
+
+impl<T: Weigh + ?Sized> Weigh for Arc<T> {
+    fn weight(&self) -> usize {
+        (**self).weight()
+    }
+}
+
+macro_rules! weigh_by_size {
+    ($($t:ty),*) => {$(
+        impl Weigh for $t {
+            fn weight(&self) -> usize {
+                std::mem::size_of::<$t>()
+            }
+        }
+    )*};
+}
+weigh_by_size!(u8, u16, u32, u64, usize, i32, i64);
+
+/// Which topics a subscriber wants. `*` stands for every topic.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Topics {
-    All,
+    /// Every topic but these.
+    All { except: HashSet<String> },
+    /// Only these.
     Only(HashSet<String>),
 }
+
+/// The name that subscribes to every topic.
+pub const EVERY_TOPIC: &str = "*";
 
 impl Topics {
     pub fn none() -> Self {
         Topics::Only(HashSet::new())
     }
 
+    pub fn all() -> Self {
+        Topics::All { except: HashSet::new() }
+    }
+
+    pub fn only<I: IntoIterator<Item = S>, S: Into<String>>(topics: I) -> Self {
+        let mut set = Topics::none();
+        for topic in topics {
+            set.add(&topic.into());
+        }
+        set
+    }
+
     pub fn contains(&self, topic: &str) -> bool {
         match self {
-            Topics::All => true,
+            Topics::All { except } => !except.contains(topic),
             Topics::Only(set) => set.contains(topic),
         }
+    }
+
+    /// Subscribes to `topic` (`*`: to every topic) in any state.
+    pub fn add(&mut self, topic: &str) {
+        match self {
+            _ if topic == EVERY_TOPIC => *self = Topics::all(),
+            Topics::All { except } => {
+                except.remove(topic);
+            }
+            Topics::Only(set) => {
+                set.insert(topic.to_owned());
+            }
+        }
+    }
+
+    /// Unsubscribes from `topic` (`*`: from every topic) in any state,
+    /// including after `*`.
+    pub fn remove(&mut self, topic: &str) {
+        match self {
+            _ if topic == EVERY_TOPIC => *self = Topics::none(),
+            Topics::All { except } => {
+                except.insert(topic.to_owned());
+            }
+            Topics::Only(set) => {
+                set.remove(topic);
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        matches!(self, Topics::Only(set) if set.is_empty())
     }
 }
 
@@ -51,11 +148,12 @@ pub enum Event<T> {
 pub struct Fanout<T> {
     inner: Arc<Mutex<Registry<T>>>,
     capacity: usize,
+    max_bytes: usize,
 }
 
 impl<T> Clone for Fanout<T> {
     fn clone(&self) -> Self {
-        Fanout { inner: self.inner.clone(), capacity: self.capacity }
+        Fanout { inner: self.inner.clone(), capacity: self.capacity, max_bytes: self.max_bytes }
     }
 }
 
@@ -81,19 +179,25 @@ struct Queue<T> {
 
 struct QueueState<T> {
     items: VecDeque<T>,
+    bytes: usize,
     missed: u64,
     topics: Topics,
     closed: bool,
 }
 
-impl<T: Clone> Fanout<T> {
-    pub fn new(capacity: usize) -> Self {
-        Fanout { inner: Arc::new(Mutex::new(Registry { next_id: 0, queues: Vec::new() })), capacity: capacity.max(1) }
+impl<T: Clone + Weigh> Fanout<T> {
+    /// Subscribers' queues hold at most `capacity` events and `max_bytes` bytes.
+    pub fn new(capacity: usize, max_bytes: usize) -> Self {
+        Fanout {
+            inner: Arc::new(Mutex::new(Registry { next_id: 0, queues: Vec::new() })),
+            capacity: capacity.max(1),
+            max_bytes: max_bytes.max(1),
+        }
     }
 
     pub fn subscribe(&self, topics: Topics) -> Subscription<T> {
         let queue = Arc::new(Queue {
-            state: Mutex::new(QueueState { items: VecDeque::new(), missed: 0, topics, closed: false }),
+            state: Mutex::new(QueueState { items: VecDeque::new(), bytes: 0, missed: 0, topics, closed: false }),
             ready: Notify::new(),
         });
         let mut registry = self.inner.lock().unwrap();
@@ -106,6 +210,7 @@ impl<T: Clone> Fanout<T> {
     /// Delivers `item` to every subscriber of `topic`; returns how many got it.
     /// Never waits.
     pub fn publish(&self, topic: &str, item: &T) -> usize {
+        let weight = item.weight();
         let registry = self.inner.lock().unwrap();
         let mut delivered = 0;
         for (_, queue) in &registry.queues {
@@ -113,11 +218,15 @@ impl<T: Clone> Fanout<T> {
             if !state.topics.contains(topic) {
                 continue;
             }
-            if state.items.len() >= self.capacity {
-                state.items.pop_front();
+            state.items.push_back(item.clone());
+            state.bytes += weight;
+            // Oldest first, until it fits (an event larger than the whole
+            // budget is itself dropped and counted).
+            while state.items.len() > self.capacity || state.bytes > self.max_bytes {
+                let Some(old) = state.items.pop_front() else { break };
+                state.bytes -= old.weight();
                 state.missed += 1;
             }
-            state.items.push_back(item.clone());
             drop(state);
             queue.ready.notify_one();
             delivered += 1;
@@ -137,7 +246,7 @@ pub struct Subscription<T> {
     registry: Weak<Mutex<Registry<T>>>,
 }
 
-impl<T> Subscription<T> {
+impl<T: Weigh> Subscription<T> {
     /// The next event; `None` once the publisher is gone and the queue is empty.
     pub async fn recv(&mut self) -> Option<Event<T>> {
         loop {
@@ -147,6 +256,7 @@ impl<T> Subscription<T> {
                     return Some(Event::Missed(std::mem::take(&mut state.missed)));
                 }
                 if let Some(item) = state.items.pop_front() {
+                    state.bytes -= item.weight();
                     return Some(Event::Item(item));
                 }
                 if state.closed {
@@ -158,7 +268,9 @@ impl<T> Subscription<T> {
             self.queue.ready.notified().await;
         }
     }
+}
 
+impl<T> Subscription<T> {
     pub fn set_topics(&self, topics: Topics) {
         self.queue.state.lock().unwrap().topics = topics;
     }
@@ -192,6 +304,8 @@ impl<T> Drop for Subscription<T> {
 
 /// Forwards a subscription of pre-serialised notifications to a connection
 /// until either ends. `missed` builds the notification that reports a gap.
+/// Never closes the connection: while it does not drain, this waits for room
+/// and the subscription drops and counts events instead.
 pub async fn pump(mut subscription: Subscription<Bytes>, peer: PeerHandle, missed: impl Fn(u64) -> Vec<u8>) {
     loop {
         let event = tokio::select! {
@@ -216,9 +330,9 @@ mod tests {
 
     #[tokio::test]
     async fn every_subscriber_of_a_topic_gets_each_event_in_order() {
-        let fanout = Fanout::new(16);
-        let mut a = fanout.subscribe(Topics::All);
-        let mut b = fanout.subscribe(Topics::Only(["output".to_owned()].into()));
+        let fanout = Fanout::new(16, 1 << 20);
+        let mut a = fanout.subscribe(Topics::all());
+        let mut b = fanout.subscribe(Topics::only(["output"]));
         fanout.publish("output", &1);
         fanout.publish("state", &2);
         fanout.publish("output", &3);
@@ -231,9 +345,9 @@ mod tests {
 
     #[tokio::test]
     async fn stalled_subscriber_drops_oldest_and_learns_how_many_while_others_get_all() {
-        let fanout = Fanout::new(4);
-        let mut stalled = fanout.subscribe(Topics::All);
-        let mut live = fanout.subscribe(Topics::All);
+        let fanout = Fanout::new(4, 1 << 20);
+        let mut stalled = fanout.subscribe(Topics::all());
+        let mut live = fanout.subscribe(Topics::all());
         let reader = tokio::spawn(async move {
             let mut got = Vec::new();
             while got.len() < 100 {
@@ -262,9 +376,9 @@ mod tests {
 
     #[tokio::test]
     async fn dropping_a_subscription_unsubscribes_and_dropping_the_fanout_ends_streams() {
-        let fanout = Fanout::new(4);
-        let a = fanout.subscribe(Topics::All);
-        let mut b = fanout.subscribe(Topics::All);
+        let fanout = Fanout::new(4, 1 << 20);
+        let a = fanout.subscribe(Topics::all());
+        let mut b = fanout.subscribe(Topics::all());
         assert_eq!(fanout.subscriber_count(), 2);
         drop(a);
         assert_eq!(fanout.subscriber_count(), 1);
@@ -276,11 +390,43 @@ mod tests {
 
     #[tokio::test]
     async fn topics_can_change_after_subscribing() {
-        let fanout = Fanout::new(4);
+        let fanout = Fanout::new(4, 1 << 20);
         let mut sub = fanout.subscribe(Topics::none());
         assert_eq!(fanout.publish("a", &1), 0);
         sub.update_topics(|t| *t = Topics::Only(["a".to_owned()].into()));
         fanout.publish("a", &2);
         assert_eq!(sub.recv().await, Some(Event::Item(2)));
+    }
+
+    #[test]
+    fn unsubscribing_works_from_every_state_including_after_star() {
+        let mut topics = Topics::only(["*"]);
+        assert!(topics.contains("output") && topics.contains("state"));
+        topics.remove("output");
+        assert!(!topics.contains("output") && topics.contains("state"));
+        topics.add("output");
+        assert!(topics.contains("output"));
+        topics.remove("*");
+        assert!(topics.is_empty() && !topics.contains("state"));
+        topics.add("state");
+        topics.remove("state");
+        assert!(topics.is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_queue_is_bounded_in_bytes_too() {
+        let fanout = Fanout::new(1000, 10_000);
+        let mut sub = fanout.subscribe(Topics::all());
+        for n in 0..100u8 {
+            fanout.publish("x", &Bytes::from(vec![n; 1000]));
+        }
+        // Ten 1000-byte events fit; ninety were dropped, oldest first.
+        assert_eq!(sub.len(), 10);
+        assert_eq!(sub.recv().await, Some(Event::Missed(90)));
+        assert_eq!(sub.recv().await, Some(Event::Item(Bytes::from(vec![90u8; 1000]))));
+        // One event larger than the whole budget is itself dropped and counted.
+        fanout.publish("x", &Bytes::from(vec![0u8; 20_000]));
+        assert_eq!(sub.len(), 0);
+        assert_eq!(sub.recv().await, Some(Event::Missed(10)));
     }
 }

@@ -3,21 +3,28 @@
 //! The accept loop bounds connections with a semaphore. Past the limit a new
 //! connection is accepted and closed at once with a log line: left in the
 //! backlog it would hang its client until a timeout, with no hint why.
+//!
+//! A daemon that requires a handshake (a token in `hello`) also bounds the
+//! connections that have not done it yet ([`Unproven`]): past a share of the
+//! limit (default half), the oldest of them is closed to admit a new one. So
+//! idle sockets that never authenticate can fill at most that share, and a
+//! real client always finds a way in (rpc-core.md §8).
 
+use std::collections::VecDeque;
 use std::fs;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 
 use crate::codec::Transport;
-use crate::peer::{Connection, PeerConfig};
+use crate::peer::{Connection, PeerConfig, PeerHandle};
 use crate::router::Router;
 use crate::shutdown::Shutdown;
 
@@ -193,6 +200,86 @@ pub async fn serve<F, Fut>(
     F: Fn(Stream, String) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    accept_loop(listener, name, max_connections, shutdown, None, handler).await
+}
+
+/// The connections of one listener that have not completed the daemon's
+/// handshake, oldest first.
+#[derive(Debug)]
+pub struct Unproven {
+    share: usize,
+    peers: Mutex<VecDeque<PeerHandle>>,
+}
+
+impl Unproven {
+    /// At most `share` connections may be waiting for their handshake at once.
+    pub fn new(share: usize) -> Arc<Self> {
+        Arc::new(Unproven { share: share.max(1), peers: Mutex::new(VecDeque::new()) })
+    }
+
+    /// Counts a new connection, closing the oldest unproven one if the share
+    /// is taken.
+    pub fn admit(&self, peer: PeerHandle, listener: &str) {
+        let mut peers = self.peers.lock().unwrap();
+        peers.retain(|p| !p.is_handshaken() && !p.is_closed());
+        if peers.len() >= self.share
+            && let Some(oldest) = peers.pop_front()
+        {
+            tracing::warn!(
+                listener,
+                conn = oldest.conn_id(),
+                share = self.share,
+                "too many connections without a handshake; closing the oldest"
+            );
+            oldest.close(1008, "handshake not completed");
+        }
+        peers.push_back(peer);
+    }
+
+    /// Closes the oldest unproven connection to make room; whether there was one.
+    fn evict_oldest(&self, listener: &str) -> bool {
+        let mut peers = self.peers.lock().unwrap();
+        peers.retain(|p| !p.is_handshaken() && !p.is_closed());
+        match peers.pop_front() {
+            Some(oldest) => {
+                tracing::warn!(
+                    listener,
+                    conn = oldest.conn_id(),
+                    "connection limit reached; closing the oldest connection without a handshake"
+                );
+                oldest.close(1008, "handshake not completed");
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// How many connections are waiting for their handshake.
+    pub fn len(&self) -> usize {
+        let mut peers = self.peers.lock().unwrap();
+        peers.retain(|p| !p.is_handshaken() && !p.is_closed());
+        peers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// How long a new connection may wait for the slot of an evicted one.
+const EVICTION_WAIT: Duration = Duration::from_secs(2);
+
+async fn accept_loop<F, Fut>(
+    listener: Listener,
+    name: &'static str,
+    max_connections: usize,
+    shutdown: &Shutdown,
+    unproven: Option<Arc<Unproven>>,
+    handler: F,
+) where
+    F: Fn(Stream, String) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let slots = Arc::new(Semaphore::new(max_connections));
     let draining = shutdown.draining();
     tokio::pin!(draining);
@@ -211,10 +298,24 @@ pub async fn serve<F, Fut>(
                 continue;
             }
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(listener = name, %peer, max_connections, "connection limit reached; closing new connection");
-            drop(stream);
-            continue;
+        let permit = match slots.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            // Full, but some connections never proved themselves: one of them
+            // makes room (its task ends once its close is written).
+            Err(_) if unproven.as_ref().is_some_and(|u| u.evict_oldest(name)) => {
+                match tokio::time::timeout(EVICTION_WAIT, slots.clone().acquire_owned()).await {
+                    Ok(Ok(permit)) => permit,
+                    _ => {
+                        tracing::warn!(listener = name, %peer, "no slot freed in time; closing new connection");
+                        continue;
+                    }
+                }
+            }
+            Err(_) => {
+                tracing::warn!(listener = name, %peer, max_connections, "connection limit reached; closing new connection");
+                drop(stream);
+                continue;
+            }
         };
         tracing::debug!(listener = name, %peer, "accepted");
         let conn = handler(stream, peer);
@@ -241,10 +342,16 @@ pub async fn serve_ndjson<S, F>(
     F: Fn() -> S,
 {
     let inner = shutdown.clone();
-    serve(listener, name, limits.max_connections, shutdown, move |stream, peer| {
+    // With a handshake to wait for, connections without it get a share of the slots.
+    let unproven = limits.peer.handshake_deadline.map(|_| Unproven::new(limits.handshake_share()));
+    let admission = unproven.clone();
+    accept_loop(listener, name, limits.max_connections, shutdown, unproven, move |stream, peer| {
         let transport = stream.into_ndjson(limits.max_message);
         let (handle, conn) = Connection::new(transport, router.clone(), Arc::new(new_state()), limits.peer.clone());
         let conn = conn.with_shutdown(&inner);
+        if let Some(unproven) = &admission {
+            unproven.admit(handle.clone(), name);
+        }
         async move {
             tracing::info!(listener = name, %peer, conn = handle.conn_id(), "connection opened");
             let reason = conn.run().await;
@@ -261,7 +368,16 @@ pub struct NdjsonLimits {
     pub max_message: usize,
     /// Connections served at once; more are accepted and closed.
     pub max_connections: usize,
+    /// When `peer.handshake_deadline` is set: how many connections may wait
+    /// for their handshake at once (`None`: half of `max_connections`).
+    pub handshake_share: Option<usize>,
     pub peer: PeerConfig,
+}
+
+impl NdjsonLimits {
+    fn handshake_share(&self) -> usize {
+        self.handshake_share.unwrap_or(self.max_connections / 2).max(1)
+    }
 }
 
 impl Default for NdjsonLimits {
@@ -269,6 +385,7 @@ impl Default for NdjsonLimits {
         NdjsonLimits {
             max_message: crate::codec::DEFAULT_MAX_MESSAGE,
             max_connections: 64,
+            handshake_share: None,
             peer: PeerConfig::default(),
         }
     }

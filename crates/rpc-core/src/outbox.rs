@@ -7,10 +7,17 @@
 //! of the network's own (performance.md: "avoid a channel hop per message on
 //! the fast path"). What a writer task gave is kept: one writer at a time,
 //! messages written in the order they were queued, flushed once per batch
-//! rather than once per message, a bounded queue whose producers wait for room,
-//! and a peer that stops reading is cut off after the stall timeout instead of
-//! growing memory. Producers on other tasks (fan-out, a handler of another
-//! connection forwarding a call) queue and wake the connection task.
+//! rather than once per message.
+//!
+//! The bound is in bytes as well as in messages (rpc-core.md §8): a peer that
+//! pipelines requests with 1 MiB replies and never reads must not hold a
+//! thousand of them. Producers on other tasks (fan-out, a handler of another
+//! connection forwarding a call) wait for room; the connection task itself
+//! never waits (it stops *starting* requests instead, see `peer.rs`), so the
+//! replies of handlers already running may go past the budget by their own
+//! size. The queue also counts the replies it owes, because only owed replies
+//! make a stalled writer fatal: a subscriber that pauses loses events, not its
+//! connection (§5).
 
 use std::collections::VecDeque;
 use std::io;
@@ -24,13 +31,19 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::codec::{FrameSink, Outbound};
+use crate::message::Kind;
 
 /// The queue shared by every producer of one connection.
 pub(crate) struct Outbox {
     queue: Mutex<Queue>,
     /// Items queued and not yet taken by the connection task (read without the lock).
     len: AtomicUsize,
+    /// Bytes of the messages queued and not yet handed to the transport.
+    bytes: AtomicUsize,
+    /// Responses queued or handed to the transport and not yet flushed.
+    owed: AtomicUsize,
     capacity: usize,
+    budget: usize,
     /// The connection task, woken to write what other tasks queued.
     writer: AtomicWaker,
     /// Producers waiting for room.
@@ -42,33 +55,50 @@ struct Queue {
     closed: bool,
 }
 
-/// Nothing more can be queued: the connection is closing or gone.
-#[derive(Debug)]
+/// Why an item could not be queued.
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) enum PushError {
+    /// The connection is closing or gone.
     Closed,
-    /// No room for as long as the stall timeout: the other side is not reading.
-    Stalled,
+    /// No room before the caller's deadline.
+    TimedOut,
+}
+
+fn size_of(item: &Outbound) -> usize {
+    match item {
+        Outbound::Message { json, .. } => json.len(),
+        Outbound::Ping | Outbound::Close { .. } => 0,
+    }
+}
+
+fn is_response(item: &Outbound) -> bool {
+    matches!(item, Outbound::Message { kind: Kind::Response, .. })
 }
 
 impl Outbox {
-    pub fn new(capacity: usize) -> Self {
+    /// A queue of at most `capacity` messages and `budget` bytes (either full
+    /// means full).
+    pub fn new(capacity: usize, budget: usize) -> Self {
         Outbox {
             queue: Mutex::new(Queue { items: VecDeque::new(), closed: false }),
             len: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
+            owed: AtomicUsize::new(0),
             capacity: capacity.max(1),
+            budget: budget.max(1),
             writer: AtomicWaker::new(),
             room: Notify::new(),
         }
     }
 
-    /// Queues an item from any task, waiting up to `stall` for room.
-    pub async fn push(&self, item: Outbound, stall: Duration) -> Result<(), PushError> {
+    /// Queues an item from any task, waiting for room until `deadline`
+    /// (`None`: as long as the connection lives).
+    pub async fn push(&self, item: Outbound, deadline: Option<Instant>) -> Result<(), PushError> {
         let mut item = match self.try_push(item) {
             Ok(()) => return Ok(()),
             Err(Some(item)) => item,
             Err(None) => return Err(PushError::Closed),
         };
-        let deadline = Instant::now() + stall;
         loop {
             // Registered before the check below, so room made in between wakes us.
             let room = self.room.notified();
@@ -79,8 +109,13 @@ impl Outbox {
                 Err(Some(item)) => item,
                 Err(None) => return Err(PushError::Closed),
             };
-            if tokio::time::timeout_at(deadline, room).await.is_err() {
-                return Err(PushError::Stalled);
+            match deadline {
+                Some(deadline) => {
+                    if tokio::time::timeout_at(deadline, room).await.is_err() {
+                        return Err(PushError::TimedOut);
+                    }
+                }
+                None => room.await,
             }
         }
     }
@@ -92,9 +127,10 @@ impl Outbox {
             if queue.closed {
                 return Err(None);
             }
-            if queue.items.len() >= self.capacity {
+            if self.is_full() {
                 return Err(Some(item));
             }
+            self.account(&item);
             queue.items.push_back(item);
             self.len.store(queue.items.len(), Ordering::Relaxed);
         }
@@ -104,22 +140,40 @@ impl Outbox {
 
     /// Queues an item from the connection task itself, or an item that must go
     /// out however full the queue is (a close). Never waits: the connection
-    /// stops reading requests while the queue is over capacity instead, which
-    /// bounds what it adds. Does not wake the connection task: it is either
-    /// the caller or is woken by `close`.
+    /// stops starting requests while the queue is full instead, which bounds
+    /// what it adds. Does not wake the connection task: it is either the
+    /// caller or is woken by `close`.
     pub fn push_now(&self, item: Outbound) -> Result<(), PushError> {
         let mut queue = self.queue.lock().unwrap();
         if queue.closed {
             return Err(PushError::Closed);
         }
+        self.account(&item);
         queue.items.push_back(item);
         self.len.store(queue.items.len(), Ordering::Relaxed);
         Ok(())
     }
 
-    /// Whether the queue holds as much as it should (the reader pauses).
+    fn account(&self, item: &Outbound) {
+        self.bytes.fetch_add(size_of(item), Ordering::Relaxed);
+        if is_response(item) {
+            self.owed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the queue holds as much as it should (in messages or in bytes).
     pub fn is_full(&self) -> bool {
-        self.len.load(Ordering::Relaxed) >= self.capacity
+        self.len.load(Ordering::Relaxed) >= self.capacity || self.bytes.load(Ordering::Relaxed) >= self.budget
+    }
+
+    /// Bytes queued and not yet handed to the transport.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Responses queued and not yet flushed: the replies this side owes.
+    pub fn owed(&self) -> usize {
+        self.owed.load(Ordering::Relaxed)
     }
 
     /// Refuses further items and releases every producer waiting for room.
@@ -130,15 +184,12 @@ impl Outbox {
     }
 
     /// Moves every queued item into `into` (which must be empty), keeping both
-    /// buffers' capacity: the two ping-pong instead of reallocating.
+    /// buffers' capacity: the two ping-pong instead of reallocating. The bytes
+    /// stay counted until each item is handed to the transport.
     fn take_all(&self, into: &mut VecDeque<Outbound>) {
         let mut queue = self.queue.lock().unwrap();
         std::mem::swap(&mut queue.items, into);
         self.len.store(0, Ordering::Relaxed);
-        drop(queue);
-        if !into.is_empty() {
-            self.room.notify_waiters();
-        }
     }
 }
 
@@ -157,6 +208,8 @@ pub(crate) struct Drain {
     /// Items taken from the queue and not yet accepted by the sink.
     batch: VecDeque<Outbound>,
     unflushed: bool,
+    /// Responses handed to the sink since the last flush.
+    unflushed_responses: usize,
     /// A close was handed to the sink: flush it, shut the sink, write nothing more.
     closing: bool,
     /// Since when the sink has refused to take or flush data.
@@ -165,7 +218,14 @@ pub(crate) struct Drain {
 
 impl Drain {
     pub fn new(sink: FrameSink) -> Self {
-        Drain { sink, batch: VecDeque::new(), unflushed: false, closing: false, blocked_since: None }
+        Drain {
+            sink,
+            batch: VecDeque::new(),
+            unflushed: false,
+            unflushed_responses: 0,
+            closing: false,
+            blocked_since: None,
+        }
     }
 
     /// When the sink started refusing data, for the stall timeout.
@@ -179,6 +239,26 @@ impl Drain {
     pub fn poll_drain(&mut self, outbox: &Outbox, cx: &mut Context<'_>) -> Poll<io::Result<Drained>> {
         outbox.writer.register(cx.waker());
         let mut progressed = false;
+        let result = self.write_batch(outbox, cx, &mut progressed);
+        if progressed {
+            // Room was made (in messages or bytes): let waiting producers retry.
+            outbox.room.notify_waiters();
+        }
+        match result {
+            Some(poll) => poll,
+            None if progressed => Poll::Ready(Ok(Drained::Progress)),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Hands queued items to the sink and flushes; `None` when all is written
+    /// and nothing more is queued.
+    fn write_batch(
+        &mut self,
+        outbox: &Outbox,
+        cx: &mut Context<'_>,
+        progressed: &mut bool,
+    ) -> Option<Poll<io::Result<Drained>>> {
         while !self.closing {
             if self.batch.is_empty() {
                 outbox.take_all(&mut self.batch);
@@ -189,35 +269,64 @@ impl Drain {
             while let Some(item) = self.batch.front() {
                 match self.sink.as_mut().poll_ready(cx) {
                     Poll::Ready(Ok(())) => {}
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    Poll::Pending => return self.blocked(),
+                    Poll::Ready(Err(e)) => return Some(Poll::Ready(Err(e))),
+                    Poll::Pending => {
+                        if *progressed {
+                            // A slow reader that takes some is not stalled; and the
+                            // connection task must look again (reader, stall clock).
+                            self.blocked_since = Some(Instant::now());
+                            return Some(Poll::Ready(Ok(Drained::Progress)));
+                        }
+                        return Some(self.blocked());
+                    }
                 }
                 self.closing = matches!(item, Outbound::Close { .. });
                 let item = self.batch.pop_front().expect("front() was Some");
-                self.sink.as_mut().start_send(item)?;
+                outbox.bytes.fetch_sub(size_of(&item), Ordering::Relaxed);
+                self.unflushed_responses += usize::from(is_response(&item));
+                if let Err(e) = self.sink.as_mut().start_send(item) {
+                    return Some(Poll::Ready(Err(e)));
+                }
                 self.unflushed = true;
-                progressed = true;
+                *progressed = true;
                 if self.closing {
-                    self.batch.clear();
+                    self.forget_batch(outbox);
                     break;
                 }
             }
         }
         if self.unflushed {
             match self.sink.as_mut().poll_flush(cx) {
-                Poll::Ready(Ok(())) => self.unflushed = false,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return self.blocked(),
+                Poll::Ready(Ok(())) => {
+                    self.unflushed = false;
+                    outbox.owed.fetch_sub(std::mem::take(&mut self.unflushed_responses), Ordering::Relaxed);
+                }
+                Poll::Ready(Err(e)) => return Some(Poll::Ready(Err(e))),
+                Poll::Pending if *progressed => {
+                    self.blocked_since = Some(Instant::now());
+                    return Some(Poll::Ready(Ok(Drained::Progress)));
+                }
+                Poll::Pending => return Some(self.blocked()),
             }
         }
         self.blocked_since = None;
         if self.closing {
-            return match self.sink.as_mut().poll_close(cx) {
+            return Some(match self.sink.as_mut().poll_close(cx) {
                 Poll::Ready(_) => Poll::Ready(Ok(Drained::Closed)),
                 Poll::Pending => self.blocked(),
-            };
+            });
         }
-        if progressed { Poll::Ready(Ok(Drained::Progress)) } else { Poll::Pending }
+        None
+    }
+
+    /// Items after a close are never written: stop counting them.
+    fn forget_batch(&mut self, outbox: &Outbox) {
+        for item in self.batch.drain(..) {
+            outbox.bytes.fetch_sub(size_of(&item), Ordering::Relaxed);
+            if is_response(&item) {
+                outbox.owed.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
     }
 
     fn blocked(&mut self) -> Poll<io::Result<Drained>> {
@@ -244,23 +353,32 @@ impl Drain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Kind;
 
     fn message(n: u32) -> Outbound {
         Outbound::message(Kind::Notification, format!("{n}"))
     }
 
-    #[tokio::test]
-    async fn items_are_written_in_queue_order_and_flushed_once_per_batch() {
-        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    fn soon() -> Option<Instant> {
+        Some(Instant::now() + Duration::from_secs(1))
+    }
+
+    /// A sink that hands items to a channel, so a test sees what was written.
+    fn channel_sink(capacity: usize) -> (FrameSink, tokio::sync::mpsc::Receiver<Outbound>) {
+        let (tx, rx) = tokio::sync::mpsc::channel(capacity);
         let sink = futures_util::sink::unfold(tx, |tx, item: Outbound| async move {
             tx.send(item).await.map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))?;
             Ok::<_, io::Error>(tx)
         });
-        let outbox = Outbox::new(8);
-        let mut drain = Drain::new(Box::pin(sink));
+        (Box::pin(sink), rx)
+    }
+
+    #[tokio::test]
+    async fn items_are_written_in_queue_order_and_flushed_once_per_batch() {
+        let (sink, mut rx) = channel_sink(64);
+        let outbox = Outbox::new(8, 1 << 20);
+        let mut drain = Drain::new(sink);
         for n in 0..5 {
-            outbox.push(message(n), Duration::from_secs(1)).await.unwrap();
+            outbox.push(message(n), soon()).await.unwrap();
         }
         outbox.push_now(Outbound::Close { code: 1000, reason: String::new() }).unwrap();
         outbox.push_now(message(99)).unwrap();
@@ -271,28 +389,51 @@ mod tests {
         }
         assert_eq!(got.len(), 6, "five messages and the close, nothing after it: {got:?}");
         assert_eq!(got[..5], (0..5).map(message).collect::<Vec<_>>()[..]);
+        assert_eq!(outbox.bytes(), 0, "nothing left counted after the close");
     }
 
     #[tokio::test]
-    async fn a_full_queue_makes_producers_wait_then_gives_up_after_the_stall_timeout() {
-        let outbox = Outbox::new(2);
-        outbox.push(message(1), Duration::from_secs(1)).await.unwrap();
-        outbox.push(message(2), Duration::from_secs(1)).await.unwrap();
+    async fn a_full_queue_makes_producers_wait_until_their_deadline_or_until_room_is_made() {
+        let outbox = std::sync::Arc::new(Outbox::new(2, 1 << 20));
+        outbox.push(message(1), soon()).await.unwrap();
+        outbox.push(message(2), soon()).await.unwrap();
         assert!(outbox.is_full());
         let started = std::time::Instant::now();
-        let stalled = outbox.push(message(3), Duration::from_millis(100)).await;
-        assert!(matches!(stalled, Err(PushError::Stalled)));
+        let refused = outbox.push(message(3), Some(Instant::now() + Duration::from_millis(100))).await;
+        assert_eq!(refused, Err(PushError::TimedOut));
         assert!(started.elapsed() >= Duration::from_millis(90));
-        // Room made by the writer lets a waiting producer in.
-        let outbox = std::sync::Arc::new(outbox);
+        // Room made by the writer lets a producer without a deadline in.
         let waiting = {
             let outbox = outbox.clone();
-            tokio::spawn(async move { outbox.push(message(4), Duration::from_secs(5)).await })
+            tokio::spawn(async move { outbox.push(message(4), None).await })
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
-        outbox.take_all(&mut VecDeque::new());
+        let (sink, _rx) = channel_sink(64);
+        let mut drain = Drain::new(sink);
+        let drained = std::future::poll_fn(|cx| drain.poll_drain(&outbox, cx)).await.unwrap();
+        assert_eq!(drained, Drained::Progress);
         assert!(waiting.await.unwrap().is_ok());
         outbox.close();
-        assert!(matches!(outbox.push(message(5), Duration::from_secs(1)).await, Err(PushError::Closed)));
+        assert_eq!(outbox.push(message(5), None).await, Err(PushError::Closed));
+    }
+
+    #[tokio::test]
+    async fn the_budget_counts_bytes_and_owed_replies_until_they_are_flushed() {
+        let outbox = Outbox::new(1000, 1000);
+        let big = Outbound::message(Kind::Response, vec![b'x'; 600]);
+        outbox.push(big.clone(), soon()).await.unwrap();
+        assert!(!outbox.is_full());
+        // The second one goes past the budget (a queue with room takes one more).
+        outbox.push(big.clone(), soon()).await.unwrap();
+        assert!(outbox.is_full());
+        assert_eq!((outbox.bytes(), outbox.owed()), (1200, 2));
+        let refused = outbox.push(message(1), Some(Instant::now() + Duration::from_millis(20))).await;
+        assert_eq!(refused, Err(PushError::TimedOut));
+        let (sink, mut rx) = channel_sink(64);
+        let mut drain = Drain::new(sink);
+        std::future::poll_fn(|cx| drain.poll_drain(&outbox, cx)).await.unwrap();
+        assert_eq!((outbox.bytes(), outbox.owed()), (0, 0));
+        assert!(!outbox.is_full());
+        assert_eq!(rx.recv().await, Some(big));
     }
 }

@@ -9,14 +9,26 @@
 //! that reply from being read: that is the deadlock tower-lsp's
 //! `buffer_unordered(4)` walks into.
 //!
+//! Memory is bounded in bytes whatever the other side does (rpc-core.md §8):
+//! replies wait in the outbox (a byte budget), requests and notifications that
+//! cannot run yet wait in the [`IncomingBacklog`] (a count and a byte budget),
+//! and past those, requests are refused (`overloaded`) and notifications
+//! dropped, until a peer that keeps flooding is cut off. The reader pauses
+//! while the outbox is full (the other side is not reading our replies), but
+//! never while we wait for answers of our own: two peers that flood each other
+//! with requests whose handlers call back would otherwise stop reading each
+//! other's answers and stall for good.
+//!
 //! [`PeerHandle`] is the cheap, cloneable side: send requests (with a timeout
-//! each) and notifications, and close the connection. When the connection ends,
-//! every pending call fails at once with [`CallError::Disconnected`].
+//! each, or none) and notifications, and close the connection. When the
+//! connection ends, every pending call fails at once with
+//! [`CallError::Disconnected`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
@@ -29,6 +41,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::codec::{Frame, Outbound, Transport};
@@ -37,19 +50,32 @@ use crate::outbox::{Drain, Drained, Outbox, PushError};
 use crate::router::{Ctx, HandlerFuture, Router};
 use crate::shutdown::Shutdown;
 
-/// Limits and timeouts of one connection.
+/// Limits and timeouts of one connection. The defaults are the engine's
+/// documented budgets (README, "The engine").
 #[derive(Clone, Debug)]
 pub struct PeerConfig {
-    /// Incoming requests whose handlers run at once.
+    /// Incoming requests whose handlers run at once. With the write budget it
+    /// bounds what one connection can make the daemon hold: up to
+    /// `write_budget` of queued replies plus one reply per running handler.
     pub max_concurrent: usize,
-    /// Requests waiting for a handler slot; beyond this they are refused.
-    pub max_queued: usize,
-    /// Outbound messages waiting for the writer.
+    /// Requests waiting for a handler slot and notifications waiting to run,
+    /// together: at most this many...
+    pub backlog: usize,
+    /// ...and this many bytes (of their frames). Past either, a request is
+    /// answered `overloaded` and a notification dropped.
+    pub backlog_bytes: usize,
+    /// Messages refused in a row (overloaded requests, dropped notifications)
+    /// after which the peer is judged to be flooding and disconnected.
+    pub flood_limit: usize,
+    /// Outbound messages waiting to be written: at most this many...
     pub write_queue: usize,
-    /// How long a write (or a place in the write queue) may take before the
+    /// ...and this many bytes. While either is reached no new incoming request
+    /// is started, and producers on other tasks wait for room.
+    pub write_budget: usize,
+    /// How long writes may make no progress while replies are owed before the
     /// other side is judged not to be reading and the connection is dropped.
     pub write_stall: Duration,
-    /// Default timeout of our own outgoing requests.
+    /// Timeout of [`PeerHandle::request`] (`request_raw` takes its own).
     pub request_timeout: Duration,
     /// Longest batch accepted.
     pub max_batch: usize,
@@ -57,27 +83,60 @@ pub struct PeerConfig {
     /// and how many may go unanswered.
     pub keepalive: Duration,
     pub keepalive_misses: u32,
-    /// Accept a response carrying both `result` and `error` as a success (some
-    /// clients send that for tool errors). Strictly it is malformed.
-    pub accept_result_with_error: bool,
-    /// Notification sent to the other side when the daemon shuts down.
-    pub goodbye: Option<(String, serde_json::Value)>,
+    /// A handshake (see [`PeerHandle::handshake_done`]) the other side must
+    /// complete within this time, or the connection is closed.
+    pub handshake_deadline: Option<Duration>,
+    /// What the daemon says to this peer when it shuts down.
+    pub goodbye: Option<Goodbye>,
 }
+
+/// Default number of messages in the incoming backlog.
+pub const DEFAULT_BACKLOG: usize = 1024;
+/// Default bytes in the incoming backlog.
+pub const DEFAULT_BACKLOG_BYTES: usize = 16 * 1024 * 1024;
+/// Default byte budget of the outbox.
+pub const DEFAULT_WRITE_BUDGET: usize = 8 * 1024 * 1024;
 
 impl Default for PeerConfig {
     fn default() -> Self {
         PeerConfig {
-            max_concurrent: 128,
-            max_queued: 1024,
+            max_concurrent: 32,
+            backlog: DEFAULT_BACKLOG,
+            backlog_bytes: DEFAULT_BACKLOG_BYTES,
+            flood_limit: 4 * DEFAULT_BACKLOG,
             write_queue: 1024,
+            write_budget: DEFAULT_WRITE_BUDGET,
             write_stall: Duration::from_secs(30),
             request_timeout: Duration::from_secs(30),
             max_batch: 1000,
             keepalive: Duration::from_secs(30),
             keepalive_misses: 2,
-            accept_result_with_error: false,
+            handshake_deadline: None,
             goodbye: None,
         }
+    }
+}
+
+/// The daemon's last word to a peer at shutdown.
+#[derive(Clone, Debug)]
+pub struct Goodbye {
+    pub method: String,
+    pub params: serde_json::Value,
+    /// `Some(limit)`: sent as a request and awaited at most this long (for
+    /// connections the daemon opened: a child told to `shutdown`). `None`: a
+    /// notification.
+    pub awaited: Option<Duration>,
+}
+
+impl Goodbye {
+    /// A notification, for connections the daemon accepted.
+    pub fn notification(method: &str, params: serde_json::Value) -> Self {
+        Goodbye { method: method.to_owned(), params, awaited: None }
+    }
+
+    /// A request awaited at most `limit`, for connections the daemon opened.
+    pub fn request(method: &str, params: serde_json::Value, limit: Duration) -> Self {
+        Goodbye { method: method.to_owned(), params, awaited: Some(limit) }
     }
 }
 
@@ -110,14 +169,51 @@ struct PendingCalls {
     closed: bool,
 }
 
+/// What the engine counted on one connection, for tests, metrics and logs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerStats {
+    /// Bytes waiting in the outbox.
+    pub queued_bytes: usize,
+    /// Replies owed and not yet flushed.
+    pub owed_replies: usize,
+    /// Messages and bytes in the incoming backlog.
+    pub backlog: usize,
+    pub backlog_bytes: usize,
+    /// Requests answered `overloaded`.
+    pub refused: u64,
+    /// Notifications dropped because the backlog was full.
+    pub dropped_notifications: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    backlog: AtomicUsize,
+    backlog_bytes: AtomicUsize,
+    refused: AtomicU64,
+    dropped_notifications: AtomicU64,
+}
+
 struct Shared {
     conn_id: u64,
     outbox: Outbox,
     pending: Mutex<PendingCalls>,
+    /// How many calls are pending (read without the lock, by the reader).
+    pending_len: AtomicUsize,
     next_id: AtomicU64,
     closing: CancellationToken,
     /// Set by a handler that wants the connection closed once its reply is out.
-    close_after_reply: std::sync::atomic::AtomicBool,
+    close_after_reply: AtomicBool,
+    /// The other side completed the daemon's handshake.
+    handshaken: AtomicBool,
+    /// Tokens of incoming calls whose handlers asked for one ([`Ctx::call_token`]).
+    cancellable: Mutex<HashMap<Id, CancellationToken>>,
+    /// Whether any handler ever asked for a token (spares the lock otherwise).
+    any_call_tokens: AtomicBool,
+    /// The other side's input ended: no more can arrive, so call tokens fire
+    /// (the handlers still running may still reply to a client that only
+    /// half-closed, but work that waits on the client's behalf is abandoned).
+    input_ended: AtomicBool,
+    counters: Counters,
     config: PeerConfig,
 }
 
@@ -150,14 +246,22 @@ impl PeerHandle {
         self.shared.closing.cancelled().await
     }
 
-    /// Sends a request and waits for its result, with the default timeout.
+    /// A token cancelled when the connection closes.
+    pub fn close_token(&self) -> CancellationToken {
+        self.shared.closing.clone()
+    }
+
+    /// Sends a request and waits for its result, at most the connection's
+    /// default request timeout.
     pub async fn request<R: DeserializeOwned>(&self, method: &str, params: impl Serialize) -> Result<R, CallError> {
-        let raw = self.request_raw(method, &params, None).await?;
+        let raw = self.request_raw(method, &params, Some(self.shared.config.request_timeout)).await?;
         serde_json::from_str(raw.get()).map_err(|e| CallError::Malformed(e.to_string()))
     }
 
     /// Sends a request and returns the raw result, for callers that pass it on
-    /// untouched. `timeout: None` uses the connection's default.
+    /// untouched. `timeout: None` waits as long as the connection lives (a call
+    /// that waits on a person); the time spent waiting for room in a full
+    /// outbox counts towards the timeout.
     pub async fn request_raw<P: Serialize + ?Sized>(
         &self,
         method: &str,
@@ -165,6 +269,7 @@ impl PeerHandle {
         timeout: Option<Duration>,
     ) -> Reply {
         let shared = &self.shared;
+        let deadline = timeout.map(|limit| Instant::now() + limit);
         let n = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let json = message::request(Some(&Id::from(n)), method, params)
             .map_err(|e| CallError::Malformed(format!("params did not serialise: {e}")))?;
@@ -175,49 +280,46 @@ impl PeerHandle {
                 return Err(CallError::Disconnected);
             }
             pending.calls.insert(n, tx);
+            shared.pending_len.store(pending.calls.len(), Ordering::Relaxed);
         }
         // Removes the entry however this future ends unanswered: timed out,
         // failed to send, or dropped by its caller.
         let mut forget = ForgetOnDrop { shared, id: Some(n) };
-        self.send(Outbound::message(Kind::Request, json)).await.map_err(|_| CallError::Disconnected)?;
-        let limit = timeout.unwrap_or(shared.config.request_timeout);
-        match tokio::time::timeout(limit, rx).await {
-            Ok(Ok(reply)) => {
+        match shared.outbox.push(Outbound::message(Kind::Request, json), deadline).await {
+            Ok(()) => {}
+            Err(PushError::Closed) => return Err(CallError::Disconnected),
+            Err(PushError::TimedOut) => return Err(CallError::Timeout(timeout.unwrap_or_default())),
+        }
+        let answer = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, rx).await {
+                Ok(answer) => answer,
+                Err(_) => return Err(CallError::Timeout(timeout.unwrap_or_default())),
+            },
+            None => rx.await,
+        };
+        match answer {
+            Ok(reply) => {
                 // Whoever answered already took the entry out of the map.
                 forget.id = None;
                 reply
             }
-            Ok(Err(_)) => Err(CallError::Disconnected),
-            Err(_) => Err(CallError::Timeout(limit)),
+            Err(_) => Err(CallError::Disconnected),
         }
     }
 
-    /// Sends a notification.
+    /// Sends a notification, waiting for room in the outbox as long as the
+    /// connection lives.
     pub async fn notify(&self, method: &str, params: impl Serialize) -> Result<(), Closed> {
         let json = message::request(None, method, &params).map_err(|_| Closed)?;
-        self.send(Outbound::message(Kind::Notification, json)).await
+        self.send_raw(Kind::Notification, json.into()).await
     }
 
     /// Sends an already serialised message (fan-out serialises an event once for
-    /// all subscribers).
+    /// all subscribers), waiting for room in the outbox as long as the
+    /// connection lives. Waiting never closes the connection: a paused reader
+    /// of events keeps it (rpc-core.md §5).
     pub async fn send_raw(&self, kind: Kind, json: Bytes) -> Result<(), Closed> {
-        self.send(Outbound::Message { kind, json }).await
-    }
-
-    /// Queues an item for the connection to write. A queue that stays full for
-    /// longer than the stall timeout means the other side stopped reading: the
-    /// connection is dropped.
-    async fn send(&self, item: Outbound) -> Result<(), Closed> {
-        let shared = &self.shared;
-        match shared.outbox.push(item, shared.config.write_stall).await {
-            Ok(()) => Ok(()),
-            Err(PushError::Closed) => Err(Closed),
-            Err(PushError::Stalled) => {
-                tracing::warn!(conn = shared.conn_id, "peer is not reading; dropping the connection");
-                shared.closing.cancel();
-                Err(Closed)
-            }
-        }
+        self.shared.outbox.push(Outbound::Message { kind, json }, None).await.map_err(|_| Closed)
     }
 
     /// Closes the connection after what is already queued has been written, with
@@ -233,8 +335,74 @@ impl PeerHandle {
         self.shared.close_after_reply.store(true, Ordering::Release);
     }
 
+    /// Records that the other side completed the daemon's handshake: the
+    /// handshake deadline no longer applies, and the listener stops counting
+    /// the connection among the unauthenticated ones.
+    pub fn handshake_done(&self) {
+        self.shared.handshaken.store(true, Ordering::Release);
+    }
+
+    pub fn is_handshaken(&self) -> bool {
+        self.shared.handshaken.load(Ordering::Acquire)
+    }
+
+    /// Cancels the token of an incoming call in progress (one whose handler
+    /// asked for it with [`Ctx::call_token`]), for a daemon's cancel message.
+    /// Returns whether there was one.
+    pub fn cancel_call(&self, id: &Id) -> bool {
+        match self.shared.cancellable.lock().unwrap().remove(id) {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// What the engine counted on this connection.
+    pub fn stats(&self) -> PeerStats {
+        let shared = &self.shared;
+        let counters = &shared.counters;
+        PeerStats {
+            queued_bytes: shared.outbox.bytes(),
+            owed_replies: shared.outbox.owed(),
+            backlog: counters.backlog.load(Ordering::Relaxed),
+            backlog_bytes: counters.backlog_bytes.load(Ordering::Relaxed),
+            refused: counters.refused.load(Ordering::Relaxed),
+            dropped_notifications: counters.dropped_notifications.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A token for the incoming call `id`, cancelled when the connection
+    /// closes, when the call is cancelled ([`PeerHandle::cancel_call`]) or
+    /// abandoned at shutdown.
+    pub(crate) fn call_token(&self, id: &Id) -> CancellationToken {
+        self.shared.any_call_tokens.store(true, Ordering::Relaxed);
+        let mut tokens = self.shared.cancellable.lock().unwrap();
+        let token = tokens.entry(id.clone()).or_insert_with(|| self.shared.closing.child_token()).clone();
+        if self.shared.input_ended.load(Ordering::Acquire) {
+            token.cancel();
+        }
+        token
+    }
+
+    /// The other side will send nothing more: every call token fires.
+    fn end_of_input(&self) {
+        self.shared.input_ended.store(true, Ordering::Release);
+        if self.shared.any_call_tokens.load(Ordering::Relaxed) {
+            for token in self.shared.cancellable.lock().unwrap().values() {
+                token.cancel();
+            }
+        }
+    }
+
     fn complete(&self, id: &Id, reply: Reply) {
-        let sender = id.as_u64().and_then(|n| self.shared.pending.lock().unwrap().calls.remove(&n));
+        let sender = id.as_u64().and_then(|n| {
+            let mut pending = self.shared.pending.lock().unwrap();
+            let sender = pending.calls.remove(&n);
+            self.shared.pending_len.store(pending.calls.len(), Ordering::Relaxed);
+            sender
+        });
         match sender {
             Some(tx) => {
                 let _ = tx.send(reply);
@@ -245,14 +413,26 @@ impl PeerHandle {
         }
     }
 
+    fn has_pending_calls(&self) -> bool {
+        self.shared.pending_len.load(Ordering::Relaxed) > 0
+    }
+
     fn fail_all_pending(&self) {
         let calls = {
             let mut pending = self.shared.pending.lock().unwrap();
             pending.closed = true;
+            self.shared.pending_len.store(0, Ordering::Relaxed);
             std::mem::take(&mut pending.calls)
         };
         for (_, tx) in calls {
             let _ = tx.send(Err(CallError::Disconnected));
+        }
+    }
+
+    /// Forgets the cancellation token of a finished call, if it had one.
+    fn forget_call_token(&self, id: &Id) {
+        if self.shared.any_call_tokens.load(Ordering::Relaxed) {
+            self.shared.cancellable.lock().unwrap().remove(id);
         }
     }
 }
@@ -265,7 +445,9 @@ struct ForgetOnDrop<'a> {
 impl Drop for ForgetOnDrop<'_> {
     fn drop(&mut self) {
         if let Some(id) = self.id {
-            self.shared.pending.lock().unwrap().calls.remove(&id);
+            let mut pending = self.shared.pending.lock().unwrap();
+            pending.calls.remove(&id);
+            self.shared.pending_len.store(pending.calls.len(), Ordering::Relaxed);
         }
     }
 }
@@ -273,6 +455,9 @@ impl Drop for ForgetOnDrop<'_> {
 /// Frames handled per wake-up of the connection task before it looks at its
 /// other duties (completed handlers, keepalive, shutdown) again.
 const READ_BATCH: usize = 64;
+
+/// How long the last writes get when we close a connection on purpose.
+const FINAL_FLUSH: Duration = Duration::from_secs(1);
 
 /// How a connection ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -283,7 +468,8 @@ pub enum CloseReason {
     Closed,
     /// The daemon shut down.
     Shutdown,
-    /// Reading or writing failed, or the other side stopped reading or answering pings.
+    /// Reading or writing failed, the other side stopped reading or answering
+    /// pings, missed the handshake deadline or flooded.
     Failed(String),
 }
 
@@ -299,25 +485,34 @@ pub struct Connection<S> {
 
 /// One finished unit of incoming work: the ids it held and the reply to write.
 struct Done {
-    ids: DoneIds,
+    owed: Owed,
     reply: Option<Vec<u8>>,
 }
 
-enum DoneIds {
-    None,
+/// The ids a unit of incoming work answers.
+enum Owed {
+    /// Nothing is in flight for it (answered on the spot, or notifications only).
+    Nothing,
     One(Id),
-    Many(Vec<Id>),
+    /// A batch: its number (see `Work::batches`).
+    Batch(u64),
 }
 
 impl<S: Send + Sync + 'static> Connection<S> {
     pub fn new(transport: Transport, router: Arc<Router<S>>, state: Arc<S>, config: PeerConfig) -> (PeerHandle, Self) {
         let shared = Arc::new(Shared {
             conn_id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
-            outbox: Outbox::new(config.write_queue),
+            outbox: Outbox::new(config.write_queue, config.write_budget),
             pending: Mutex::default(),
+            pending_len: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
             closing: CancellationToken::new(),
-            close_after_reply: Default::default(),
+            close_after_reply: AtomicBool::new(false),
+            handshaken: AtomicBool::new(config.handshake_deadline.is_none()),
+            cancellable: Mutex::default(),
+            any_call_tokens: AtomicBool::new(false),
+            input_ended: AtomicBool::new(false),
+            counters: Counters::default(),
             config,
         });
         let handle = PeerHandle { shared };
@@ -339,23 +534,21 @@ impl<S: Send + Sync + 'static> Connection<S> {
         let outbox = &shared.outbox;
         let mut drain = Drain::new(transport.writer);
         let mut reader = transport.reader;
-        let mut work = Work {
-            handle: handle.clone(),
-            router,
-            state,
-            running: FuturesUnordered::new(),
-            queued: VecDeque::new(),
-            in_flight: HashSet::new(),
-            notifications: VecDeque::new(),
-            draining: false,
-        };
+        let mut work = Work::new(handle.clone(), router, state);
         let mut keepalive = transport.wants_keepalive.then(|| {
-            let mut t = tokio::time::interval_at(tokio::time::Instant::now() + config.keepalive, config.keepalive);
+            let mut t = tokio::time::interval_at(Instant::now() + config.keepalive, config.keepalive);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             t
         });
+        let mut handshake = config.handshake_deadline.map(|limit| Box::pin(tokio::time::sleep(limit)));
         let mut missed_pings = 0u32;
         let mut reading = true;
+        // Since when writes have made no progress while replies were owed.
+        let mut stalled_since: Option<Instant> = None;
+        // The goodbye request in flight, at shutdown.
+        let mut goodbye: Option<BoxFuture<'static, ()>> = None;
+        let mut goodbye_sent = false;
+        let mut abandoned = false;
         // The transport's write side failed or was shut: nothing more to write.
         let mut sink_done = false;
         // Created once: building these futures anew for every message would
@@ -369,14 +562,43 @@ impl<S: Send + Sync + 'static> Connection<S> {
             if !reading && work.is_idle() {
                 break CloseReason::Eof;
             }
-            if work.draining && work.is_idle() {
-                break CloseReason::Shutdown;
+            // Draining ends when nothing is owed either way: our own calls in
+            // flight (a call forwarded to this peer) get the grace period too,
+            // until it runs out.
+            if work.draining && work.is_idle() && goodbye.is_none() && (abandoned || !handle.has_pending_calls()) {
+                // Everything owed is answered: say goodbye, awaited when the
+                // daemon opened this connection, then close.
+                match config.goodbye.as_ref().filter(|g| g.awaited.is_some() && !goodbye_sent) {
+                    Some(bye) => {
+                        goodbye_sent = true;
+                        goodbye = Some(send_goodbye(handle.clone(), bye.clone()));
+                    }
+                    None => break CloseReason::Shutdown,
+                }
             }
-            let blocked_since = drain.blocked_since();
+            work.start_waiting();
+            // The stall clock runs only while writes are blocked *and* replies
+            // are owed: events alone never close a connection (§5).
+            stalled_since = match drain.blocked_since().is_some() && outbox.owed() > 0 {
+                true => Some(stalled_since.unwrap_or_else(Instant::now)),
+                false => None,
+            };
+            // While the outbox is full the other side is not reading our replies,
+            // and reading more requests would only queue more; but answers to
+            // our own calls must always get through.
+            let may_read = reading && (!outbox.is_full() || handle.has_pending_calls());
             tokio::select! {
                 biased;
                 _ = &mut closing => break CloseReason::Closed,
-                _ = &mut aborted => break CloseReason::Shutdown,
+                _ = &mut aborted, if !abandoned => {
+                    // The grace period is over: whatever still runs is answered
+                    // `shutting_down` and dropped; the goodbye still goes out.
+                    abandoned = true;
+                    work.draining = true;
+                    if let Err(reason) = work.abandon_all() {
+                        break reason;
+                    }
+                }
                 drained = std::future::poll_fn(|cx| drain.poll_drain(outbox, cx)) => match drained {
                     Ok(Drained::Progress) => {}
                     Ok(Drained::Closed) => {
@@ -388,9 +610,12 @@ impl<S: Send + Sync + 'static> Connection<S> {
                         break CloseReason::Failed(format!("write failed: {e}"));
                     }
                 },
-                _ = stalled(blocked_since, config.write_stall), if blocked_since.is_some() => {
+                _ = stall_timer(stalled_since, config.write_stall), if stalled_since.is_some() => {
                     sink_done = true;
-                    break CloseReason::Failed("write stalled: the peer is not reading".into());
+                    break CloseReason::Failed("write stalled with replies owed: the peer is not reading".into());
+                }
+                () = run_goodbye(&mut goodbye), if goodbye.is_some() => {
+                    break CloseReason::Shutdown;
                 }
                 Some(done) = work.running.next(), if !work.running.is_empty() => {
                     // Take every handler that has finished by now, so their replies
@@ -412,8 +637,8 @@ impl<S: Send + Sync + 'static> Connection<S> {
                         };
                     }
                 }
-                () = run_front(&mut work.notifications), if !work.notifications.is_empty() => {
-                    work.notifications.pop_front();
+                () = work.backlog.run_front_notification(), if work.backlog.has_notifications() => {
+                    work.backlog.finish_front_notification(&shared.counters);
                 }
                 _ = tick(&mut keepalive) => {
                     if missed_pings >= config.keepalive_misses {
@@ -424,12 +649,21 @@ impl<S: Send + Sync + 'static> Connection<S> {
                         break CloseReason::Failed("write queue closed".into());
                     }
                 }
+                () = deadline(&mut handshake), if handshake.is_some() => {
+                    handshake = None;
+                    if !handle.is_handshaken() {
+                        let limit = config.handshake_deadline.unwrap_or_default();
+                        tracing::info!(conn = shared.conn_id, ?limit, "no handshake within the deadline; closing");
+                        break CloseReason::Failed(format!("no handshake within {limit:?}"));
+                    }
+                }
                 _ = &mut draining, if !work.draining => {
                     work.draining = true;
+                    if let Err(reason) = work.refuse_waiting() {
+                        break reason;
+                    }
                 }
-                // While the outbox is full the other side is not reading our
-                // replies; reading more requests would only queue more.
-                frame = reader.next(), if reading && !outbox.is_full() => {
+                frame = reader.next(), if may_read => {
                     missed_pings = 0;
                     // Handle this frame and any others already buffered (a pipelining
                     // client sends many per read) without a trip through select! each.
@@ -439,16 +673,19 @@ impl<S: Send + Sync + 'static> Connection<S> {
                         match frame {
                             None => {
                                 // No more answers can arrive: fail our calls now rather
-                                // than at their timeouts, but finish the handlers (a
-                                // client that half-closed still reads its replies).
+                                // than at their timeouts, and fire call tokens, but
+                                // finish the handlers (a client that half-closed still
+                                // reads its replies).
                                 reading = false;
                                 handle.fail_all_pending();
+                                handle.end_of_input();
                                 break;
                             }
                             Some(Err(e)) => {
                                 tracing::debug!(conn = shared.conn_id, error = %e, "read failed");
                                 reading = false;
                                 handle.fail_all_pending();
+                                handle.end_of_input();
                                 break;
                             }
                             Some(Ok(Frame::Unsupported { close_code, reason })) => {
@@ -463,7 +700,7 @@ impl<S: Send + Sync + 'static> Connection<S> {
                             }
                         }
                         budget -= 1;
-                        if budget == 0 || outbox.is_full() {
+                        if budget == 0 || (outbox.is_full() && !handle.has_pending_calls()) {
                             break;
                         }
                         next = match std::future::poll_fn(|cx| Poll::Ready(reader.poll_next_unpin(cx))).await {
@@ -481,8 +718,8 @@ impl<S: Send + Sync + 'static> Connection<S> {
         drop(work);
         if !sink_done {
             if reason == CloseReason::Shutdown
-                && let Some((method, params)) = &config.goodbye
-                && let Ok(json) = message::request(None, method, params)
+                && let Some(bye) = config.goodbye.as_ref().filter(|g| g.awaited.is_none())
+                && let Ok(json) = message::request(None, &bye.method, &bye.params)
             {
                 let _ = outbox.push_now(Outbound::message(Kind::Notification, json));
             }
@@ -494,7 +731,11 @@ impl<S: Send + Sync + 'static> Connection<S> {
             // After what is queued, and after any close `PeerHandle::close` queued.
             let _ = outbox.push_now(Outbound::Close { code, reason: why.to_owned() });
             outbox.close();
-            drain.finish(outbox, config.write_stall).await;
+            // A client that half-closed gets the time a slow reader would; a
+            // connection closed on purpose (shutdown, eviction, a flood) only
+            // a moment for its last words.
+            let limit = if reason == CloseReason::Eof { config.write_stall } else { FINAL_FLUSH };
+            drain.finish(outbox, limit).await;
         }
         outbox.close();
         tracing::debug!(conn = shared.conn_id, ?reason, "connection finished");
@@ -502,18 +743,33 @@ impl<S: Send + Sync + 'static> Connection<S> {
     }
 }
 
-/// Runs the notification at the front of the queue (one at a time, in order).
-async fn run_front(queue: &mut VecDeque<BoxFuture<'static, ()>>) {
-    match queue.front_mut() {
-        Some(handler) => handler.await,
+/// Sends the goodbye request and waits for its answer (or its timeout).
+fn send_goodbye(handle: PeerHandle, bye: Goodbye) -> BoxFuture<'static, ()> {
+    Box::pin(async move {
+        if let Err(error) = handle.request_raw(&bye.method, &bye.params, bye.awaited).await {
+            tracing::info!(conn = handle.conn_id(), method = %bye.method, %error, "goodbye not answered");
+        }
+    })
+}
+
+async fn run_goodbye(goodbye: &mut Option<BoxFuture<'static, ()>>) {
+    match goodbye {
+        Some(fut) => fut.await,
         None => std::future::pending().await,
     }
 }
 
-/// Resolves when the sink has refused data for `limit` since `since`.
-async fn stalled(since: Option<tokio::time::Instant>, limit: Duration) {
+/// Resolves `limit` after writes stopped making progress with replies owed.
+async fn stall_timer(since: Option<Instant>, limit: Duration) {
     match since {
         Some(since) => tokio::time::sleep_until(since + limit).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn deadline(timer: &mut Option<Pin<Box<tokio::time::Sleep>>>) {
+    match timer {
+        Some(t) => t.as_mut().await,
         None => std::future::pending().await,
     }
 }
@@ -527,33 +783,198 @@ async fn tick(timer: &mut Option<tokio::time::Interval>) {
     }
 }
 
+/// Incoming work that cannot run yet: requests waiting for a handler slot (or
+/// for room in the outbox) and notifications waiting for their turn. One bound,
+/// in messages and bytes, for both, so a peer cannot grow it by switching
+/// from one to the other.
+struct IncomingBacklog {
+    requests: VecDeque<Waiting>,
+    /// Notification handlers, run one at a time in arrival order; the front one
+    /// is running. Each with the size of its frame.
+    notifications: VecDeque<(BoxFuture<'static, ()>, usize)>,
+    len: usize,
+    bytes: usize,
+    max_len: usize,
+    max_bytes: usize,
+    /// Messages refused since the backlog last took one: a peer past
+    /// `flood_limit` is disconnected.
+    refused_in_a_row: usize,
+    flood_limit: usize,
+    /// Notifications dropped since the last warning, and when that was.
+    dropped_unreported: u64,
+    last_warning: Option<Instant>,
+}
+
+/// A request read but not started.
+struct Waiting {
+    run: BoxFuture<'static, Done>,
+    owed: Owed,
+    size: usize,
+}
+
+impl IncomingBacklog {
+    fn new(config: &PeerConfig) -> Self {
+        IncomingBacklog {
+            requests: VecDeque::new(),
+            notifications: VecDeque::new(),
+            len: 0,
+            bytes: 0,
+            max_len: config.backlog.max(1),
+            max_bytes: config.backlog_bytes.max(1),
+            refused_in_a_row: 0,
+            flood_limit: config.flood_limit.max(1),
+            dropped_unreported: 0,
+            last_warning: None,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn has_notifications(&self) -> bool {
+        !self.notifications.is_empty()
+    }
+
+    /// Room for a message of `size` bytes. An empty backlog takes any one
+    /// message the framing let through, so a large request is not refused
+    /// just for being large.
+    fn has_room(&self, size: usize) -> bool {
+        self.len == 0 || (self.len < self.max_len && self.bytes + size <= self.max_bytes)
+    }
+
+    fn add(&mut self, size: usize, counters: &Counters) {
+        self.len += 1;
+        self.bytes += size;
+        self.refused_in_a_row = 0;
+        self.publish(counters);
+    }
+
+    fn remove(&mut self, size: usize, counters: &Counters) {
+        self.len -= 1;
+        self.bytes -= size;
+        self.publish(counters);
+    }
+
+    fn publish(&self, counters: &Counters) {
+        counters.backlog.store(self.len, Ordering::Relaxed);
+        counters.backlog_bytes.store(self.bytes, Ordering::Relaxed);
+    }
+
+    /// Counts a refused message; `Err` once the peer is flooding.
+    fn refuse(&mut self, conn: u64) -> Result<(), CloseReason> {
+        self.refused_in_a_row += 1;
+        if self.refused_in_a_row > self.flood_limit {
+            tracing::warn!(
+                conn,
+                refused = self.refused_in_a_row,
+                "the peer keeps sending past the incoming backlog; disconnecting it"
+            );
+            return Err(CloseReason::Failed(format!("flooding: {} messages refused in a row", self.refused_in_a_row)));
+        }
+        Ok(())
+    }
+
+    /// Counts a dropped notification, with a warning per second at most.
+    fn dropped_notification(&mut self, conn: u64, counters: &Counters) {
+        counters.dropped_notifications.fetch_add(1, Ordering::Relaxed);
+        self.dropped_unreported += 1;
+        let now = Instant::now();
+        if self.last_warning.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1)) {
+            tracing::warn!(conn, dropped = self.dropped_unreported, "incoming backlog full: notifications dropped");
+            self.dropped_unreported = 0;
+            self.last_warning = Some(now);
+        }
+    }
+
+    /// Runs the notification at the front of the queue (one at a time, in order).
+    async fn run_front_notification(&mut self) {
+        match self.notifications.front_mut() {
+            Some((handler, _)) => handler.await,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn finish_front_notification(&mut self, counters: &Counters) {
+        if let Some((_, size)) = self.notifications.pop_front() {
+            self.remove(size, counters);
+        }
+    }
+}
+
 /// Everything the connection task does with incoming messages.
 struct Work<S> {
     handle: PeerHandle,
     router: Arc<Router<S>>,
     state: Arc<S>,
     running: FuturesUnordered<BoxFuture<'static, Done>>,
-    /// Requests read while `max_concurrent` handlers were running: futures not
-    /// yet polled, started in order as slots free up.
-    queued: VecDeque<BoxFuture<'static, Done>>,
+    backlog: IncomingBacklog,
     /// Ids of incoming requests not yet answered, to refuse duplicates.
     in_flight: HashSet<Id>,
-    /// Notification handlers, run one at a time in arrival order.
-    notifications: VecDeque<BoxFuture<'static, ()>>,
+    /// The ids of each batch in flight, by number, to answer them together
+    /// if shutdown abandons the batch.
+    batches: HashMap<u64, Vec<Id>>,
+    next_batch: u64,
     draining: bool,
 }
 
 impl<S: Send + Sync + 'static> Work<S> {
-    fn is_idle(&self) -> bool {
-        self.running.is_empty() && self.queued.is_empty() && self.notifications.is_empty()
+    fn new(handle: PeerHandle, router: Arc<Router<S>>, state: Arc<S>) -> Self {
+        let backlog = IncomingBacklog::new(&handle.shared.config);
+        Work {
+            handle,
+            router,
+            state,
+            running: FuturesUnordered::new(),
+            backlog,
+            in_flight: HashSet::new(),
+            batches: HashMap::new(),
+            next_batch: 0,
+            draining: false,
+        }
     }
 
-    fn ctx(&self) -> Ctx<S> {
-        Ctx { peer: self.handle.clone(), state: self.state.clone() }
+    fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.backlog.is_empty()
+    }
+
+    fn ctx(&self, call: Option<&Id>) -> Ctx<S> {
+        Ctx::new(self.handle.clone(), self.state.clone(), call.cloned())
     }
 
     fn config(&self) -> &PeerConfig {
         &self.handle.shared.config
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.handle.shared.counters
+    }
+
+    /// Whether a request may start now: a free handler slot and room in the
+    /// outbox for its reply.
+    ///
+    /// A handler waiting for an answer from this same peer does not hold a
+    /// slot: each call we have pending here may be waiting on one of the
+    /// peer's own requests (its handler calls back), and if those could not
+    /// start, two peers flooding each other would each fill their slots with
+    /// handlers waiting on requests queued behind them, until timeouts. Such
+    /// waiting handlers are still bounded, by the backlog's count.
+    fn can_start(&self) -> bool {
+        let config = self.config();
+        let waiting_on_peer = self.handle.shared.pending_len.load(Ordering::Relaxed).min(config.backlog);
+        let busy = self.running.len().saturating_sub(waiting_on_peer);
+        busy < config.max_concurrent
+            && self.running.len() < config.max_concurrent + config.backlog
+            && !self.handle.shared.outbox.is_full()
+    }
+
+    /// Starts waiting requests, in arrival order, while they may.
+    fn start_waiting(&mut self) {
+        while !self.backlog.requests.is_empty() && self.can_start() {
+            let waiting = self.backlog.requests.pop_front().expect("not empty");
+            self.backlog.remove(waiting.size, &self.handle.shared.counters);
+            self.running.push(waiting.run);
+        }
     }
 
     /// Queues a reply; the connection task writes it when it next drains.
@@ -561,30 +982,87 @@ impl<S: Send + Sync + 'static> Work<S> {
         self.handle.shared.outbox.push_now(Outbound::message(kind, json)).map_err(|_| CloseReason::Closed)
     }
 
+    /// Answers a message the reader refused (unreadable, invalid, too large,
+    /// shutting down). While the outbox is full such answers go past its
+    /// budget, so they count towards the flood limit like refused requests.
     fn write_error(&mut self, id: &Id, error: &RpcError) -> Result<(), CloseReason> {
-        self.write(Kind::Response, message::response_err(id, error))
+        let full = self.handle.shared.outbox.is_full();
+        self.write(Kind::Response, message::response_err(id, error))?;
+        if full {
+            return self.backlog.refuse(self.handle.conn_id());
+        }
+        Ok(())
+    }
+
+    /// Answers the ids of `owed` with `error` (one array for a batch).
+    fn answer_owed(&mut self, owed: Owed, error: &RpcError) -> Result<(), CloseReason> {
+        match owed {
+            Owed::Nothing => Ok(()),
+            Owed::One(id) => {
+                self.in_flight.remove(&id);
+                self.handle.cancel_call(&id);
+                self.write(Kind::Response, message::response_err(&id, error))
+            }
+            Owed::Batch(n) => {
+                let ids = self.batches.remove(&n).unwrap_or_default();
+                let replies: Vec<Vec<u8>> = ids.iter().map(|id| message::response_err(id, error)).collect();
+                for id in &ids {
+                    self.in_flight.remove(id);
+                    self.handle.cancel_call(id);
+                }
+                if replies.is_empty() { Ok(()) } else { self.write(Kind::Response, message::batch(&replies)) }
+            }
+        }
     }
 
     fn finish(&mut self, done: Done) -> Result<(), CloseReason> {
-        match done.ids {
-            DoneIds::None => {}
-            DoneIds::One(id) => {
+        match done.owed {
+            Owed::Nothing => {}
+            Owed::One(id) => {
                 self.in_flight.remove(&id);
+                self.handle.forget_call_token(&id);
             }
-            DoneIds::Many(ids) => {
-                for id in ids {
+            Owed::Batch(n) => {
+                for id in self.batches.remove(&n).unwrap_or_default() {
                     self.in_flight.remove(&id);
+                    self.handle.forget_call_token(&id);
                 }
             }
-        }
-        if let Some(next) = self.queued.pop_front() {
-            self.running.push(next);
         }
         if let Some(reply) = done.reply {
             self.write(Kind::Response, reply)?;
         }
         if self.handle.shared.close_after_reply.load(Ordering::Acquire) {
             return Err(CloseReason::Closed);
+        }
+        Ok(())
+    }
+
+    /// Shutdown began: requests that have not started are answered now.
+    fn refuse_waiting(&mut self) -> Result<(), CloseReason> {
+        let waiting: Vec<Waiting> = self.backlog.requests.drain(..).collect();
+        for w in waiting {
+            self.backlog.remove(w.size, &self.handle.shared.counters);
+            self.answer_owed(w.owed, &shutting_down())?;
+        }
+        Ok(())
+    }
+
+    /// The grace period is over: everything still owed is answered and dropped.
+    fn abandon_all(&mut self) -> Result<(), CloseReason> {
+        self.refuse_waiting()?;
+        self.running = FuturesUnordered::new();
+        let counters = &self.handle.shared.counters;
+        while self.backlog.has_notifications() {
+            self.backlog.finish_front_notification(counters);
+        }
+        let batches: Vec<u64> = self.batches.keys().copied().collect();
+        for n in batches {
+            self.answer_owed(Owed::Batch(n), &shutting_down())?;
+        }
+        let singles: Vec<Id> = self.in_flight.drain().collect();
+        for id in singles {
+            self.answer_owed(Owed::One(id), &shutting_down())?;
         }
         Ok(())
     }
@@ -609,58 +1087,78 @@ impl<S: Send + Sync + 'static> Work<S> {
     }
 
     async fn on_message(&mut self, bytes: &[u8]) -> Result<(), CloseReason> {
+        let size = bytes.len();
         match message::parse(bytes, self.config().max_batch) {
             Parsed::Rejected(error) => self.write_error(&Id::Null, &error),
-            Parsed::Single(Ok(message)) => self.on_single(message).await,
-            Parsed::Single(Err(invalid)) => match self.router.adapt(bytes) {
-                Some(adapted) => match message::parse(&adapted, 1) {
-                    Parsed::Single(Ok(message)) => self.on_single(message).await,
+            Parsed::Single(Ok(message)) => self.on_single(message, size).await,
+            Parsed::Single(Err(invalid)) => match self.router.rewrite_invalid(bytes) {
+                Some(rewritten) => match message::parse(&rewritten, 1) {
+                    Parsed::Single(Ok(message)) => self.on_single(message, size).await,
                     _ => self.write_error(&invalid.id, &invalid.error),
                 },
                 None => self.write_error(&invalid.id, &invalid.error),
             },
-            Parsed::Batch(items) => self.on_batch(items).await,
+            Parsed::Batch(items) => self.on_batch(items, size).await,
         }
     }
 
-    async fn on_single(&mut self, message: Message<'_>) -> Result<(), CloseReason> {
+    async fn on_single(&mut self, message: Message<'_>, size: usize) -> Result<(), CloseReason> {
         match message {
             Message::Request { id, method, params } => {
                 if let Err(error) = self.admit(&id) {
                     return self.write_error(&id, &error);
                 }
-                let mut handler = match self.router.dispatch(self.ctx(), &method, params) {
+                // In arrival order: nothing starts ahead of requests already waiting.
+                let start_now = self.backlog.requests.is_empty() && self.can_start();
+                if !start_now && !self.backlog.has_room(size) {
+                    return self.refuse_overloaded(&id);
+                }
+                let mut handler = match self.router.dispatch(self.ctx(Some(&id)), &method, params) {
                     Ok(handler) => handler,
                     Err(error) => return self.write_error(&id, &error),
                 };
-                if self.running.len() < self.config().max_concurrent {
-                    // Most handlers finish without waiting for anything: poll once
-                    // here, with this task's waker, and answer at once if so.
-                    let polled = std::future::poll_fn(|cx| {
-                        Poll::Ready(std::panic::catch_unwind(AssertUnwindSafe(|| handler.as_mut().poll(cx))))
-                    })
-                    .await;
-                    let outcome = match polled {
-                        Ok(Poll::Pending) => None,
-                        Ok(Poll::Ready(result)) => Some(Ok(result)),
-                        Err(panic) => Some(Err(panic)),
-                    };
-                    if let Some(outcome) = outcome {
-                        let reply = reply_from(&id, outcome);
-                        return self.finish(Done { ids: DoneIds::None, reply: Some(reply) });
-                    }
+                if !start_now {
                     self.in_flight.insert(id.clone());
-                    self.running.push(running_request(id, handler));
-                } else {
-                    self.in_flight.insert(id.clone());
-                    self.queued.push_back(running_request(id, handler));
+                    self.backlog.add(size, &self.handle.shared.counters);
+                    self.backlog.requests.push_back(Waiting {
+                        run: running_request(id.clone(), handler),
+                        owed: Owed::One(id),
+                        size,
+                    });
+                    return Ok(());
                 }
+                // Most handlers finish without waiting for anything: poll once
+                // here, with this task's waker, and answer at once if so.
+                let polled = std::future::poll_fn(|cx| {
+                    Poll::Ready(std::panic::catch_unwind(AssertUnwindSafe(|| handler.as_mut().poll(cx))))
+                })
+                .await;
+                let outcome = match polled {
+                    Ok(Poll::Pending) => None,
+                    Ok(Poll::Ready(result)) => Some(Ok(result)),
+                    Err(panic) => Some(Err(panic)),
+                };
+                if let Some(outcome) = outcome {
+                    let reply = reply_from(&id, outcome);
+                    self.handle.forget_call_token(&id);
+                    return self.finish(Done { owed: Owed::Nothing, reply: Some(reply) });
+                }
+                self.in_flight.insert(id.clone());
+                self.running.push(running_request(id, handler));
                 Ok(())
             }
             Message::Notification { method, params } => {
-                match self.router.dispatch(self.ctx(), &method, params) {
+                if !self.backlog.has_room(size) {
+                    let conn = self.handle.conn_id();
+                    self.backlog.dropped_notification(conn, &self.handle.shared.counters);
+                    return self.backlog.refuse(conn);
+                }
+                match self.router.dispatch(self.ctx(None), &method, params) {
                     Ok(handler) => {
-                        self.notifications.push_back(Box::pin(run_notification(method.into_owned(), handler)))
+                        self.backlog.add(size, &self.handle.shared.counters);
+                        self.backlog
+                            .notifications
+                            .push_back((Box::pin(run_notification(method.into_owned(), handler)), size))
                     }
                     Err(error) => {
                         tracing::debug!(conn = self.handle.conn_id(), %method, %error, "notification ignored")
@@ -675,17 +1173,10 @@ impl<S: Send + Sync + 'static> Work<S> {
         }
     }
 
-    /// Refuses a request while draining, when too much is queued, or when its
-    /// id is already in flight.
+    /// Refuses a request while draining, or when its id is already in flight.
     fn admit(&self, id: &Id) -> Result<(), RpcError> {
         if self.draining {
-            return Err(
-                RpcError::internal("server is shutting down").with_data(serde_json::json!({"reason": "shutting_down"}))
-            );
-        }
-        if self.queued.len() >= self.config().max_queued {
-            return Err(RpcError::internal("too many requests in flight on this connection")
-                .with_data(serde_json::json!({"reason": "overloaded"})));
+            return Err(shutting_down());
         }
         if !self.in_flight.is_empty() && self.in_flight.contains(id) {
             return Err(RpcError::invalid_request(format!(
@@ -695,19 +1186,20 @@ impl<S: Send + Sync + 'static> Work<S> {
         Ok(())
     }
 
-    fn start(&mut self, fut: BoxFuture<'static, Done>) {
-        if self.running.len() < self.config().max_concurrent {
-            self.running.push(fut);
-        } else {
-            self.queued.push_back(fut);
-        }
+    /// Answers `overloaded` at once, and cuts off a peer that keeps at it.
+    fn refuse_overloaded(&mut self, id: &Id) -> Result<(), CloseReason> {
+        self.counters().refused.fetch_add(1, Ordering::Relaxed);
+        self.write(Kind::Response, message::response_err(id, &overloaded()))?;
+        self.backlog.refuse(self.handle.conn_id())
     }
 
     fn on_response(&self, id: Id, outcome: Outcome<'_>) {
         let reply = match outcome {
             Outcome::Result(result) => Ok(result.to_owned()),
             Outcome::Error(error) => Err(CallError::Rpc(error)),
-            Outcome::Both(result, _) if self.config().accept_result_with_error => Ok(result.to_owned()),
+            Outcome::Both(result, error) if self.router.accepts_result_with_error(result, &error) => {
+                Ok(result.to_owned())
+            }
             Outcome::Both(..) => Err(CallError::Malformed("response has both result and error".into())),
             Outcome::Malformed(problem) => Err(CallError::Malformed(problem)),
         };
@@ -721,7 +1213,24 @@ impl<S: Send + Sync + 'static> Work<S> {
         self.handle.complete(&id, reply);
     }
 
-    async fn on_batch(&mut self, items: Vec<Result<Message<'_>, Invalid>>) -> Result<(), CloseReason> {
+    async fn on_batch(&mut self, items: Vec<Result<Message<'_>, Invalid>>, size: usize) -> Result<(), CloseReason> {
+        let start_now = self.backlog.requests.is_empty() && self.can_start();
+        let has_requests = items.iter().any(|item| matches!(item, Ok(Message::Request { .. })));
+        if has_requests && !start_now && !self.backlog.has_room(size) {
+            // The whole batch is refused as one: each request gets `overloaded`.
+            self.counters().refused.fetch_add(1, Ordering::Relaxed);
+            let mut replies = Vec::new();
+            for item in items {
+                match item {
+                    Ok(Message::Request { id, .. }) => replies.push(message::response_err(&id, &overloaded())),
+                    Ok(Message::Response { id, outcome }) => self.on_response(id, outcome),
+                    Err(invalid) => replies.push(message::response_err(&invalid.id, &invalid.error)),
+                    Ok(Message::Notification { .. }) => {}
+                }
+            }
+            self.write(Kind::Response, message::batch(&replies))?;
+            return self.backlog.refuse(self.handle.conn_id());
+        }
         let mut ready = Vec::new();
         let mut parts: Vec<BoxFuture<'static, Option<Vec<u8>>>> = Vec::new();
         let mut ids = Vec::new();
@@ -733,7 +1242,7 @@ impl<S: Send + Sync + 'static> Work<S> {
                         if ids.contains(&id) {
                             return Err(RpcError::invalid_request(format!("duplicate id {id} in batch")));
                         }
-                        self.router.dispatch(self.ctx(), &method, params)
+                        self.router.dispatch(self.ctx(Some(&id)), &method, params)
                     });
                     match admitted {
                         Ok(handler) => {
@@ -744,7 +1253,7 @@ impl<S: Send + Sync + 'static> Work<S> {
                     }
                 }
                 Ok(Message::Notification { method, params }) => {
-                    if let Ok(handler) = self.router.dispatch(self.ctx(), &method, params) {
+                    if let Ok(handler) = self.router.dispatch(self.ctx(None), &method, params) {
                         let method = method.into_owned();
                         parts.push(Box::pin(async move {
                             run_notification(method, handler).await;
@@ -762,13 +1271,21 @@ impl<S: Send + Sync + 'static> Work<S> {
                 false => self.write(Kind::Response, message::batch(&ready)),
             };
         }
+        let n = self.next_batch;
+        self.next_batch += 1;
         self.in_flight.extend(ids.iter().cloned());
-        let fut = async move {
+        self.batches.insert(n, ids);
+        let run: BoxFuture<'static, Done> = Box::pin(async move {
             ready.extend(join_all(parts).await.into_iter().flatten());
             let reply = (!ready.is_empty()).then(|| message::batch(&ready));
-            Done { ids: DoneIds::Many(ids), reply }
-        };
-        self.start(Box::pin(fut));
+            Done { owed: Owed::Batch(n), reply }
+        });
+        if start_now {
+            self.running.push(run);
+        } else {
+            self.backlog.add(size, &self.handle.shared.counters);
+            self.backlog.requests.push_back(Waiting { run, owed: Owed::Batch(n), size });
+        }
         Ok(())
     }
 }
@@ -777,11 +1294,20 @@ fn too_large() -> RpcError {
     RpcError::invalid_request("message too large")
 }
 
-/// A request whose handler has to wait: it runs in `running` (or waits in `queued`).
+fn overloaded() -> RpcError {
+    RpcError::internal("too many requests waiting on this connection; retry later")
+        .with_data(serde_json::json!({"reason": "overloaded"}))
+}
+
+fn shutting_down() -> RpcError {
+    RpcError::internal("server is shutting down").with_data(serde_json::json!({"reason": "shutting_down"}))
+}
+
+/// A request whose handler has to wait: it runs in `running` (or waits in the backlog).
 fn running_request(id: Id, handler: HandlerFuture) -> BoxFuture<'static, Done> {
     Box::pin(async move {
         let reply = reply_for(&id, handler).await;
-        Done { ids: DoneIds::One(id), reply: Some(reply) }
+        Done { owed: Owed::One(id), reply: Some(reply) }
     })
 }
 

@@ -17,19 +17,45 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
-use crate::message::RpcError;
+use tokio_util::sync::CancellationToken;
+
+use crate::message::{Id, RpcError};
 use crate::peer::PeerHandle;
 
-/// What a handler gets besides its params: the connection it serves and that
-/// connection's own state (`S`, e.g. "has said hello", "is the browser of X").
+/// What a handler gets besides its params: the connection it serves, that
+/// connection's own state (`S`, e.g. "has said hello", "is the browser of X"),
+/// and the id of the request it answers.
 pub struct Ctx<S> {
     pub peer: PeerHandle,
     pub state: Arc<S>,
+    call: Option<Id>,
 }
 
 impl<S> Clone for Ctx<S> {
     fn clone(&self) -> Self {
-        Ctx { peer: self.peer.clone(), state: self.state.clone() }
+        Ctx { peer: self.peer.clone(), state: self.state.clone(), call: self.call.clone() }
+    }
+}
+
+impl<S> Ctx<S> {
+    pub fn new(peer: PeerHandle, state: Arc<S>, call: Option<Id>) -> Self {
+        Ctx { peer, state, call }
+    }
+
+    /// The id of the request being handled (`None` for a notification).
+    pub fn request_id(&self) -> Option<&Id> {
+        self.call.as_ref()
+    }
+
+    /// A token that fires when this call should be abandoned: its connection
+    /// closed, the call was cancelled ([`PeerHandle::cancel_call`]), or
+    /// shutdown gave up on it. Hand it to work the handler spawns or forwards
+    /// (a forwarded call, a dialog) so that work is abandoned, not leaked.
+    pub fn cancel_token(&self) -> CancellationToken {
+        match &self.call {
+            Some(id) => self.peer.call_token(id),
+            None => self.peer.close_token(),
+        }
     }
 }
 
@@ -116,14 +142,39 @@ pub fn parse_params_at<P: DeserializeOwned>(prefix: &str, params: Option<&RawVal
     })
 }
 
-type Guard<S> = Box<dyn Fn(&Ctx<S>, &str) -> Result<(), RpcError> + Send + Sync>;
-type Adapter = Box<dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync>;
+/// What a guard decides about one incoming message.
+pub enum Gate {
+    /// Let it through.
+    Open,
+    /// Refuse it with this error.
+    Closed(RpcError),
+    /// Hold it until this resolves (e.g. until the peer's own `initialize`
+    /// finished), then let it through or refuse it. The reader is not held:
+    /// other messages, and answers to our own calls, keep flowing.
+    Wait(BoxFuture<'static, Result<(), RpcError>>),
+}
 
-/// A daemon's method table.
+impl From<Result<(), RpcError>> for Gate {
+    fn from(result: Result<(), RpcError>) -> Self {
+        match result {
+            Ok(()) => Gate::Open,
+            Err(error) => Gate::Closed(error),
+        }
+    }
+}
+
+type Guard<S> = Box<dyn Fn(&Ctx<S>, &str) -> Gate + Send + Sync>;
+type Rewrite = Box<dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync>;
+type BothPolicy = Box<dyn Fn(&RawValue, &RpcError) -> bool + Send + Sync>;
+
+/// A daemon's method table, with the daemon's own hooks: a guard before every
+/// method, and the dialect it tolerates on the wire. The engine itself knows
+/// no dialect; a daemon that must accept one supplies it here.
 pub struct Router<S> {
     handlers: HashMap<Box<str>, Box<dyn Handler<S>>>,
     guard: Option<Guard<S>>,
-    adapter: Option<Adapter>,
+    rewrite: Option<Rewrite>,
+    result_with_error: Option<BothPolicy>,
 }
 
 /// Building a router failed: the same method was registered twice.
@@ -141,7 +192,7 @@ impl<S: Send + Sync + 'static> Router<S> {
     #[allow(clippy::new_ret_no_self)]
     pub fn new() -> RouterBuilder<S> {
         RouterBuilder {
-            router: Router { handlers: HashMap::new(), guard: None, adapter: None },
+            router: Router { handlers: HashMap::new(), guard: None, rewrite: None, result_with_error: None },
             duplicates: Vec::new(),
         }
     }
@@ -149,7 +200,7 @@ impl<S: Send + Sync + 'static> Router<S> {
     /// A router with no methods, for the client side of a connection that only
     /// sends requests.
     pub fn empty() -> Arc<Self> {
-        Arc::new(Router { handlers: HashMap::new(), guard: None, adapter: None })
+        Arc::new(Router { handlers: HashMap::new(), guard: None, rewrite: None, result_with_error: None })
     }
 
     /// The registered method names, sorted.
@@ -162,18 +213,38 @@ impl<S: Send + Sync + 'static> Router<S> {
     /// Runs the guard, finds the handler and parses params; the returned future
     /// runs the handler itself.
     pub fn dispatch(&self, ctx: Ctx<S>, method: &str, params: Option<&RawValue>) -> Result<HandlerFuture, RpcError> {
-        if let Some(guard) = &self.guard {
-            guard(&ctx, method)?;
-        }
-        match self.handlers.get(method) {
-            Some(handler) => handler.call(ctx, params),
-            None => Err(RpcError::method_not_found(method)),
+        let gate = match &self.guard {
+            Some(guard) => guard(&ctx, method),
+            None => Gate::Open,
+        };
+        let handler = match &gate {
+            Gate::Closed(_) => None,
+            Gate::Open | Gate::Wait(_) => {
+                Some(self.handlers.get(method).ok_or_else(|| RpcError::method_not_found(method))?)
+            }
+        };
+        match (gate, handler) {
+            (Gate::Closed(error), _) => Err(error),
+            (Gate::Open, Some(handler)) => handler.call(ctx, params),
+            (Gate::Wait(until), Some(handler)) => {
+                let run = handler.call(ctx, params)?;
+                Ok(Box::pin(async move {
+                    until.await?;
+                    run.await
+                }))
+            }
+            (_, None) => unreachable!("a handler is looked up unless the gate is closed"),
         }
     }
 
-    /// Offers a frame that is not valid JSON-RPC to the legacy adapter.
-    pub fn adapt(&self, frame: &[u8]) -> Option<Vec<u8>> {
-        self.adapter.as_ref().and_then(|adapt| adapt(frame))
+    /// Offers a frame that is not valid JSON-RPC to the daemon's dialect.
+    pub fn rewrite_invalid(&self, frame: &[u8]) -> Option<Vec<u8>> {
+        self.rewrite.as_ref().and_then(|rewrite| rewrite(frame))
+    }
+
+    /// Whether a response carrying both `result` and `error` counts as its result.
+    pub fn accepts_result_with_error(&self, result: &RawValue, error: &RpcError) -> bool {
+        self.result_with_error.as_ref().is_some_and(|accept| accept(result, error))
     }
 }
 
@@ -196,15 +267,28 @@ impl<S: Send + Sync + 'static> RouterBuilder<S> {
 
     /// A check run before every method, with the connection context: the place
     /// for "say hello first" and "agents may not register tools".
-    pub fn guard(mut self, f: impl Fn(&Ctx<S>, &str) -> Result<(), RpcError> + Send + Sync + 'static) -> Self {
+    pub fn guard(self, f: impl Fn(&Ctx<S>, &str) -> Result<(), RpcError> + Send + Sync + 'static) -> Self {
+        self.gate(move |ctx, method| f(ctx, method).into())
+    }
+
+    /// A guard that may also hold a message until something is ready (see [`Gate`]).
+    pub fn gate(mut self, f: impl Fn(&Ctx<S>, &str) -> Gate + Send + Sync + 'static) -> Self {
         self.router.guard = Some(Box::new(f));
         self
     }
 
     /// Rewrites frames that are not valid JSON-RPC (an older dialect of the same
     /// protocol) into JSON-RPC, before they would be answered -32600.
-    pub fn legacy_adapter(mut self, f: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync + 'static) -> Self {
-        self.router.adapter = Some(Box::new(f));
+    pub fn rewrite_invalid(mut self, f: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync + 'static) -> Self {
+        self.router.rewrite = Some(Box::new(f));
+        self
+    }
+
+    /// Decides whether a response with both `result` and `error` (malformed,
+    /// but what some clients send for a failed tool) counts as its result.
+    /// Without it such a response fails the call as malformed.
+    pub fn result_with_error(mut self, f: impl Fn(&RawValue, &RpcError) -> bool + Send + Sync + 'static) -> Self {
+        self.router.result_with_error = Some(Box::new(f));
         self
     }
 

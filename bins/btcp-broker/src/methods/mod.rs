@@ -32,6 +32,10 @@ pub fn router() -> Arc<Router<ConnState>> {
         .method("tools/list", tools::list)
         .method("tools/call", tools::call)
         .guard(|cx, method| allowed_for(cx.state.client_type, method))
+        // The public btcp-client answers a failed tool with both `result`
+        // (carrying isError: true) and `error`; the result is the answer. Only
+        // browsers answer the broker's requests, so only they can send it.
+        .result_with_error(|_, _| true)
         .build()
         .expect("each method is registered once")
 }

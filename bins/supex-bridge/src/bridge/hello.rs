@@ -52,7 +52,7 @@ pub async fn handle(app: Arc<App>, cx: Ctx<BridgeConn>, params: Value) -> Result
         "bridge client identified"
     );
     cx.state.set_workspace(workspace);
-    handshake.identify();
+    handshake.identify(&cx);
     Ok(Welcome {
         success: true,
         message: "Client identified",

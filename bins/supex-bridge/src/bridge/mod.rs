@@ -53,7 +53,7 @@ pub fn router(app: Arc<App>) -> Arc<Router<BridgeConn>> {
             _ if cx.state.handshake.is_identified() => Ok(()),
             _ => Err(auth::not_identified(token_required, HELLO_HINT)),
         })
-        .legacy_adapter(legacy::adapt)
+        .rewrite_invalid(legacy::adapt)
         .build()
         .expect("the bridge registers each method once")
 }
