@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use integration_tests::{Daemon, LineClient, eventually, free_port, run};
+use integration_tests::{Daemon, LineClient, eventually, free_port, pids_matching, run};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -210,4 +210,51 @@ fn sigterm_during_a_long_evaluation_still_exits_0_without_ruby() {
     let status = bridge.daemon.terminate();
     assert_eq!(status.code(), Some(0), "{}", bridge.daemon.stderr());
     assert!(eventually(Duration::from_secs(5), || !alive(ruby)));
+}
+
+#[test]
+fn sigkill_of_the_daemon_leaves_nothing_an_evaluation_started() {
+    let Some(bridge) = Bridge::start() else {
+        return;
+    };
+    let mut client = bridge.client();
+    let ruby = runtime_pid(&mut client);
+    // argv[0] carries the marker, so the sleep can be found by its command line.
+    let marker = format!("supex-orphan-check-{}", std::process::id());
+    let spawned: u32 = eval(&mut client, &format!("Process.spawn(['sleep', '{marker}'], '300')")).parse().unwrap();
+    assert_eq!(pids_matching(&marker), [spawned]);
+    bridge.daemon.signal(Signal::SIGKILL);
+    let gone = eventually(Duration::from_secs(5), || pids_matching(&marker).is_empty() && !alive(ruby));
+    let left = pids_matching(&marker);
+    for &pid in &left {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
+    assert!(gone, "outlived the SIGKILLed daemon: ruby alive: {}, spawned: {left:?}", alive(ruby));
+}
+
+#[test]
+fn a_runtime_that_keeps_dying_between_evaluations_waits_for_the_next_one() {
+    let Some(bridge) = Bridge::start() else {
+        return;
+    };
+    let mut client = bridge.client();
+    let info = |client: &mut LineClient| crate::support::ok(client, "runtime_info", json!({}));
+    // Three exits on their own within five minutes: restarted twice, then left.
+    for _ in 0..3 {
+        let ruby = runtime_pid(&mut client);
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(ruby as i32), Signal::SIGKILL).unwrap();
+        let moved_on = eventually(Duration::from_secs(10), || {
+            let now = info(&mut client);
+            now["state"] == "unavailable" || (now["pid"].is_u64() && now["pid"] != ruby)
+        });
+        assert!(moved_on, "{}", bridge.daemon.stderr());
+    }
+    let stopped = info(&mut client);
+    assert_eq!(stopped["state"], "unavailable", "{stopped}");
+    let problem = stopped["problem"].as_str().unwrap_or_default();
+    assert!(problem.contains("3 times") && problem.contains("the next evaluation"), "{problem}");
+    assert_eq!(stopped["restarts"], 2);
+    // The next evaluation starts it again.
+    assert_eq!(eval(&mut client, "1 + 1"), "2");
+    assert_eq!(info(&mut client)["state"], "running");
 }

@@ -9,8 +9,7 @@
 //!
 //! The turn's holder enforces its timeout by killing the process and starts
 //! the next one; a keeper task restarts a process that dies between
-//! evaluations (with backoff if it keeps dying young), and `stop` ends it
-//! with the daemon.
+//! evaluations (see [`crash_policy`]), and `stop` ends it with the daemon.
 
 mod console;
 mod process;
@@ -20,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use rpc_core::child::{CrashHistory, CrashPolicy, Restart};
 use tokio::sync::{OwnedMutexGuard, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -34,10 +34,25 @@ pub use protocol::{RubyException, Scope, Show};
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the driver gets to exit after its request pipe closed.
 const STOP_GRACE: Duration = Duration::from_secs(2);
-/// A process that lived at least this long was healthy: its crash is not part
-/// of a crash loop.
-const HEALTHY_AFTER: Duration = Duration::from_secs(10);
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// When the keeper restarts a runtime that exited on its own between
+/// evaluations: after 0.2 s, doubling up to 10 s while it keeps dying within
+/// 10 s of starting. At rpc-core's default cut-off, 3 such exits within 5
+/// minutes, it stops: something outside any one evaluation is wrong (a broken
+/// `SUPEX_RUBY` wrapper, a thread that keeps calling `exit!`), and restarting
+/// it forever in the background would only burn CPU and flood the console.
+/// The runtime is then reported unavailable, saying why, and the next
+/// evaluation or `reset_runtime` starts it on demand, so nobody is locked out.
+/// Timeouts, resets and crashes during an evaluation are restarted at once
+/// and are not counted: a caller is waiting, and its error says it restarted.
+fn crash_policy() -> CrashPolicy {
+    CrashPolicy {
+        first_delay: Duration::from_millis(200),
+        max_delay: Duration::from_secs(10),
+        healthy_after: Duration::from_secs(10),
+        ..CrashPolicy::default()
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
@@ -112,13 +127,18 @@ struct Counters {
 }
 
 /// What the holder of the turn may change.
-#[derive(Default)]
 struct Slot {
     process: Option<Arc<RubyProcess>>,
     /// Whether a process ever ran: every later start is a restart.
     ran_before: bool,
-    /// Processes in a row that died young between evaluations.
-    quick_crashes: u32,
+    /// Processes that exited on their own between evaluations.
+    crashes: CrashHistory,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot { process: None, ran_before: false, crashes: CrashHistory::new(crash_policy()) }
+    }
 }
 
 struct Inner {
@@ -128,6 +148,8 @@ struct Inner {
     state: watch::Sender<State>,
     counters: Counters,
     stop: CancellationToken,
+    /// Shutdown began: no evaluation starts any more.
+    draining: CancellationToken,
 }
 
 /// The handle every server shares.
@@ -137,16 +159,16 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Starts Ruby in the background. Must be called from a runtime thread
-    /// that lives as long as the daemon (see `process::set_up_child`).
+    /// Starts Ruby in the background.
     pub fn start(config: RuntimeConfig, console: Arc<ConsoleLog>) -> Runtime {
         let inner = Arc::new(Inner {
             command: config.command,
             console,
-            turn: Arc::default(),
+            turn: Arc::new(tokio::sync::Mutex::new(Slot::new())),
             state: watch::Sender::new(State::Starting),
             counters: Counters::default(),
             stop: CancellationToken::new(),
+            draining: CancellationToken::new(),
         });
         let keeper = tokio::spawn(keep(inner.clone()));
         Runtime { inner, keeper: tokio::sync::Mutex::new(Some(keeper)) }
@@ -158,8 +180,13 @@ impl Runtime {
     /// finish (or time out) before the next one starts.
     pub async fn eval(&self, eval: Eval) -> Result<Evaluated, RuntimeError> {
         let inner = &self.inner;
-        let mut slot = inner.turn.clone().lock_owned().await;
-        if inner.stop.is_cancelled() {
+        // Waiting for the turn ends when the daemon starts shutting down: only
+        // the evaluation already running gets the grace period.
+        let mut slot = tokio::select! {
+            slot = inner.turn.clone().lock_owned() => slot,
+            () = inner.draining.cancelled() => return Err(RuntimeError::Stopped),
+        };
+        if inner.stop.is_cancelled() || inner.draining.is_cancelled() {
             return Err(RuntimeError::Stopped);
         }
         let process = inner.ensure_running(&mut slot).await?;
@@ -191,7 +218,7 @@ impl Runtime {
         let reply = process
             .call(|id| Request::Complete { id, code })
             .await
-            .map_err(|exited| RuntimeError::Crashed { exited: exited.0 })?;
+            .map_err(|exited| RuntimeError::Crashed { exited: exited.to_string() })?;
         Ok(reply.complete.unwrap_or(true))
     }
 
@@ -277,8 +304,15 @@ impl Runtime {
     /// Stops the process: closes its request pipe so the driver exits, and
     /// kills it if it has not within a grace period. Evaluations still
     /// waiting for their turn fail with [`RuntimeError::Stopped`].
+    /// The daemon is shutting down: evaluations waiting for their turn are
+    /// refused at once, and no new one starts; the running one carries on.
+    pub fn refuse_waiting(&self) {
+        self.inner.draining.cancel();
+    }
+
     pub async fn stop(&self) {
         let inner = &self.inner;
+        inner.draining.cancel();
         inner.stop.cancel();
         if let Some(keeper) = self.keeper.lock().await.take() {
             let _ = keeper.await;
@@ -329,6 +363,22 @@ impl Inner {
                 Err(RuntimeError::Unavailable { message: e.0 })
             }
         }
+    }
+
+    /// Leaves a runtime caught in a crash loop stopped (see [`crash_policy`]).
+    fn give_up(&self, slot: &mut Slot, last_exit: &str) {
+        let policy = slot.crashes.policy();
+        let window = policy.give_up.map_or(Duration::ZERO, |limit| limit.within);
+        let message = format!(
+            "the Ruby runtime exited on its own {} times within {} (last: {last_exit}), so it is no \
+             longer restarted in the background; the next evaluation or reset_runtime starts it again",
+            slot.crashes.recent_crashes(),
+            humantime::format_duration(window),
+        );
+        tracing::error!("{message}");
+        self.console.mark(&message);
+        slot.process = None;
+        self.state.send_replace(State::Unavailable(message));
     }
 
     /// The live process, started on demand (a missing interpreter may have
@@ -388,7 +438,7 @@ impl InFlight {
             None => {
                 tracing::warn!(pid, %exited, "the ruby runtime died during an evaluation");
                 (
-                    RuntimeError::Crashed { exited: exited.0.clone() },
+                    RuntimeError::Crashed { exited: exited.to_string() },
                     format!("it exited during an evaluation ({exited})"),
                 )
             }
@@ -478,21 +528,18 @@ async fn keep(inner: Arc<Inner>) {
                 inner.console.mark(&format!("runtime pid {pid} stopped ({exited}): reset requested"));
             }
             _ => {
-                tracing::warn!(pid, %exited, "the ruby runtime exited on its own; restarting it");
                 inner.console.mark(&format!("runtime pid {pid} exited on its own ({exited})"));
-                let lived = process.info.started_at.elapsed().unwrap_or_default();
-                slot.quick_crashes = if lived < HEALTHY_AFTER { slot.quick_crashes + 1 } else { 0 };
-                if slot.quick_crashes > 1 {
-                    let delay =
-                        Duration::from_millis(100).saturating_mul(1 << slot.quick_crashes.min(8)).min(MAX_BACKOFF);
-                    tracing::warn!(
-                        ?delay,
-                        crashes = slot.quick_crashes,
-                        "the runtime keeps crashing; waiting before the next start"
-                    );
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
-                        _ = inner.stop.cancelled() => return,
+                match slot.crashes.crashed(process.started, std::time::Instant::now()) {
+                    Restart::After(delay) => {
+                        tracing::warn!(pid, %exited, ?delay, "the ruby runtime exited on its own; restarting it");
+                        tokio::select! {
+                            _ = tokio::time::sleep(delay) => {}
+                            _ = inner.stop.cancelled() => return,
+                        }
+                    }
+                    Restart::GiveUp => {
+                        inner.give_up(&mut slot, &exited.to_string());
+                        continue;
                     }
                 }
             }

@@ -1,29 +1,27 @@
-//! One Ruby process running the driver: spawning it with its three pipes,
+//! One Ruby process running the driver: starting it with its three pipes,
 //! routing its replies to the calls waiting for them, and killing it.
 //!
 //! Pipes: requests go to the child's stdin; replies come back on fd 3 (a pipe
 //! of their own); stdout and stderr share one pipe that feeds the console log.
-//! The child leads a process group of its own, so that a timeout or a reset
-//! also kills whatever it started (`system("sleep 100")`), and a Ctrl-C meant
-//! for the daemon in a terminal does not reach it directly.
+//! The process itself is an `rpc_core::child` process: it leads a process group
+//! of its own, so that a timeout or a reset also kills whatever it started
+//! (`system("sleep 100")`), a Ctrl-C meant for the daemon in a terminal does
+//! not reach it directly, and nothing it started outlives the daemon, even a
+//! SIGKILLed one.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::process::{ExitStatus, Stdio};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use rpc_core::Frame;
+use rpc_core::child::{ChildCommand, ChildProcess, ChildStdin, Exit, Stderr, Stdin, Stdout};
 use rpc_core::codec::NdjsonCodec;
 use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio_util::codec::FramedRead;
 
 use super::console::ConsoleLog;
@@ -33,15 +31,8 @@ use super::protocol::{DRIVER_SOURCE, PROTOCOL_VERSION, Ready, Reply, Request};
 /// `output` at 1 MiB, so this leaves room for escaping.
 const REPLY_LIMIT: usize = 64 * 1024 * 1024;
 
-/// How the process ended, in words (`exit status: 1`, `signal: 9 (SIGKILL)`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Exited(pub String);
-
-impl fmt::Display for Exited {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+/// The driver writes its replies to this descriptor.
+const REPLY_FD: i32 = 3;
 
 /// Facts about a running process, for `runtime_info`.
 #[derive(Clone, Debug)]
@@ -62,25 +53,27 @@ pub enum KillReason {
 
 type Replies = FramedRead<tokio::net::unix::pipe::Receiver, NdjsonCodec>;
 
-/// A live (or just-exited) Ruby process. Dropping it kills the process.
+/// A live (or just-exited) Ruby process. Dropping it kills its process group.
 pub struct RubyProcess {
     pub info: ProcessInfo,
+    /// When it started, for telling a crash loop from a crash after a long life.
+    pub started: Instant,
     link: Arc<Link>,
     /// The reply pipe. There is no reader task: whoever waits for a reply
     /// takes this lock and reads, handing other callers' replies to them, so
     /// a reply reaches the task waiting for it without a hop through another.
     replies: tokio::sync::Mutex<Replies>,
-    kill: Mutex<Option<oneshot::Sender<()>>>,
+    child: ChildProcess,
     kill_reason: Mutex<Option<KillReason>>,
-    exit: watch::Receiver<Option<Exited>>,
 }
 
 /// A request that was sent; [`RubyProcess::wait`] gets its reply.
 pub struct PendingReply {
-    rx: oneshot::Receiver<Result<Reply, Exited>>,
+    rx: oneshot::Receiver<Result<Reply, Exit>>,
 }
 
-/// What the reader and watcher tasks share with callers.
+/// What callers share with each other and with the task that fails their
+/// calls when the process ends.
 struct Link {
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     pending: Mutex<Pending>,
@@ -89,12 +82,12 @@ struct Link {
 
 #[derive(Default)]
 struct Pending {
-    calls: HashMap<u64, oneshot::Sender<Result<Reply, Exited>>>,
-    exited: Option<Exited>,
+    calls: HashMap<u64, oneshot::Sender<Result<Reply, Exit>>>,
+    exited: Option<Exit>,
 }
 
 impl Link {
-    fn fail_all(&self, exited: &Exited) {
+    fn fail_all(&self, exited: &Exit) {
         let calls = {
             let mut pending = self.pending.lock().unwrap();
             pending.exited = Some(exited.clone());
@@ -148,24 +141,20 @@ impl RubyProcess {
         let (console_read, console_write) = pipe().map_err(|e| io_error("creating the console pipe", e))?;
         let console_write_2 = console_write.try_clone().map_err(|e| io_error("creating the console pipe", e))?;
 
-        let mut cmd = Command::new(&command[0]);
-        cmd.args(&command[1..])
-            .arg("-e")
-            .arg(DRIVER_SOURCE)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::from(console_write))
-            .stderr(Stdio::from(console_write_2))
-            .process_group(0)
-            .kill_on_drop(true);
-        set_up_child(&mut cmd, reply_write.as_raw_fd());
         let console_seq = console.seq();
         console.mark(&format!("starting {shown}"));
-        let spawned = cmd.spawn();
-        // The child has its copies now; ours must go, or EOF never comes.
-        drop(cmd);
-        drop(reply_write);
+        let spawned = ChildCommand::new(&command[0])
+            .name("ruby")
+            .args(&command[1..])
+            .arg("-e")
+            .arg(DRIVER_SOURCE)
+            .stdin(Stdin::Piped)
+            .stdout(Stdout::Fd(console_write))
+            .stderr(Stderr::Fd(console_write_2))
+            .fd(reply_write, REPLY_FD)
+            .spawn();
         let mut child = spawned.map_err(|e| StartError(spawn_failure(&command[0], &e)))?;
-        let pid = child.id().unwrap_or_default();
+        let pid = child.pid();
 
         let (console_done_tx, console_done) = oneshot::channel();
         let drain_console = console.clone();
@@ -179,13 +168,14 @@ impl RubyProcess {
             .map_err(|e| io_error("starting the console reader", e))?;
 
         let link = Arc::new(Link {
-            stdin: tokio::sync::Mutex::new(child.stdin.take()),
+            stdin: tokio::sync::Mutex::new(child.take_stdin()),
             pending: Mutex::default(),
             next_id: AtomicU64::new(1),
         });
-        let (kill_tx, kill_rx) = oneshot::channel();
-        let (exit_tx, mut exit) = watch::channel(None);
-        tokio::spawn(watch_child(child, pid, kill_rx, exit_tx, link.clone()));
+        // Calls still waiting when the process ends fail with how it ended.
+        let exited = child.exited();
+        let failing = link.clone();
+        tokio::spawn(async move { failing.fail_all(&exited.await) });
 
         let receiver = tokio::net::unix::pipe::Receiver::from_owned_fd(reply_read)
             .map_err(|e| io_error("reading the reply pipe", e))?;
@@ -193,21 +183,26 @@ impl RubyProcess {
 
         let first = tokio::select! {
             frame = replies.next() => frame,
-            _ = exit.wait_for(Option::is_some) => None,
+            _ = child.exited() => None,
             _ = tokio::time::sleep(startup) => {
-                let _ = kill_tx.send(());
+                child.kill();
                 return Err(StartError(format!(
                     "`{shown}` did not start the driver within {startup:?}"
                 )));
             }
         };
-        let ready = match first {
-            Some(Ok(Frame::Message(line))) => serde_json::from_slice::<Ready>(&line).ok(),
+        let ready = match &first {
+            Some(Ok(Frame::Message(line))) => serde_json::from_slice::<Ready>(line).ok(),
             _ => None,
         };
         let Some(ready) = ready.filter(|r| r.ready && r.protocol == PROTOCOL_VERSION) else {
-            let _ = kill_tx.send(());
-            let status = exit.wait_for(Option::is_some).await.ok().and_then(|s| s.clone());
+            // A program that closed the pipe is ending: let it, so its own exit
+            // status is reported (a kill now could still overtake it). One that
+            // wrote something else would go on: kill it.
+            if first.is_some() || tokio::time::timeout(Duration::from_secs(1), child.exited()).await.is_err() {
+                child.kill();
+            }
+            let status = child.exited().await;
             let _ = tokio::time::timeout(Duration::from_secs(1), console_done).await;
             let said: Vec<String> = console
                 .since(console_seq)
@@ -215,9 +210,9 @@ impl RubyProcess {
                 .filter(|l| !l.starts_with("-- supex-bridge:"))
                 .take(10)
                 .collect();
+            let how = if first.is_some() { "it sent something else first".to_owned() } else { status.to_string() };
             return Err(StartError(format!(
-                "`{shown}` did not start the Ruby driver ({}){}",
-                status.map_or_else(|| "it sent something else first".to_owned(), |s| s.0),
+                "`{shown}` did not start the Ruby driver ({how}){}",
                 if said.is_empty() { String::new() } else { format!("; it printed: {}", said.join(" | ")) }
             )));
         };
@@ -230,11 +225,11 @@ impl RubyProcess {
                 ruby_version: ready.ruby_version,
                 ruby_description: ready.ruby_description,
             },
+            started: Instant::now(),
             link,
             replies: tokio::sync::Mutex::new(replies),
-            kill: Mutex::new(Some(kill_tx)),
+            child,
             kill_reason: Mutex::new(None),
-            exit,
         })
     }
 
@@ -259,7 +254,7 @@ impl RubyProcess {
             None => Err(io::ErrorKind::BrokenPipe.into()),
         };
         if let Err(e) = written {
-            // The process is going away; its watcher fails the call once it is reaped.
+            // The process is going away; the call fails once it is reaped.
             tracing::debug!(pid = self.info.pid, error = %e, "writing to the runtime failed");
         }
         PendingReply { rx }
@@ -267,7 +262,7 @@ impl RubyProcess {
 
     /// Waits for the reply to `pending`, reading the reply pipe while nobody
     /// else does. Cancel-safe: the pipe's buffered bytes stay in the reader.
-    pub async fn wait(&self, pending: &mut PendingReply) -> Result<Reply, Exited> {
+    pub async fn wait(&self, pending: &mut PendingReply) -> Result<Reply, Exit> {
         let pid = self.info.pid;
         let settled = 'wait: {
             tokio::select! {
@@ -280,8 +275,8 @@ impl RubyProcess {
                         frame = replies.next() => match frame {
                             Some(Ok(Frame::Message(line))) => self.link.dispatch(&line, pid),
                             Some(Ok(other)) => tracing::warn!(pid, ?other, "unusable reply from the runtime"),
-                            // The pipe closed: the process is gone, and its
-                            // watcher fails every waiting call once it is reaped.
+                            // The pipe closed: the process is gone, and every
+                            // waiting call fails once it is reaped.
                             Some(Err(_)) | None => {
                                 drop(replies);
                                 break 'wait (&mut pending.rx).await;
@@ -298,7 +293,7 @@ impl RubyProcess {
     }
 
     /// Sends a request and waits for its reply, or for the process to end.
-    pub async fn call<'a>(&self, request: impl FnOnce(u64) -> Request<'a>) -> Result<Reply, Exited> {
+    pub async fn call<'a>(&self, request: impl FnOnce(u64) -> Request<'a>) -> Result<Reply, Exit> {
         let mut pending = self.request(request).await;
         self.wait(&mut pending).await
     }
@@ -306,9 +301,7 @@ impl RubyProcess {
     /// Kills the process group at once (SIGKILL), remembering why.
     pub fn kill(&self, reason: KillReason) {
         self.kill_reason.lock().unwrap().get_or_insert(reason);
-        if let Some(kill) = self.kill.lock().unwrap().take() {
-            let _ = kill.send(());
-        }
+        self.child.kill();
     }
 
     /// Why the daemon killed the process, if it did.
@@ -321,73 +314,20 @@ impl RubyProcess {
         self.link.stdin.lock().await.take();
     }
 
-    /// Waits until the process has ended and been reaped.
-    pub async fn exited(&self) -> Exited {
-        let mut exit = self.exit.clone();
-        match exit.wait_for(Option::is_some).await {
-            Ok(status) => status.clone().unwrap_or_else(|| Exited("exited".into())),
-            Err(_) => Exited("exited".into()),
-        }
+    /// Waits until the process has ended and been reaped (and with it
+    /// whatever else was left of its group).
+    pub async fn exited(&self) -> Exit {
+        self.child.exited().await
     }
 
     pub fn has_exited(&self) -> bool {
-        self.exit.borrow().is_some()
+        self.child.has_exited()
     }
 }
 
 impl Drop for RubyProcess {
     fn drop(&mut self) {
         self.kill(KillReason::Shutdown);
-    }
-}
-
-/// Reaps the child, killing its group first when asked (or when the
-/// [`RubyProcess`] is dropped), then whatever of the group is left, and fails
-/// the calls still waiting.
-async fn watch_child(
-    mut child: Child,
-    pid: u32,
-    kill: oneshot::Receiver<()>,
-    exit: watch::Sender<Option<Exited>>,
-    link: Arc<Link>,
-) {
-    let status = tokio::select! {
-        status = child.wait() => status,
-        _ = kill => {
-            kill_group(pid);
-            child.wait().await
-        }
-    };
-    // Background processes the code started die with the runtime: they belong
-    // to its state, which is gone.
-    kill_group(pid);
-    let exited = Exited(match status {
-        Ok(status) => describe(status),
-        Err(e) => format!("could not be waited for: {e}"),
-    });
-    link.fail_all(&exited);
-    let _ = exit.send(Some(exited));
-}
-
-fn kill_group(pid: u32) {
-    // The group keeps the leader's pid as its id while any member lives, so
-    // this cannot reach an unrelated process even after the leader was reaped.
-    if let Ok(pid) = i32::try_from(pid)
-        && pid > 0
-    {
-        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-    }
-}
-
-fn describe(status: ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exit status {code}"),
-        (None, Some(signal)) => match Signal::try_from(signal) {
-            Ok(name) => format!("killed by {name}"),
-            Err(_) => format!("killed by signal {signal}"),
-        },
-        _ => status.to_string(),
     }
 }
 
@@ -424,51 +364,5 @@ fn spawn_failure(program: &str, error: &io::Error) -> String {
         _ => {
             format!("Ruby is not available: starting `{program}` failed: {error}; check SUPEX_RUBY")
         }
-    }
-}
-
-/// Runs in the child between fork and exec: puts the reply pipe on fd 3 and,
-/// on Linux, asks the kernel to SIGKILL the child if the daemon dies.
-#[allow(unsafe_code)]
-fn set_up_child(cmd: &mut Command, reply_fd: i32) {
-    #[cfg(target_os = "linux")]
-    let parent = nix::unistd::getpid();
-    // SAFETY: the closure runs in the forked child before exec, where only
-    // async-signal-safe operations are allowed. It makes nothing but direct
-    // system calls (dup2, fcntl, prctl, getppid) through nix's thin wrappers:
-    // no allocation, no locks, no panics on the success path, and errors are
-    // returned as io::Error values made from an errno (no allocation either).
-    // `reply_fd` is the write end of a pipe we own and keep open until
-    // `spawn` returns, so it is valid in the child. It is at least 3 because
-    // Rust's runtime keeps fds 0-2 open; if it is exactly 3 dup2 would be a
-    // no-op that leaves close-on-exec set, so the flag is cleared instead.
-    unsafe {
-        cmd.pre_exec(move || {
-            use nix::fcntl::{FcntlArg, FdFlag, fcntl};
-            use std::os::fd::{BorrowedFd, IntoRawFd};
-            const REPLY_FD: i32 = 3;
-            let source = BorrowedFd::borrow_raw(reply_fd);
-            if reply_fd == REPLY_FD {
-                fcntl(source, FcntlArg::F_SETFD(FdFlag::empty()))?;
-            } else {
-                // dup2 clears close-on-exec on the new descriptor; the OwnedFd it
-                // returns is turned back into a raw fd so nothing closes it.
-                let _ = nix::unistd::dup2_raw(source, REPLY_FD)?.into_raw_fd();
-            }
-            #[cfg(target_os = "linux")]
-            {
-                // The death signal follows the *thread* that forked. Ruby is
-                // spawned from tasks on the daemon's single runtime thread,
-                // which lives as long as the daemon does (never from the
-                // blocking pool, whose threads retire when idle).
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-                // The daemon may have died before the line above: then nobody
-                // would ever send the signal.
-                if nix::unistd::getppid() != parent {
-                    return Err(nix::errno::Errno::ESRCH.into());
-                }
-            }
-            Ok(())
-        });
     }
 }
