@@ -366,3 +366,24 @@ impl Drop for SocketActivated {
         let _ = self.child.wait();
     }
 }
+
+/// The resident set size of a process, in bytes (`VmRSS` in /proc).
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The highest RSS of `pid` seen while sampling it every 50 ms for `window`.
+pub fn peak_rss(pid: u32, window: Duration) -> u64 {
+    let deadline = Instant::now() + window;
+    let mut peak = 0;
+    while Instant::now() < deadline {
+        peak = peak.max(rss_bytes(pid));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    peak
+}

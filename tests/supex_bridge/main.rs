@@ -2,10 +2,13 @@
 //! real `ruby`, spoken to as the Supex driver, the REPL and its own client
 //! commands would.
 
+mod admission;
 mod eval;
 mod files;
 mod handshake;
 mod lifecycle;
+mod memory;
 mod repl;
 mod service;
+mod shutdown;
 mod support;

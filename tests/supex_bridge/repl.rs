@@ -157,7 +157,8 @@ fn the_repl_can_be_turned_off() {
         return;
     };
     assert!(std::net::TcpStream::connect(bridge.repl).is_err());
-    assert!(bridge.daemon.stderr().contains("disabled"), "{}", bridge.daemon.stderr());
+    // The log line comes after the bridge port opens: wait for it.
+    assert!(bridge.daemon.wait_for_log("disabled", std::time::Duration::from_secs(5)), "{}", bridge.daemon.stderr());
 }
 
 #[test]

@@ -64,13 +64,13 @@ impl Broker {
             .map(|_| PeerSlot { broker: self.clone() })
     }
 
-    fn peer_config(&self, client_type: ClientType) -> PeerConfig {
+    fn peer_config(&self) -> PeerConfig {
+        let config = &self.config;
         PeerConfig {
-            keepalive: self.config.keepalive,
-            request_timeout: self.config.call_timeout,
-            // The public btcp-client answers a failed tool with both `result`
-            // (carrying isError: true) and `error`; the result is the answer.
-            accept_result_with_error: client_type == ClientType::Browser,
+            keepalive: config.keepalive,
+            request_timeout: config.call_timeout,
+            write_budget: config.write_budget,
+            backlog_bytes: config.backlog_bytes,
             ..PeerConfig::default()
         }
     }
@@ -178,8 +178,7 @@ pub async fn serve_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpe
         joined: Mutex::new(None),
         rate: Mutex::new(TokenBucket::new(broker.config.rate_limit, broker.config.rate_burst)),
     });
-    let (peer, conn) =
-        Connection::new(transport, broker.router.clone(), state.clone(), broker.peer_config(client_type));
+    let (peer, conn) = Connection::new(transport, broker.router.clone(), state.clone(), broker.peer_config());
     let attached = match client_type {
         ClientType::Browser => {
             let id = session_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());

@@ -3,12 +3,15 @@
 //! `serve` is the default command, so its settings are accepted both at the top
 //! level (`btcp-broker --port 9000`) and after `serve`. The endpoint settings
 //! (host, port, token) are global because the client commands need them too.
+//! Durations, the bind address and "beyond loopback needs a token" follow
+//! rpc-core's rules, as in every daemon.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use rpc_core::cli::{LogArgs, config_error};
+use rpc_core::cli::LogArgs;
+use rpc_core::config::{self, ConfigError, Unit, ValueError};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -90,7 +93,7 @@ pub struct ServeArgs {
     #[arg(long, env = "BTCP_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
     /// Default tools/call timeout (ms, or a duration like `30s`).
-    #[arg(long, env = "BTCP_CALL_TIMEOUT", default_value = "30000", value_parser = millis)]
+    #[arg(long, env = "BTCP_CALL_TIMEOUT", default_value = "30000", value_parser = positive_millis)]
     pub call_timeout: Duration,
     /// Longest timeout an agent may ask for (ms, or a duration like `5m`).
     #[arg(long, env = "BTCP_MAX_CALL_TIMEOUT", default_value = "300000", value_parser = millis)]
@@ -121,29 +124,37 @@ pub struct ServeArgs {
     #[arg(long, env = "BTCP_MAX_CONNECTIONS", default_value_t = 20_000)]
     pub max_connections: usize,
     /// Interval of WebSocket pings to detect dead peers (two missed: dropped).
-    #[arg(long, env = "BTCP_KEEPALIVE", default_value = "30", value_parser = seconds)]
+    #[arg(long, env = "BTCP_KEEPALIVE", default_value = "30", value_parser = positive_seconds)]
     pub keepalive: Duration,
     /// Time in-flight calls get to finish on SIGTERM before connections close.
     #[arg(long, env = "BTCP_SHUTDOWN_GRACE", default_value = "5", value_parser = seconds)]
     pub shutdown_grace: Duration,
+    /// Bytes of messages one connection may have waiting to be written; past it
+    /// its next requests wait (an agent that never reads holds no more).
+    #[arg(long, env = "BTCP_WRITE_BUDGET", default_value_t = rpc_core::peer::DEFAULT_WRITE_BUDGET)]
+    pub write_budget: usize,
+    /// Bytes of requests and notifications one connection may have waiting to
+    /// run; past it requests are answered `overloaded` and notifications dropped.
+    #[arg(long, env = "BTCP_BACKLOG_BYTES", default_value_t = rpc_core::peer::DEFAULT_BACKLOG_BYTES)]
+    pub backlog_bytes: usize,
 }
 
 /// A duration in milliseconds when it is a bare number, else humantime (`30s`).
-fn millis(text: &str) -> Result<Duration, String> {
-    duration(text, Duration::from_millis)
+fn millis(text: &str) -> Result<Duration, ValueError> {
+    config::duration(text, Unit::Milliseconds)
+}
+
+fn positive_millis(text: &str) -> Result<Duration, ValueError> {
+    millis(text).and_then(config::positive)
 }
 
 /// A duration in seconds when it is a bare number, else humantime (`500ms`).
-fn seconds(text: &str) -> Result<Duration, String> {
-    duration(text, Duration::from_secs)
+fn seconds(text: &str) -> Result<Duration, ValueError> {
+    config::duration(text, Unit::Seconds)
 }
 
-fn duration(text: &str, unit: fn(u64) -> Duration) -> Result<Duration, String> {
-    let text = text.trim();
-    match text.parse::<u64>() {
-        Ok(n) => Ok(unit(n)),
-        Err(_) => humantime::parse_duration(text).map_err(|e| format!("{e} (in {text:?})")),
-    }
+fn positive_seconds(text: &str) -> Result<Duration, ValueError> {
+    seconds(text).and_then(config::positive)
 }
 
 /// Validated settings of a running broker.
@@ -164,19 +175,16 @@ pub struct Config {
     pub max_connections: usize,
     pub keepalive: Duration,
     pub shutdown_grace: Duration,
+    pub write_budget: usize,
+    pub backlog_bytes: usize,
 }
 
 impl Config {
-    /// Checks the settings; a bad one stops the broker with exit code 2.
-    pub fn from_args(endpoint: &EndpointArgs, serve: &ServeArgs) -> Config {
-        let listen = resolve_listen(&endpoint.host, endpoint.port);
+    /// Checks the settings; the first bad one is named in the error.
+    pub fn from_args(endpoint: &EndpointArgs, serve: &ServeArgs) -> Result<Config, ConfigError> {
+        let listen = config::bind_address("BTCP_HOST", &endpoint.host, endpoint.port)?;
         let auth_token = endpoint.auth_token.clone().filter(|t| !t.is_empty());
-        if !rpc_core::listen::is_loopback(&endpoint.host) && auth_token.is_none() {
-            config_error(
-                "BTCP_HOST",
-                format!("{} is not a loopback address; set BTCP_AUTH_TOKEN to listen on it", endpoint.host),
-            );
-        }
+        config::check_exposure("BTCP_HOST", listen.ip(), "BTCP_AUTH_TOKEN", auth_token.as_deref())?;
         let allowed_origins = match serve.allowed_origins.as_slice() {
             [] => None,
             list => {
@@ -186,24 +194,27 @@ impl Config {
                         || origin.starts_with("https://")
                         || origin.contains("-extension://"))
                     {
-                        config_error(
+                        return Err(ConfigError::new(
                             "BTCP_ALLOWED_ORIGINS",
                             format!("{origin:?} is not an origin like https://app.example"),
-                        );
+                        ));
                     }
                     origins.push(origin.trim_end_matches('/').to_ascii_lowercase());
                 }
                 Some(origins)
             }
         };
-        if serve.call_timeout.is_zero() {
-            config_error("BTCP_CALL_TIMEOUT", "must be more than 0");
-        }
         if serve.max_call_timeout < serve.call_timeout {
-            config_error("BTCP_MAX_CALL_TIMEOUT", "must be at least BTCP_CALL_TIMEOUT");
+            return Err(ConfigError::new("BTCP_MAX_CALL_TIMEOUT", "must be at least BTCP_CALL_TIMEOUT"));
         }
-        if serve.max_message < 1024 {
-            config_error("BTCP_MAX_MESSAGE", "must be at least 1024 bytes");
+        for (name, value) in [
+            ("BTCP_MAX_MESSAGE", serve.max_message),
+            ("BTCP_WRITE_BUDGET", serve.write_budget),
+            ("BTCP_BACKLOG_BYTES", serve.backlog_bytes),
+        ] {
+            if value < 1024 {
+                return Err(ConfigError::new(name, "must be at least 1024 bytes"));
+            }
         }
         for (name, value) in [
             ("BTCP_MAX_AGENTS_PER_SESSION", serve.max_agents_per_session),
@@ -212,19 +223,16 @@ impl Config {
             ("BTCP_MAX_CONNECTIONS", serve.max_connections),
         ] {
             if value == 0 {
-                config_error(name, "must be at least 1");
+                return Err(ConfigError::new(name, "must be at least 1"));
             }
         }
         if !(serve.rate_limit >= 0.0 && serve.rate_limit.is_finite()) {
-            config_error("BTCP_RATE_LIMIT", "must be a number >= 0");
+            return Err(ConfigError::new("BTCP_RATE_LIMIT", "must be a number >= 0"));
         }
         if !(serve.rate_burst >= 1.0 && serve.rate_burst.is_finite()) {
-            config_error("BTCP_RATE_BURST", "must be a number >= 1");
+            return Err(ConfigError::new("BTCP_RATE_BURST", "must be a number >= 1"));
         }
-        if serve.keepalive.is_zero() {
-            config_error("BTCP_KEEPALIVE", "must be more than 0");
-        }
-        Config {
+        Ok(Config {
             listen,
             auth_token,
             allowed_origins,
@@ -240,20 +248,9 @@ impl Config {
             max_connections: serve.max_connections,
             keepalive: serve.keepalive,
             shutdown_grace: serve.shutdown_grace,
-        }
-    }
-}
-
-/// `host:port` as a socket address; `localhost` is 127.0.0.1 (never a DNS lookup).
-fn resolve_listen(host: &str, port: u16) -> SocketAddr {
-    let host = if host.eq_ignore_ascii_case("localhost") {
-        "127.0.0.1"
-    } else {
-        host.trim_start_matches('[').trim_end_matches(']')
-    };
-    match host.parse::<std::net::IpAddr>() {
-        Ok(ip) => SocketAddr::new(ip, port),
-        Err(_) => config_error("BTCP_HOST", format!("{host:?} is not an IP address")),
+            write_budget: serve.write_budget,
+            backlog_bytes: serve.backlog_bytes,
+        })
     }
 }
 
@@ -266,8 +263,26 @@ mod tests {
         assert_eq!(millis("1500").unwrap(), Duration::from_millis(1500));
         assert_eq!(millis("2s").unwrap(), Duration::from_secs(2));
         assert_eq!(seconds("300").unwrap(), Duration::from_secs(300));
+        assert_eq!(seconds("0.5").unwrap(), Duration::from_millis(500));
         assert_eq!(seconds("250ms").unwrap(), Duration::from_millis(250));
         assert!(seconds("soon").is_err());
+        assert_eq!(seconds("0").unwrap(), Duration::ZERO);
+        assert!(positive_seconds("0").is_err() && positive_millis("0ms").is_err());
+    }
+
+    fn config_of(args: &[&str]) -> Result<Config, ConfigError> {
+        let cli = Cli::try_parse_from(args).unwrap();
+        Config::from_args(&cli.endpoint, &cli.serve)
+    }
+
+    #[test]
+    fn a_non_loopback_address_needs_a_token() {
+        let error = config_of(&["btcp-broker", "--host", "0.0.0.0"]).unwrap_err();
+        assert_eq!(error.setting, "BTCP_HOST");
+        assert!(error.problem.contains("BTCP_AUTH_TOKEN"), "{error}");
+        assert!(config_of(&["btcp-broker", "--host", "0.0.0.0", "--auth-token", "t"]).is_ok());
+        let config = config_of(&["btcp-broker", "--host", "[::1]", "--port", "9"]).unwrap();
+        assert_eq!(config.listen, "[::1]:9".parse().unwrap());
     }
 
     #[test]

@@ -22,13 +22,18 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use clap::Parser;
+use rpc_core::cli;
 
-use config::{Cli, Command, Config};
+use config::{Cli, Command, Config, EndpointArgs, ServeArgs};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    cli.log.init();
+    let cli = match cli::parse::<Cli>() {
+        Ok(cli) => cli,
+        Err(failure) => return failure.report(),
+    };
+    if let Err(e) = cli.log.init() {
+        return cli::bad_configuration(&e);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -37,22 +42,31 @@ fn main() -> ExitCode {
         }
     };
     let endpoint = cli.endpoint;
-    let result = match cli.command {
-        None => {
-            let config = Config::from_args(&endpoint, &cli.serve);
-            runtime.block_on(server::run(config))
-        }
-        Some(Command::Serve(serve)) => {
-            let config = Config::from_args(&endpoint, &serve);
-            runtime.block_on(server::run(config))
-        }
-        Some(command) => runtime.block_on(client::run(&endpoint, command)),
+    match cli.command {
+        None => serve(&runtime, &endpoint, &cli.serve),
+        Some(Command::Serve(serve_args)) => serve(&runtime, &endpoint, &serve_args),
+        Some(command) => match runtime.block_on(client::run(&endpoint, command)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("btcp-broker: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+/// Runs the broker: 0 after a clean stop, 1 after a runtime failure or a
+/// forced stop, 2 for bad configuration.
+fn serve(runtime: &tokio::runtime::Runtime, endpoint: &EndpointArgs, args: &ServeArgs) -> ExitCode {
+    let config = match Config::from_args(endpoint, args) {
+        Ok(config) => config,
+        Err(e) => return cli::bad_configuration(&e),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
+    match runtime.block_on(server::run(config)) {
+        Ok(stopped) => stopped.exit_code(),
         Err(e) => {
-            eprintln!("btcp-broker: {e:#}");
-            ExitCode::FAILURE
+            eprintln!("btcp-broker: {e}");
+            e.exit_code()
         }
     }
 }

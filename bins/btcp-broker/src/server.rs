@@ -1,19 +1,18 @@
-//! Running the broker: the listener (ours or systemd's), HTTP/1.1 on each
-//! connection, the idle-session sweeper, and graceful shutdown.
+//! Running the broker on rpc-core's start-up path (listener, signals,
+//! READY=1, drain): HTTP/1.1 on each connection and the idle-session sweeper.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rpc_core::Shutdown;
-use rpc_core::cli::config_error;
-use rpc_core::listen::{self, Listener, Stream};
-use rpc_core::systemd;
+use rpc_core::daemon::{Daemon, StartError};
+use rpc_core::listen::{self, Stream};
+use rpc_core::shutdown::Stopped;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tower_service::Service as _;
 
@@ -28,16 +27,10 @@ const EXTRA_HTTP_CONNECTIONS: usize = 1024;
 /// A client must send its request headers within this time (slowloris).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub async fn run(config: Config) -> anyhow::Result<()> {
-    let listener = match systemd::take_listener(None).context("taking the systemd socket")? {
-        Some(listener) => {
-            check_activated_bind(&listener, &config);
-            listener
-        }
-        None => {
-            Listener::Tcp(listen::bind_tcp(config.listen).with_context(|| format!("listening on {}", config.listen))?)
-        }
-    };
+pub async fn run(config: Config) -> Result<Stopped, StartError> {
+    let mut daemon = Daemon::start("btcp-broker", config.shutdown_grace)?;
+    daemon.require_token_beyond_loopback("BTCP_AUTH_TOKEN", config.auth_token.as_deref());
+    let listener = daemon.listen_tcp(None, config.listen, "BTCP_HOST/BTCP_PORT")?;
     let address = listener.local_addr();
     // Every connection is a file descriptor; a soft limit of 1024 (a common
     // default) would refuse connections long before BTCP_MAX_CONNECTIONS.
@@ -50,41 +43,18 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         ),
         _ => {}
     }
-    let shutdown = Shutdown::new();
-    shutdown.on_signals().context("installing signal handlers")?;
-    let broker = Broker::new(config, shutdown.clone());
+    let broker = Broker::new(config, daemon.shutdown().clone());
     let app = crate::http::router(broker.clone());
 
     tokio::spawn(sweep_idle_sessions(broker.clone()));
-    tracing::info!("listening on http://{address} (WebSocket ws://{address}/ws, demo page http://{address}/)");
-    if let Err(e) = systemd::notify_ready() {
-        tracing::warn!(error = %e, "could not notify systemd");
-    }
-
     let max_http = broker.config.max_connections + EXTRA_HTTP_CONNECTIONS;
-    let accept_shutdown = shutdown.clone();
-    listen::serve(listener, "http", max_http, &shutdown, move |stream, peer| {
-        serve_http(stream, peer, app.clone(), accept_shutdown.clone())
-    })
-    .await;
-    shutdown.wait(broker.config.shutdown_grace).await;
+    let shutdown = daemon.shutdown().clone();
+    daemon
+        .serve(listener, "http", max_http, move |stream, peer| serve_http(stream, peer, app.clone(), shutdown.clone()));
+    tracing::info!("listening on http://{address} (WebSocket ws://{address}/ws, demo page http://{address}/)");
+    let stopped = daemon.run().await;
     tracing::info!("stopped");
-    Ok(())
-}
-
-/// A socket handed over by systemd must obey the same rule as our own bind:
-/// nothing beyond loopback without a token.
-fn check_activated_bind(listener: &Listener, config: &Config) {
-    if let Listener::Tcp(tcp) = listener
-        && let Ok(addr) = tcp.local_addr()
-        && !addr.ip().is_loopback()
-        && config.auth_token.is_none()
-    {
-        config_error(
-            "BTCP_AUTH_TOKEN",
-            format!("the socket systemd passed listens on {addr}, beyond loopback; set a token"),
-        );
-    }
+    Ok(stopped)
 }
 
 async fn serve_http(stream: Stream, peer: String, app: Router, shutdown: Shutdown) {

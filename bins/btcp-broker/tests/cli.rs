@@ -6,7 +6,7 @@ use std::process::Command;
 const BIN: &str = env!("CARGO_BIN_EXE_btcp-broker");
 
 /// Every environment variable the broker reads.
-pub const ENV_VARS: [&str; 18] = [
+pub const ENV_VARS: [&str; 20] = [
     "BTCP_HOST",
     "BTCP_PORT",
     "BTCP_AUTH_TOKEN",
@@ -23,6 +23,8 @@ pub const ENV_VARS: [&str; 18] = [
     "BTCP_MAX_CONNECTIONS",
     "BTCP_KEEPALIVE",
     "BTCP_SHUTDOWN_GRACE",
+    "BTCP_WRITE_BUDGET",
+    "BTCP_BACKLOG_BYTES",
     "RUST_LOG",
     "LOG_FORMAT",
 ];

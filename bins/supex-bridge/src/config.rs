@@ -2,14 +2,16 @@
 //! their validation into a [`Config`] the server can trust.
 //!
 //! Every check that can fail happens here, before anything listens: a bad
-//! setting stops the daemon with one line naming it and exit code 2.
+//! setting stops the daemon with one line naming it and exit code 2. The
+//! rules shared with the other daemons (durations, bind address, "beyond
+//! loopback needs a token") are rpc-core's; SUPEX_ALLOW_REMOTE is this
+//! daemon's own rule on top.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rpc_core::cli::config_error;
-use rpc_core::listen;
+use rpc_core::config::{self, ConfigError, Unit, ValueError};
 
 use crate::paths::{AllowedRoots, PathPolicy};
 
@@ -55,6 +57,19 @@ pub struct ServeArgs {
     /// Most connections served at once, per server.
     #[arg(long, env = "SUPEX_MAX_CONNECTIONS", default_value_t = 64)]
     pub max_connections: usize,
+    /// A connection that has not said `hello` within this time is closed (seconds, or `500ms`).
+    /// Connections without a hello may also take only half of SUPEX_MAX_CONNECTIONS: past that
+    /// the oldest of them is closed to admit a new one.
+    #[arg(long, env = "SUPEX_HELLO_TIMEOUT", default_value = "10", value_parser = parse_seconds)]
+    pub hello_timeout: Duration,
+    /// Bytes of replies one connection may have waiting to be written; past it the
+    /// connection's next requests wait (a client that never reads holds no more).
+    #[arg(long, env = "SUPEX_WRITE_BUDGET", default_value_t = rpc_core::peer::DEFAULT_WRITE_BUDGET)]
+    pub write_budget: usize,
+    /// Bytes of requests and notifications one connection may have waiting to run;
+    /// past it requests are answered `overloaded` and notifications dropped.
+    #[arg(long, env = "SUPEX_BACKLOG_BYTES", default_value_t = rpc_core::peer::DEFAULT_BACKLOG_BYTES)]
+    pub backlog_bytes: usize,
     /// Directory of the runtime console log [default: <data dir>/supex-bridge/logs].
     #[arg(long, env = "SUPEX_LOG_DIR")]
     pub log_dir: Option<PathBuf>,
@@ -69,18 +84,9 @@ pub fn parse_switch(text: &str) -> Result<bool, String> {
     }
 }
 
-/// Seconds as a plain number (`30`, `0.5`) or a humantime duration (`1m30s`).
-pub fn parse_seconds(text: &str) -> Result<Duration, String> {
-    let duration = match text.trim().parse::<f64>() {
-        Ok(secs) if secs.is_finite() && secs > 0.0 && secs < 1e9 => Duration::from_secs_f64(secs),
-        Ok(_) => return Err(format!("{text:?} is not a positive number of seconds")),
-        Err(_) => humantime::parse_duration(text.trim())
-            .map_err(|e| format!("{text:?} is neither seconds nor a duration like 1m30s: {e}"))?,
-    };
-    if duration.is_zero() {
-        return Err("must be longer than zero".into());
-    }
-    Ok(duration)
+/// A positive number of seconds (`30`, `0.5`) or a duration (`1m30s`).
+pub fn parse_seconds(text: &str) -> Result<Duration, ValueError> {
+    config::duration(text, Unit::Seconds).and_then(config::positive)
 }
 
 /// The validated configuration.
@@ -95,37 +101,51 @@ pub struct Config {
     pub eval_timeout: Duration,
     pub max_message: usize,
     pub max_connections: usize,
+    pub hello_timeout: Duration,
+    pub write_budget: usize,
+    pub backlog_bytes: usize,
     pub log_dir: Option<PathBuf>,
 }
 
 impl Config {
-    /// Validates the flags; exits with code 2 naming the setting on the first problem.
-    pub fn from_args(args: ServeArgs) -> Config {
+    /// Validates the flags; the first problem names its setting.
+    pub fn from_args(args: ServeArgs) -> Result<Config, ConfigError> {
         let auth_token = args.auth_token.filter(|t| !t.is_empty());
-        let bridge_addr = bind_address("SUPEX_HOST", &args.host, args.port);
-        check_exposure("SUPEX_HOST", &args.host, args.allow_remote, &auth_token);
-        let repl_addr = (!args.repl_disabled).then(|| {
-            check_exposure("SUPEX_REPL_HOST", &args.repl_host, args.allow_remote, &auth_token);
-            bind_address("SUPEX_REPL_HOST", &args.repl_host, args.repl_port)
-        });
+        let bridge_addr = config::bind_address("SUPEX_HOST", &args.host, args.port)?;
+        check_exposure("SUPEX_HOST", bridge_addr, args.allow_remote, auth_token.as_deref())?;
+        let repl_addr = if args.repl_disabled {
+            None
+        } else {
+            let addr = config::bind_address("SUPEX_REPL_HOST", &args.repl_host, args.repl_port)?;
+            check_exposure("SUPEX_REPL_HOST", addr, args.allow_remote, auth_token.as_deref())?;
+            Some(addr)
+        };
         if let Some(repl) = repl_addr
             && repl == bridge_addr
             && args.port != 0
         {
-            config_error("SUPEX_REPL_PORT", format!("the REPL and the bridge cannot both listen on {repl}"));
+            return Err(ConfigError::new(
+                "SUPEX_REPL_PORT",
+                format!("the REPL and the bridge cannot both listen on {repl}"),
+            ));
         }
         if args.max_message < 1024 {
-            config_error("SUPEX_MAX_MESSAGE", "must be at least 1024 bytes");
+            return Err(ConfigError::new("SUPEX_MAX_MESSAGE", "must be at least 1024 bytes"));
         }
         if args.max_connections == 0 {
-            config_error("SUPEX_MAX_CONNECTIONS", "must be at least 1");
+            return Err(ConfigError::new("SUPEX_MAX_CONNECTIONS", "must be at least 1"));
         }
-        let ruby = shlex::split(&args.ruby).filter(|words| !words.is_empty()).unwrap_or_else(|| {
-            config_error("SUPEX_RUBY", format!("{:?} is not a command (empty or unbalanced quotes)", args.ruby))
-        });
-        let policy = path_policy(args.allowed_roots.as_deref(), args.project_root.as_deref());
+        for (name, value) in [("SUPEX_WRITE_BUDGET", args.write_budget), ("SUPEX_BACKLOG_BYTES", args.backlog_bytes)] {
+            if value < 1024 {
+                return Err(ConfigError::new(name, "must be at least 1024 bytes"));
+            }
+        }
+        let ruby = shlex::split(&args.ruby).filter(|words| !words.is_empty()).ok_or_else(|| {
+            ConfigError::new("SUPEX_RUBY", format!("{:?} is not a command (empty or unbalanced quotes)", args.ruby))
+        })?;
+        let policy = path_policy(args.allowed_roots.as_deref(), args.project_root.as_deref())?;
         let log_dir = args.log_dir.or_else(|| dirs::data_dir().map(|d| d.join("supex-bridge").join("logs")));
-        Config {
+        Ok(Config {
             bridge_addr,
             repl_addr,
             auth_token,
@@ -134,58 +154,42 @@ impl Config {
             eval_timeout: args.eval_timeout,
             max_message: args.max_message,
             max_connections: args.max_connections,
+            hello_timeout: args.hello_timeout,
+            write_budget: args.write_budget,
+            backlog_bytes: args.backlog_bytes,
             log_dir,
-        }
+        })
     }
 }
 
 /// A non-loopback address would hand arbitrary Ruby evaluation to the network:
-/// it takes both an explicit opt-in and a token.
-fn check_exposure(setting: &str, host: &str, allow_remote: bool, token: &Option<String>) {
-    if listen::is_loopback(host) {
-        return;
-    }
-    if !allow_remote {
-        config_error(
+/// on top of the token every daemon requires there, it takes an explicit opt-in.
+fn check_exposure(setting: &str, addr: SocketAddr, allow_remote: bool, token: Option<&str>) -> Result<(), ConfigError> {
+    let ip = addr.ip();
+    if !ip.is_loopback() && !allow_remote {
+        return Err(ConfigError::new(
             setting,
             format!(
-                "{host} is not a loopback address; anyone who can reach it could run Ruby code here. \
+                "{ip} is not a loopback address; anyone who can reach it could run Ruby code here. \
                  Set SUPEX_ALLOW_REMOTE=1 and SUPEX_AUTH_TOKEN to allow it"
             ),
-        );
+        ));
     }
-    if token.is_none() {
-        config_error("SUPEX_AUTH_TOKEN", format!("binding to the non-loopback address {host} requires a token"));
-    }
+    config::check_exposure(setting, ip, "SUPEX_AUTH_TOKEN", token)
 }
 
-fn bind_address(setting: &str, host: &str, port: u16) -> SocketAddr {
-    if host.eq_ignore_ascii_case("localhost") {
-        return SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
-    }
-    if let Ok(ip) = host.trim_matches(['[', ']']).parse::<IpAddr>() {
-        return SocketAddr::new(ip, port);
-    }
-    match (host, port).to_socket_addrs() {
-        Ok(mut addrs) => {
-            addrs.next().unwrap_or_else(|| config_error(setting, format!("{host} resolves to no address")))
-        }
-        Err(e) => config_error(setting, format!("cannot resolve {host}: {e}")),
-    }
-}
-
-fn path_policy(allowed: Option<&str>, project_root: Option<&Path>) -> PathPolicy {
+fn path_policy(allowed: Option<&str>, project_root: Option<&Path>) -> Result<PathPolicy, ConfigError> {
     let project_setting =
         if project_root.is_some() { "SUPEX_PROJECT_ROOT" } else { "SUPEX_PROJECT_ROOT (unset: the current directory)" };
     let project = match project_root {
         Some(dir) => dir.to_owned(),
         None => std::env::current_dir()
-            .unwrap_or_else(|e| config_error(project_setting, format!("cannot read the current directory: {e}"))),
+            .map_err(|e| ConfigError::new(project_setting, format!("cannot read the current directory: {e}")))?,
     };
     let project = std::fs::canonicalize(&project)
-        .unwrap_or_else(|e| config_error(project_setting, format!("{}: {e}", project.display())));
+        .map_err(|e| ConfigError::new(project_setting, format!("{}: {e}", project.display())))?;
     if !project.is_dir() {
-        config_error(project_setting, format!("{} is not a directory", project.display()));
+        return Err(ConfigError::new(project_setting, format!("{} is not a directory", project.display())));
     }
     let roots = match allowed.map(str::trim) {
         Some("*") => {
@@ -197,22 +201,22 @@ fn path_policy(allowed: Option<&str>, project_root: Option<&Path>) -> PathPolicy
             list.split(':')
                 .filter(|p| !p.is_empty())
                 .map(|p| {
-                    std::fs::canonicalize(p).ok().filter(|c| c.is_dir()).unwrap_or_else(|| {
-                        config_error("SUPEX_ALLOWED_ROOTS", format!("{p} is not an existing directory"))
+                    std::fs::canonicalize(p).ok().filter(|c| c.is_dir()).ok_or_else(|| {
+                        ConfigError::new("SUPEX_ALLOWED_ROOTS", format!("{p} is not an existing directory"))
                     })
                 })
-                .collect(),
+                .collect::<Result<_, _>>()?,
         ),
     };
     // A service started with cwd `/` must not open the whole disk by accident.
     if project == Path::new("/") && !matches!(roots, AllowedRoots::Anywhere) {
-        config_error(
+        return Err(ConfigError::new(
             project_setting,
             "the project root is /, which would let file tools touch the whole disk; \
              set SUPEX_PROJECT_ROOT to the project directory (or SUPEX_ALLOWED_ROOTS='*' to really allow everything)",
-        );
+        ));
     }
-    PathPolicy::new(roots, project)
+    Ok(PathPolicy::new(roots, project))
 }
 
 #[cfg(test)]
@@ -228,6 +232,17 @@ mod tests {
             assert_eq!(parse_switch(off), Ok(false), "{off}");
         }
         assert!(parse_switch("maybe").is_err());
+    }
+
+    #[test]
+    fn beyond_loopback_takes_allow_remote_and_then_a_token() {
+        let wide: SocketAddr = "0.0.0.0:1".parse().unwrap();
+        let error = check_exposure("SUPEX_HOST", wide, false, Some("t")).unwrap_err();
+        assert!(error.setting == "SUPEX_HOST" && error.problem.contains("SUPEX_ALLOW_REMOTE=1"), "{error}");
+        let error = check_exposure("SUPEX_REPL_HOST", wide, true, None).unwrap_err();
+        assert!(error.setting == "SUPEX_REPL_HOST" && error.problem.contains("SUPEX_AUTH_TOKEN"), "{error}");
+        assert!(check_exposure("SUPEX_HOST", wide, true, Some("t")).is_ok());
+        assert!(check_exposure("SUPEX_HOST", "[::1]:1".parse().unwrap(), false, None).is_ok());
     }
 
     #[test]

@@ -23,8 +23,8 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use rpc_core::cli::LogArgs;
+use clap::{Parser, Subcommand};
+use rpc_core::cli::{self, LogArgs};
 
 use crate::config::{Config, ServeArgs};
 
@@ -55,7 +55,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = parse();
+    let cli = match cli::parse::<Cli>() {
+        Ok(cli) => cli,
+        Err(failure) => return failure.report(),
+    };
     match cli.command {
         None => serve(cli.serve, &cli.log),
         Some(Command::Serve(args)) => serve(args, &cli.log),
@@ -65,9 +68,13 @@ fn main() -> ExitCode {
     }
 }
 
+/// Runs the daemon: 0 after a clean stop, 1 after a runtime failure or a
+/// forced stop, 2 for bad configuration.
 fn serve(args: ServeArgs, log: &LogArgs) -> ExitCode {
-    log.init();
-    let config = Config::from_args(args);
+    let config = match log.init().and_then(|()| Config::from_args(args)) {
+        Ok(config) => config,
+        Err(e) => return cli::bad_configuration(&e),
+    };
     // One thread: evaluations take turns on one Ruby anyway, and a second
     // worker only adds cross-thread wake-ups to every round trip (eval_ruby
     // of `1+1`, p50: 125 us on two workers, 100 us on one; ping throughput the
@@ -79,52 +86,11 @@ fn serve(args: ServeArgs, log: &LogArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(server::run(config))
-}
-
-/// Parses the command line. A bad value is reported in one line naming the
-/// setting and its env variable, exit code 2, like every other bad setting.
-fn parse() -> Cli {
-    let command = Cli::command();
-    let matches = command.clone().try_get_matches();
-    let result = matches.and_then(|m| Cli::from_arg_matches(&m));
-    match result {
-        Ok(cli) => cli,
-        Err(e) => bad_arguments(e, &command),
+    match runtime.block_on(server::run(config)) {
+        Ok(stopped) => stopped.exit_code(),
+        Err(e) => {
+            eprintln!("supex-bridge: {e}");
+            e.exit_code()
+        }
     }
-}
-
-fn bad_arguments(error: clap::Error, command: &clap::Command) -> ! {
-    use clap::error::{ContextKind, ContextValue, ErrorKind};
-    if !matches!(error.kind(), ErrorKind::InvalidValue | ErrorKind::ValueValidation) {
-        error.exit();
-    }
-    let arg = match error.get(ContextKind::InvalidArg) {
-        Some(ContextValue::String(arg)) => arg.clone(),
-        _ => error.exit(),
-    };
-    let value = match error.get(ContextKind::InvalidValue) {
-        Some(ContextValue::String(value)) => value.clone(),
-        _ => String::new(),
-    };
-    // `--port <PORT>` -> the argument's env variable, if it has one.
-    let long = arg.split_whitespace().next().unwrap_or(&arg).trim_start_matches('-');
-    let env = std::iter::once(command)
-        .chain(command.get_subcommands())
-        .flat_map(|c| c.get_arguments())
-        .find(|a| a.get_long() == Some(long))
-        .and_then(|a| a.get_env())
-        .map(|e| e.to_string_lossy().into_owned());
-    let setting = match env {
-        Some(env) => format!("{env} (--{long})"),
-        None => format!("--{long}"),
-    };
-    let rendered = error.render().to_string();
-    let why = rendered
-        .lines()
-        .next()
-        .and_then(|l| l.rsplit_once(": "))
-        .map(|(_, why)| why.to_owned())
-        .unwrap_or_else(|| "invalid value".into());
-    rpc_core::cli::config_error(&setting, format!("invalid value {value:?}: {why}"))
 }

@@ -1,19 +1,23 @@
-//! The daemon: binds both servers, starts the Ruby runtime, serves until a
-//! signal, then drains connections and stops Ruby.
+//! The daemon: both servers' routers and the Ruby runtime they share, on
+//! rpc-core's start-up path (listeners, signals, READY=1, drain); after the
+//! drain, Ruby is stopped.
 
-use std::net::SocketAddr;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rpc_core::listen::{self, Listener, NdjsonLimits};
-use rpc_core::shutdown::DEFAULT_GRACE;
-use rpc_core::{PeerConfig, Router, Shutdown, systemd};
+use rpc_core::PeerConfig;
+use rpc_core::daemon::{Daemon, StartError};
+use rpc_core::listen::NdjsonLimits;
+use rpc_core::shutdown::{DEFAULT_GRACE, Stopped};
 
 use crate::config::Config;
 use crate::paths::PathPolicy;
 use crate::runtime::{ConsoleLog, Runtime, RuntimeConfig};
 use crate::{bridge, repl};
+
+/// After a second signal, how long Ruby gets to stop before its process
+/// group is killed: the operator asked for an exit now.
+const FORCED_STOP: Duration = Duration::from_millis(500);
 
 /// The answer to `ping` on both servers, `{"status": "ok"}`, built without an
 /// allocation (health checks and benchmarks call it a lot).
@@ -42,22 +46,12 @@ impl App {
     }
 }
 
-pub async fn run(config: Config) -> ExitCode {
-    let shutdown = Shutdown::new();
-    if let Err(e) = shutdown.on_signals() {
-        tracing::error!(error = %e, "cannot install signal handlers");
-        return ExitCode::FAILURE;
-    }
-
-    let bridge_listener = match listener("bridge", config.bridge_addr, "SUPEX_HOST/SUPEX_PORT") {
-        Ok(l) => l,
-        Err(code) => return code,
-    };
+pub async fn run(config: Config) -> Result<Stopped, StartError> {
+    let mut daemon = Daemon::start("supex-bridge", DEFAULT_GRACE)?;
+    daemon.require_token_beyond_loopback("SUPEX_AUTH_TOKEN", config.auth_token.as_deref());
+    let bridge_listener = daemon.listen_tcp(Some("bridge"), config.bridge_addr, "SUPEX_HOST/SUPEX_PORT")?;
     let repl_listener = match config.repl_addr {
-        Some(addr) => match listener("repl", addr, "SUPEX_REPL_HOST/SUPEX_REPL_PORT") {
-            Ok(l) => Some(l),
-            Err(code) => return code,
-        },
+        Some(addr) => Some(daemon.listen_tcp(Some("repl"), addr, "SUPEX_REPL_HOST/SUPEX_REPL_PORT")?),
         None => None,
     };
 
@@ -84,55 +78,66 @@ pub async fn run(config: Config) -> ExitCode {
         max_message: config.max_message,
     });
 
+    // Evaluations waiting for Ruby's turn are refused as the drain begins;
+    // only the running one gets the grace period.
+    let shutdown = daemon.shutdown().clone();
+    let waiting = app.clone();
+    tokio::spawn(async move {
+        shutdown.draining().await;
+        waiting.runtime.refuse_waiting();
+    });
+
     let limits = NdjsonLimits {
         max_message: config.max_message,
         max_connections: config.max_connections,
-        peer: PeerConfig::default(),
+        peer: PeerConfig {
+            // Every method but `ping` needs a hello: idle sockets that never
+            // send one must not hold the connection slots.
+            handshake_deadline: Some(config.hello_timeout),
+            write_budget: config.write_budget,
+            backlog_bytes: config.backlog_bytes,
+            ..PeerConfig::default()
+        },
+        ..NdjsonLimits::default()
     };
-    let bridge_router = bridge::router(app.clone());
     let bridge_addr = bridge_listener.local_addr();
-    spawn_server(&shutdown, bridge_listener, "bridge", bridge_router, bridge::BridgeConn::default, limits.clone());
+    daemon.serve_ndjson(
+        bridge_listener,
+        "bridge",
+        limits.clone(),
+        bridge::router(app.clone()),
+        bridge::BridgeConn::default,
+    );
     let mut repl_addr = None;
-    if let Some(l) = repl_listener {
-        repl_addr = Some(l.local_addr());
-        spawn_server(&shutdown, l, "repl", repl::router(app.clone()), repl::ReplConn::default, limits);
+    if let Some(listener) = repl_listener {
+        repl_addr = Some(listener.local_addr());
+        daemon.serve_ndjson(listener, "repl", limits, repl::router(app.clone()), repl::ReplConn::default);
     }
     tracing::info!(
         bridge = %bridge_addr,
         repl = %repl_addr.as_deref().unwrap_or("disabled"),
         "supex-bridge listening"
     );
-    if let Err(e) = systemd::notify_ready() {
-        tracing::warn!(error = %e, "could not notify systemd");
-    }
 
-    shutdown.wait(DEFAULT_GRACE).await;
-    app.runtime.stop().await;
+    let stopped = daemon.run().await;
+    match stopped {
+        Stopped::Clean => app.runtime.stop().await,
+        Stopped::Forced => stop_at_once(&app.runtime).await,
+    }
     tracing::info!("supex-bridge stopped");
-    ExitCode::SUCCESS
+    Ok(stopped)
 }
 
-/// A socket systemd passed under `name`, else a new bind to `addr`.
-fn listener(name: &str, addr: SocketAddr, setting: &str) -> Result<Listener, ExitCode> {
-    match systemd::take_listener(Some(name)) {
-        Ok(Some(listener)) => return Ok(listener),
-        Ok(None) => {}
-        Err(e) => tracing::warn!(error = %e, "ignoring sockets passed by systemd"),
+/// Stops Ruby without the usual grace: an evaluation still running would
+/// keep [`Runtime::stop`] waiting on its turn, so after [`FORCED_STOP`] the
+/// runtime's process group (it leads one) is killed here.
+async fn stop_at_once(runtime: &Runtime) {
+    let pid = runtime.snapshot().process.map(|p| p.pid);
+    if tokio::time::timeout(FORCED_STOP, runtime.stop()).await.is_ok() {
+        return;
     }
-    listen::bind_tcp(addr).map(Listener::Tcp).map_err(|e| {
-        eprintln!("supex-bridge: cannot listen on {addr} ({setting}): {e}");
-        ExitCode::FAILURE
-    })
-}
-
-fn spawn_server<S: Send + Sync + 'static>(
-    shutdown: &Shutdown,
-    listener: Listener,
-    name: &'static str,
-    router: Arc<Router<S>>,
-    new_state: fn() -> S,
-    limits: NdjsonLimits,
-) {
-    let sd = shutdown.clone();
-    shutdown.spawn(async move { listen::serve_ndjson(listener, name, limits, &sd, router, new_state).await });
+    if let Some(pid) = pid.and_then(|pid| i32::try_from(pid).ok()).filter(|pid| *pid > 0) {
+        tracing::warn!(pid, "ruby runtime did not stop in time; killing its process group");
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    }
 }

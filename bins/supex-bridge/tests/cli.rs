@@ -28,6 +28,9 @@ fn help_lists_every_setting_with_its_env_variable_and_default() {
         "SUPEX_EVAL_TIMEOUT",
         "SUPEX_MAX_MESSAGE",
         "SUPEX_MAX_CONNECTIONS",
+        "SUPEX_HELLO_TIMEOUT",
+        "SUPEX_WRITE_BUDGET",
+        "SUPEX_BACKLOG_BYTES",
         "SUPEX_LOG_DIR",
         "RUST_LOG",
         "LOG_FORMAT",
@@ -41,13 +44,16 @@ fn help_lists_every_setting_with_its_env_variable_and_default() {
         "[default: 10485760]",
         "[default: 64]",
         "[default: ruby]",
+        "[default: 10]",
+        "[default: 8388608]",
+        "[default: 16777216]",
     ] {
         assert!(text.contains(default), "--help lacks {default}");
     }
     for command in ["serve", "call", "repl", "ping"] {
         assert!(text.contains(command), "--help lacks the {command} command");
     }
-    assert_eq!(help(&["serve", "--help"]).matches("[env: SUPEX_").count(), 14);
+    assert_eq!(help(&["serve", "--help"]).matches("[env: SUPEX_").count(), 17);
 }
 
 #[test]

@@ -1,12 +1,19 @@
-//! Command-line pieces every daemon shares: logging flags and setup, `--arg
-//! key=value` parsing for client commands, and the bad-configuration exit.
+//! Command-line pieces every daemon shares (feature `cli`): logging flags and
+//! setup, parsing that names the env variable of a bad value, `--arg
+//! key=value` for client commands, and reporting bad configuration.
+//!
+//! Nothing here exits the process: the binary gets an [`ExitCode`] back and
+//! returns it from `main`, so destructors still run.
 
-use std::fmt;
+use std::ffi::OsString;
+use std::process::ExitCode;
 
 use serde_json::Value;
 
+use crate::config::ConfigError;
+
 /// Exit code for bad configuration (operations.md).
-pub const EXIT_BAD_CONFIG: i32 = 2;
+pub const EXIT_BAD_CONFIG: u8 = 2;
 
 /// Log output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -29,30 +36,120 @@ pub struct LogArgs {
 }
 
 impl LogArgs {
-    /// Installs the global subscriber: logs go to stderr, stdout stays for output.
-    pub fn init(&self) {
+    /// Installs the global subscriber: logs go to stderr, stdout stays for
+    /// output. A second call in one process leaves the first subscriber.
+    pub fn init(&self) -> Result<(), ConfigError> {
         use tracing_subscriber::EnvFilter;
-        let filter = EnvFilter::try_new(&self.log_level).unwrap_or_else(|e| {
-            config_error("--log-level", format!("{e}"));
-        });
+        let filter = EnvFilter::try_new(&self.log_level).map_err(|e| ConfigError::new("RUST_LOG (--log-level)", e))?;
         // Colours only for a person at a terminal, never in journald or files.
         let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
         let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
-        match self.log_format {
-            LogFormat::Text => builder.with_target(false).init(),
-            LogFormat::Json => builder.json().flatten_event(true).init(),
+        let _already_set = match self.log_format {
+            LogFormat::Text => builder.with_target(false).try_init(),
+            LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        };
+        Ok(())
+    }
+}
+
+/// Why the command line did not give a `C`.
+#[derive(Debug)]
+pub enum ParseFailure {
+    /// A value did not parse: reported like any bad configuration, naming
+    /// the env variable (`BTCP_PORT (--port): invalid value "99999": ...`).
+    BadValue(ConfigError),
+    /// Everything clap reports itself: `--help`, `--version`, an unknown
+    /// flag, a missing argument.
+    Clap(clap::Error),
+}
+
+impl ParseFailure {
+    /// Prints the failure and returns the exit code: 2 for a bad value or
+    /// usage, 0 for `--help` and `--version`.
+    pub fn report(&self) -> ExitCode {
+        match self {
+            ParseFailure::BadValue(error) => bad_configuration(error),
+            ParseFailure::Clap(error) => {
+                let _ = error.print();
+                ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(EXIT_BAD_CONFIG))
+            }
         }
     }
 }
 
-/// Stops the daemon at start-up with one clear line naming the setting (exit 2).
-pub fn config_error(setting: &str, problem: impl fmt::Display) -> ! {
-    let program = std::env::args()
+/// Parses the process's command line (and the env variables of its flags).
+pub fn parse<C: clap::Parser>() -> Result<C, ParseFailure> {
+    parse_from(std::env::args_os())
+}
+
+/// [`parse`] from given arguments, the program name first.
+pub fn parse_from<C, I, T>(args: I) -> Result<C, ParseFailure>
+where
+    C: clap::Parser,
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    C::try_parse_from(args).map_err(|error| match bad_value(&error, &C::command()) {
+        Some(config) => ParseFailure::BadValue(config),
+        None => ParseFailure::Clap(error),
+    })
+}
+
+/// A clap invalid-value error as a [`ConfigError`] naming the flag's env
+/// variable: the value often came from the environment (`BTCP_PORT=99999`),
+/// where clap's `--port <PORT>` would send the reader looking in vain.
+fn bad_value(error: &clap::Error, command: &clap::Command) -> Option<ConfigError> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(error.kind(), ErrorKind::InvalidValue | ErrorKind::ValueValidation) {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let value = match error.get(ContextKind::InvalidValue) {
+        Some(ContextValue::String(value)) => value.clone(),
+        _ => String::new(),
+    };
+    // `--port <PORT>` -> `port`, then the argument's env variable, if any.
+    let flag = arg.split_whitespace().next().unwrap_or(arg);
+    let setting = match flag.strip_prefix("--").and_then(|long| env_of(command, long)) {
+        Some(env) => format!("{env} ({flag})"),
+        None => flag.to_owned(),
+    };
+    // The value parser's own words when there are some; else clap's, after
+    // its "invalid value '...' for '...': " prefix.
+    let why = match std::error::Error::source(error) {
+        Some(source) => source.to_string(),
+        None => {
+            let rendered = error.render().to_string();
+            let first = rendered.lines().next().unwrap_or_default();
+            first.split_once("': ").map_or("invalid value", |(_, why)| why).to_owned()
+        }
+    };
+    Some(ConfigError::new(setting, format!("invalid value {value:?}: {why}")))
+}
+
+/// The env variable of the flag `--long`, in `command` or any subcommand.
+fn env_of(command: &clap::Command, long: &str) -> Option<String> {
+    let own = command.get_arguments().find(|a| a.get_long() == Some(long)).and_then(|a| a.get_env());
+    match own {
+        Some(env) => Some(env.to_string_lossy().into_owned()),
+        None => command.get_subcommands().find_map(|sub| env_of(sub, long)),
+    }
+}
+
+/// Reports bad configuration as one line on stderr, `PROGRAM: bad
+/// configuration: SETTING: PROBLEM`, and returns exit code 2 for `main`.
+pub fn bad_configuration(error: &ConfigError) -> ExitCode {
+    eprintln!("{}: {error}", program_name());
+    ExitCode::from(EXIT_BAD_CONFIG)
+}
+
+fn program_name() -> String {
+    std::env::args_os()
         .next()
         .and_then(|p| std::path::Path::new(&p).file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_default();
-    eprintln!("{program}: bad configuration: {setting}: {problem}");
-    std::process::exit(EXIT_BAD_CONFIG)
+        .unwrap_or_default()
 }
 
 /// Parses `key=value` for `--arg`: the value is JSON when it parses as JSON
@@ -69,7 +166,9 @@ pub fn parse_arg(text: &str) -> Result<(String, Value), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{self, Unit};
     use serde_json::json;
+    use std::time::Duration;
 
     #[test]
     fn arg_values_are_json_when_they_parse_and_strings_otherwise() {
@@ -79,5 +178,63 @@ mod tests {
         assert_eq!(parse_arg("eq=a=b").unwrap(), ("eq".into(), json!("a=b")));
         assert!(parse_arg("novalue").is_err());
         assert!(parse_arg("=1").is_err());
+    }
+
+    fn seconds(text: &str) -> Result<Duration, config::ValueError> {
+        config::duration(text, Unit::Seconds).and_then(config::positive)
+    }
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[arg(long, env = "RPC_CORE_TEST_PORT", default_value_t = 1, global = true)]
+        port: u16,
+        #[command(subcommand)]
+        command: Option<Command>,
+    }
+
+    #[derive(Debug, clap::Subcommand)]
+    enum Command {
+        Serve {
+            #[arg(long, env = "RPC_CORE_TEST_TIMEOUT", value_parser = seconds)]
+            timeout: Option<Duration>,
+            #[arg(long)]
+            plain: Option<u16>,
+        },
+    }
+
+    fn bad_value_of(args: &[&str]) -> ConfigError {
+        match parse_from::<Cli, _, _>(args) {
+            Err(ParseFailure::BadValue(error)) => error,
+            other => panic!("expected a bad value, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bad_value_names_the_env_variable_and_the_flag() {
+        let error = bad_value_of(&["d", "--port", "99999"]);
+        assert_eq!(error.setting, "RPC_CORE_TEST_PORT (--port)");
+        assert!(error.problem.starts_with("invalid value \"99999\": "), "{error}");
+        assert!(error.problem.contains("65535"), "{error}");
+        // A flag of a subcommand, through its value parser's own words.
+        let error = bad_value_of(&["d", "serve", "--timeout", "0"]);
+        assert_eq!(error.setting, "RPC_CORE_TEST_TIMEOUT (--timeout)");
+        assert_eq!(error.problem, "invalid value \"0\": must be longer than zero");
+        // No env variable: the flag alone.
+        let error = bad_value_of(&["d", "serve", "--plain", "x"]);
+        assert_eq!(error.setting, "--plain");
+    }
+
+    #[test]
+    fn help_and_usage_errors_stay_clap_s() {
+        assert!(matches!(parse_from::<Cli, _, _>(["d", "--help"]), Err(ParseFailure::Clap(_))));
+        assert!(matches!(parse_from::<Cli, _, _>(["d", "--nope"]), Err(ParseFailure::Clap(_))));
+        assert!(parse_from::<Cli, _, _>(["d", "serve", "--timeout", "1m"]).is_ok());
+    }
+
+    #[test]
+    fn a_bad_log_filter_is_bad_configuration() {
+        let args = LogArgs { log_level: "=[".into(), log_format: LogFormat::Text };
+        let error = args.init().unwrap_err();
+        assert_eq!(error.setting, "RUST_LOG (--log-level)");
     }
 }

@@ -11,9 +11,13 @@
 //! Anything two daemons would otherwise both write belongs here; anything only
 //! one daemon needs stays in that daemon.
 
+pub mod child;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
 pub mod codec;
+pub mod config;
+pub mod daemon;
 pub mod fanout;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -28,6 +32,6 @@ pub mod token;
 
 pub use codec::{Frame, Outbound, Transport};
 pub use message::{Id, RpcError};
-pub use peer::{CallError, Connection, PeerConfig, PeerHandle};
-pub use router::{Ctx, NoParams, Router};
+pub use peer::{CallError, Connection, Goodbye, PeerConfig, PeerHandle, PeerStats};
+pub use router::{Ctx, Gate, NoParams, Router};
 pub use shutdown::Shutdown;

@@ -13,13 +13,7 @@ use crate::config::EndpointArgs;
 
 /// `host:port` to connect to; a wildcard listen address means this machine.
 pub fn authority(endpoint: &EndpointArgs) -> String {
-    let host = match endpoint.host.as_str() {
-        "0.0.0.0" => "127.0.0.1",
-        "::" | "[::]" => "[::1]",
-        h if h.contains(':') && !h.starts_with('[') => return format!("[{h}]:{}", endpoint.port),
-        h => h,
-    };
-    format!("{host}:{}", endpoint.port)
+    rpc_core::config::connect_address(&endpoint.host, endpoint.port)
 }
 
 /// An agent joined to one session.

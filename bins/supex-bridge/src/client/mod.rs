@@ -14,12 +14,7 @@ use serde_json::Value;
 /// Where to connect for a server bound to `host`: a wildcard bind address
 /// (`0.0.0.0`, `::`) is reached on loopback.
 pub fn address(host: &str, port: u16) -> String {
-    match host {
-        "0.0.0.0" | "" => format!("127.0.0.1:{port}"),
-        "::" | "[::]" => format!("[::1]:{port}"),
-        h if h.contains(':') && !h.starts_with('[') => format!("[{h}]:{port}"),
-        h => format!("{h}:{port}"),
-    }
+    rpc_core::config::connect_address(host, port)
 }
 
 pub fn tokio_runtime() -> tokio::runtime::Runtime {

@@ -1,0 +1,99 @@
+//! What an agent can make the broker hold (rpc-core.md §8): answers it never
+//! reads and notifications it floods stay within its connection's byte
+//! budgets, measured as the broker's resident memory.
+
+use std::time::Duration;
+
+use futures_util::SinkExt;
+use integration_tests::{peak_rss, rss_bytes};
+use serde_json::json;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::support::Broker;
+
+const MIB: u64 = 1024 * 1024;
+
+/// A browser that answers every forwarded call with `size` bytes of text,
+/// after `delay`.
+async fn big_browser(broker: &Broker, session: &str, size: usize, delay: Duration) -> tokio::task::JoinHandle<()> {
+    let mut browser = broker.browser(session).await;
+    browser.register(&["big"]).await;
+    let text = "b".repeat(size);
+    tokio::spawn(async move {
+        loop {
+            let call = browser.request().await;
+            tokio::time::sleep(delay).await;
+            browser
+                .send(&json!({"jsonrpc": "2.0", "id": call["id"],
+                    "result": {"content": [{"type": "text", "text": text}], "isError": false}}))
+                .await;
+        }
+    })
+}
+
+/// An agent connection that sends `messages` and never reads.
+async fn silent_agent(broker: &Broker, session: &str, messages: Vec<String>) {
+    let url = broker.url(&format!("/ws?clientType=agent&sessionId={session}"));
+    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    tokio::spawn(async move {
+        for text in messages {
+            if ws.send(Message::text(text)).await.is_err() {
+                return;
+            }
+        }
+        // Keep the connection open without reading.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    });
+}
+
+async fn peak(pid: u32, window: Duration) -> u64 {
+    tokio::task::spawn_blocking(move || peak_rss(pid, window)).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_never_reads_large_answers_stays_within_the_budget() {
+    let broker = Broker::start(&[("BTCP_RATE_LIMIT", "0")]);
+    let browser = big_browser(&broker, "mem-big", MIB as usize, Duration::ZERO).await;
+    let before = rss_bytes(broker.daemon.pid());
+    let calls = (1..=400)
+        .map(|id| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "big"}}).to_string())
+        .collect();
+    silent_agent(&broker, "mem-big", calls).await;
+    let peak = peak(broker.daemon.pid(), Duration::from_secs(4)).await;
+    let grown = peak.saturating_sub(before) / MIB;
+    eprintln!(
+        "btcp-broker RSS: {} MiB before, {} MiB peak (+{grown} MiB) for 400 unread 1 MiB answers",
+        before / MIB,
+        peak / MIB
+    );
+    // Unbounded, this is 400 MiB. The budget: 8 MiB of queued replies plus one
+    // answer per running handler (32), plus the allocator's slack.
+    assert!(grown < 150, "grew by {grown} MiB");
+    browser.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_flooding_large_notifications_stays_within_the_backlog() {
+    let broker = Broker::start(&[("BTCP_RATE_LIMIT", "0")]);
+    // A browser that takes its time: the notifications pile up behind it.
+    let browser = big_browser(&broker, "mem-notes", 16, Duration::from_secs(5)).await;
+    let before = rss_bytes(broker.daemon.pid());
+    let padding = "x".repeat(MIB as usize);
+    let notes = (0..200)
+        .map(|_| {
+            json!({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "big", "arguments": {"pad": padding}}})
+                .to_string()
+        })
+        .collect();
+    silent_agent(&broker, "mem-notes", notes).await;
+    let peak = peak(broker.daemon.pid(), Duration::from_secs(5)).await;
+    let grown = peak.saturating_sub(before) / MIB;
+    eprintln!(
+        "btcp-broker RSS: {} MiB before, {} MiB peak (+{grown} MiB) for 200 flooded 1 MiB notifications",
+        before / MIB,
+        peak / MIB
+    );
+    // Unbounded, this is 200 MiB and more. The incoming backlog holds 16 MiB.
+    assert!(grown < 100, "grew by {grown} MiB");
+    browser.abort();
+}

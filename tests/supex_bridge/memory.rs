@@ -1,0 +1,92 @@
+//! What a client can make the daemon hold (rpc-core.md §8): replies it never
+//! reads and notifications it floods stay within the connection's byte
+//! budgets, measured as the daemon's resident memory.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use integration_tests::{peak_rss, rss_bytes};
+use serde_json::json;
+
+use crate::support::{Bridge, eval, hello_params};
+
+const MIB: u64 = 1024 * 1024;
+
+/// A connection that has said hello and will never read again; the writes
+/// go on in a thread of their own (they block once the daemon stops reading).
+fn flood(bridge: &Bridge, lines: Vec<Vec<u8>>) -> TcpStream {
+    let stream = TcpStream::connect(bridge.bridge).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let hello = json!({"jsonrpc": "2.0", "id": 0, "method": "hello", "params": hello_params()});
+        let _ = writer.write_all(format!("{hello}\n").as_bytes());
+        for line in lines {
+            if writer.write_all(&line).is_err() {
+                return;
+            }
+        }
+    });
+    stream
+}
+
+#[test]
+fn pipelined_large_reads_that_are_never_read_stay_within_the_budget() {
+    let Some(bridge) = Bridge::start() else {
+        return;
+    };
+    std::fs::write(bridge.root.join("big.txt"), "a".repeat(MIB as usize)).unwrap();
+    let before = rss_bytes(bridge.daemon.pid());
+    let lines = (1..=3000)
+        .map(|id| {
+            let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                                 "params": {"name": "read_file", "arguments": {"path": "big.txt"}}});
+            format!("{request}\n").into_bytes()
+        })
+        .collect();
+    let _stream = flood(&bridge, lines);
+    let peak = peak_rss(bridge.daemon.pid(), Duration::from_secs(4));
+    let grown = peak.saturating_sub(before) / MIB;
+    eprintln!(
+        "supex-bridge RSS: {} MiB before, {} MiB peak (+{grown} MiB) for 3000 unread 1 MiB replies",
+        before / MIB,
+        peak / MIB
+    );
+    // Unbounded, this is 3 GiB. The budget: 8 MiB of queued replies plus one
+    // reply per running handler (32), plus the allocator's slack.
+    assert!(grown < 160, "grew by {grown} MiB");
+    let mut other = bridge.client();
+    assert_eq!(eval(&mut other, "1 + 1"), "2", "the daemon still serves others");
+}
+
+#[test]
+fn large_notifications_flooded_behind_a_slow_eval_stay_within_the_backlog() {
+    let Some(bridge) = Bridge::start() else {
+        return;
+    };
+    let before = rss_bytes(bridge.daemon.pid());
+    let mut lines = vec![
+        format!(
+            "{}\n",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "eval_ruby", "arguments": {"code": "sleep 10"}}})
+        )
+        .into_bytes(),
+    ];
+    let padding = "x".repeat(MIB as usize);
+    for _ in 0..500 {
+        let note = json!({"jsonrpc": "2.0", "method": "tools/call",
+                          "params": {"name": "eval_ruby", "arguments": {"code": format!("# {padding}")}}});
+        lines.push(format!("{note}\n").into_bytes());
+    }
+    let _stream = flood(&bridge, lines);
+    let peak = peak_rss(bridge.daemon.pid(), Duration::from_secs(4));
+    let grown = peak.saturating_sub(before) / MIB;
+    eprintln!(
+        "supex-bridge RSS: {} MiB before, {} MiB peak (+{grown} MiB) for 500 flooded 1 MiB notifications",
+        before / MIB,
+        peak / MIB
+    );
+    // Unbounded, this is 500 MiB and more. The incoming backlog holds 16 MiB.
+    assert!(grown < 120, "grew by {grown} MiB");
+}
