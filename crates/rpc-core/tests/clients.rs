@@ -3,20 +3,24 @@
 //! cancellation token in `Ctx`, and a gate that holds messages without holding
 //! the reader. Over real sockets served by `serve_ndjson`.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::line::Line;
 use rpc_core::listen::{self, Listener, NdjsonLimits};
 use rpc_core::{CallError, Ctx, Gate, Id, NoParams, PeerConfig, Router, RpcError, Shutdown, Transport, client};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+/// How long a test waits for any one message.
+const WAIT: Duration = Duration::from_secs(2);
 
 /// Serves `router` over NDJSON on a fresh TCP port until `shutdown` begins.
 fn serve_tcp<S: Send + Sync + 'static>(
@@ -32,37 +36,6 @@ fn serve_tcp<S: Send + Sync + 'static>(
         listen::serve_ndjson(Listener::Tcp(listener), "test", limits, &shutdown, router, new_state).await
     });
     addr
-}
-
-/// A client that writes and reads NDJSON lines itself.
-struct Line {
-    lines: Lines<BufReader<OwnedReadHalf>>,
-    writer: OwnedWriteHalf,
-}
-
-impl Line {
-    async fn connect(addr: SocketAddr) -> Line {
-        let (r, w) = TcpStream::connect(addr).await.unwrap().into_split();
-        Line { lines: BufReader::new(r).lines(), writer: w }
-    }
-
-    async fn send(&mut self, msg: Value) {
-        self.writer.write_all(format!("{msg}\n").as_bytes()).await.unwrap();
-    }
-
-    /// `Ok(Some(msg))`, `Ok(None)` once the server closed, `Err` if nothing came within `limit`.
-    async fn next_within(&mut self, limit: Duration) -> Result<Option<Value>, tokio::time::error::Elapsed> {
-        let line = tokio::time::timeout(limit, self.lines.next_line()).await?;
-        Ok(line.ok().flatten().map(|l| serde_json::from_str(&l).unwrap()))
-    }
-
-    async fn recv(&mut self) -> Value {
-        match self.next_within(Duration::from_secs(2)).await {
-            Ok(Some(msg)) => msg,
-            Ok(None) => panic!("connection closed instead of a message"),
-            Err(_) => panic!("nothing within 2 s"),
-        }
-    }
 }
 
 fn request(method: &str, params: Value, id: Value) -> Value {
@@ -214,7 +187,7 @@ async fn a_token_handed_to_spawned_work_fires_when_the_client_disconnects() {
     let addr = serve_tcp(token_router(tokens.clone()), &shutdown, || ());
     let mut c = Line::connect(addr).await;
     c.send(request("spawn_watch", json!({}), json!(1))).await;
-    assert_eq!(c.recv().await["result"], "watching");
+    assert_eq!(c.recv(WAIT).await["result"], "watching");
     // The call is answered, but the work it started still holds its token.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(tokens.fired.lock().unwrap().is_empty(), "fired while the connection was open");
@@ -265,7 +238,7 @@ async fn the_cancel_token_fires_when_the_call_is_cancelled_and_the_connection_st
 
     c.send(json!({"jsonrpc": "2.0", "method": "cancel", "params": {"id": 7}})).await;
     let sent = Instant::now();
-    let reply = c.recv().await;
+    let reply = c.recv(WAIT).await;
     let took = sent.elapsed();
     eprintln!("cancelled call answered {took:?} after the cancel");
     assert_eq!(reply["id"], 7, "{reply}");
@@ -278,7 +251,7 @@ async fn the_cancel_token_fires_when_the_call_is_cancelled_and_the_connection_st
 
     // The connection stays open and serves; the other call is untouched.
     c.send(request("ping", json!({}), json!(9))).await;
-    assert_eq!(c.recv().await, json!({"jsonrpc": "2.0", "id": 9, "result": "pong"}));
+    assert_eq!(c.recv(WAIT).await, json!({"jsonrpc": "2.0", "id": 9, "result": "pong"}));
     assert!(
         c.next_within(Duration::from_millis(200)).await.is_err(),
         "something else was sent or the connection closed"
@@ -287,7 +260,7 @@ async fn the_cancel_token_fires_when_the_call_is_cancelled_and_the_connection_st
     // Cancelling a call that is not in flight finds nothing.
     c.send(json!({"jsonrpc": "2.0", "method": "cancel", "params": {"id": 7}})).await;
     c.send(request("ping", json!({}), json!(10))).await;
-    assert_eq!(c.recv().await["id"], 10);
+    assert_eq!(c.recv(WAIT).await["id"], 10);
     assert_eq!(*tokens.cancelled.lock().unwrap(), [true, false]);
     shutdown.begin();
 }
@@ -344,24 +317,28 @@ async fn a_gate_holds_requests_until_initialize_without_holding_the_reader() {
     }
     // Held: `ping` goes past them.
     c.send(request("ping", json!({}), json!("p1"))).await;
-    assert_eq!(c.recv().await, json!({"jsonrpc": "2.0", "id": "p1", "result": "pong"}), "ping waited behind held work");
+    assert_eq!(
+        c.recv(WAIT).await,
+        json!({"jsonrpc": "2.0", "id": "p1", "result": "pong"}),
+        "ping waited behind held work"
+    );
 
     // `initialize` calls the client while the held requests wait: that call is
     // sent, and its answer read, with the gate closed.
     c.send(request("initialize", json!({}), json!("init"))).await;
-    let asked = c.recv().await;
+    let asked = c.recv(WAIT).await;
     assert_eq!(asked["method"], "client/config", "{asked}");
     c.send(request("ping", json!({}), json!("p2"))).await;
-    assert_eq!(c.recv().await["id"], "p2", "ping waited behind held work");
+    assert_eq!(c.recv(WAIT).await["id"], "p2", "ping waited behind held work");
     assert!(c.next_within(Duration::from_millis(200)).await.is_err(), "held work answered before initialize");
     c.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"theme": "dark"}})).await;
 
     // Initialize completes first, then the held requests, in the order they were sent.
-    let init = c.recv().await;
+    let init = c.recv(WAIT).await;
     assert_eq!(init, json!({"jsonrpc": "2.0", "id": "init", "result": {"config": {"theme": "dark"}}}));
     let mut order = Vec::new();
     for _ in 1..=3 {
-        let reply = c.recv().await;
+        let reply = c.recv(WAIT).await;
         assert_eq!(reply["result"], reply["id"], "{reply}");
         order.push(reply["id"].as_u64().unwrap());
     }
@@ -369,6 +346,6 @@ async fn a_gate_holds_requests_until_initialize_without_holding_the_reader() {
     assert_eq!(order, [1, 2, 3]);
     // Once initialized, the gate is open.
     c.send(request("work", json!([4]), json!(4))).await;
-    assert_eq!(c.recv().await["result"], 4);
+    assert_eq!(c.recv(WAIT).await["result"], 4);
     shutdown.begin();
 }

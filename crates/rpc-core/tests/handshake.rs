@@ -2,16 +2,19 @@
 //! done it (rpc-core.md §8, "Handshake deadline"), over real TCP sockets
 //! served by `serve_ndjson`.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::line::Line;
 use rpc_core::listen::{self, Listener, NdjsonLimits};
 use rpc_core::{NoParams, PeerConfig, PeerHandle, Router, Shutdown, client};
-use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use serde_json::json;
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::task::JoinHandle;
 
 /// `hello` completes the handshake; `ping` answers whoever asks.
@@ -42,35 +45,6 @@ fn limits(max_connections: usize, deadline: Duration) -> NdjsonLimits {
         max_connections,
         peer: PeerConfig { handshake_deadline: Some(deadline), ..PeerConfig::default() },
         ..NdjsonLimits::default()
-    }
-}
-
-/// A client that writes and reads NDJSON lines itself.
-struct Line {
-    lines: Lines<BufReader<OwnedReadHalf>>,
-    writer: OwnedWriteHalf,
-}
-
-impl Line {
-    async fn connect(addr: SocketAddr) -> Line {
-        let (r, w) = TcpStream::connect(addr).await.unwrap().into_split();
-        Line { lines: BufReader::new(r).lines(), writer: w }
-    }
-
-    /// Sends one message; a write the server already refused is not an error here.
-    async fn send(&mut self, msg: Value) {
-        let _ = self.writer.write_all(format!("{msg}\n").as_bytes()).await;
-    }
-
-    /// `Ok(Some(msg))`, `Ok(None)` once the server closed, `Err` if nothing came within `limit`.
-    async fn next_within(&mut self, limit: Duration) -> Result<Option<Value>, tokio::time::error::Elapsed> {
-        let line = tokio::time::timeout(limit, self.lines.next_line()).await?;
-        Ok(line.ok().flatten().map(|l| serde_json::from_str(&l).unwrap()))
-    }
-
-    async fn call(&mut self, method: &str, id: u64) -> Option<Value> {
-        self.send(json!({"jsonrpc": "2.0", "method": method, "id": id})).await;
-        self.next_within(Duration::from_secs(2)).await.expect("no reply within 2 s")
     }
 }
 

@@ -4,17 +4,18 @@
 //! goodbye to a peer the daemon opened is a request it awaits. Over real TCP
 //! sockets.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::line::Line;
 use rpc_core::listen::{self, Listener, NdjsonLimits};
 use rpc_core::peer::CloseReason;
 use rpc_core::{Connection, Goodbye, NoParams, PeerConfig, PeerHandle, Router, Shutdown, Transport};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Notify;
 
 /// What the server's handlers share with the test.
@@ -66,56 +67,6 @@ fn wait_in_background(shutdown: &Shutdown, grace: Duration) -> tokio::task::Join
     })
 }
 
-/// A client that writes and reads NDJSON lines itself.
-struct Line {
-    lines: Lines<BufReader<OwnedReadHalf>>,
-    writer: OwnedWriteHalf,
-}
-
-impl Line {
-    async fn connect(addr: SocketAddr) -> Line {
-        Line::new(TcpStream::connect(addr).await.unwrap())
-    }
-
-    fn new(stream: TcpStream) -> Line {
-        let (r, w) = stream.into_split();
-        Line { lines: BufReader::new(r).lines(), writer: w }
-    }
-
-    async fn send(&mut self, msg: Value) {
-        self.writer.write_all(format!("{msg}\n").as_bytes()).await.unwrap();
-    }
-
-    /// `Ok(Some(msg))`, `Ok(None)` once the other side closed, `Err` if nothing came within `limit`.
-    async fn next_within(&mut self, limit: Duration) -> Result<Option<Value>, tokio::time::error::Elapsed> {
-        let line = tokio::time::timeout(limit, self.lines.next_line()).await?;
-        Ok(line.ok().flatten().map(|l| serde_json::from_str(&l).unwrap()))
-    }
-
-    async fn recv(&mut self, limit: Duration) -> Value {
-        match self.next_within(limit).await {
-            Ok(Some(msg)) => msg,
-            Ok(None) => panic!("connection closed instead of a message"),
-            Err(_) => panic!("nothing within {limit:?}"),
-        }
-    }
-
-    /// Asserts the other side closes within `limit`, with nothing more sent.
-    async fn expect_close(&mut self, limit: Duration) {
-        match self.next_within(limit).await {
-            Ok(None) => {}
-            Ok(Some(msg)) => panic!("expected the close, got {msg}"),
-            Err(_) => panic!("connection still open after {limit:?}"),
-        }
-    }
-
-    /// Sends `mark` and waits until the server handled it (and so read everything before it).
-    async fn mark(&mut self, probe: &Probe) {
-        self.send(json!({"jsonrpc": "2.0", "method": "mark"})).await;
-        tokio::time::timeout(Duration::from_secs(2), probe.marked.notified()).await.expect("mark never handled");
-    }
-}
-
 fn request(method: &str, params: Value, id: Value) -> Value {
     json!({"jsonrpc": "2.0", "method": method, "params": params, "id": id})
 }
@@ -136,7 +87,7 @@ async fn queued_requests_are_refused_at_once_and_the_running_one_finishes() {
     for id in 2..=4 {
         c.send(request("sleep", json!([50]), json!(id))).await;
     }
-    c.mark(&probe).await;
+    mark(&mut c, &probe).await;
 
     shutdown.begin();
     let begun = Instant::now();
@@ -174,7 +125,7 @@ async fn a_running_request_gets_the_grace_period_then_shutting_down() {
     let addr = serve(PeerConfig::default(), &shutdown, probe.clone());
     let mut c = Line::connect(addr).await;
     c.send(request("sleep", json!([10_000]), json!(1))).await;
-    c.mark(&probe).await;
+    mark(&mut c, &probe).await;
 
     shutdown.begin();
     let begun = Instant::now();
@@ -198,7 +149,7 @@ async fn a_running_batch_gets_one_array_of_shutting_down_errors_after_the_grace(
     let addr = serve(PeerConfig::default(), &shutdown, probe.clone());
     let mut c = Line::connect(addr).await;
     c.send(json!([request("sleep", json!([10_000]), json!("a")), request("sleep", json!([10_000]), json!("b"))])).await;
-    c.mark(&probe).await;
+    mark(&mut c, &probe).await;
 
     shutdown.begin();
     let begun = Instant::now();
@@ -315,4 +266,10 @@ async fn our_call_in_flight_gets_the_grace_and_its_answer() {
     c.expect_close(Duration::from_secs(1)).await;
     eprintln!("closed {:?} after our call was answered", answered.elapsed());
     tokio::time::timeout(Duration::from_secs(2), waiter).await.expect("wait did not return").unwrap();
+}
+
+/// Sends `mark` and waits until the server handled it (and so read everything before it).
+async fn mark(line: &mut Line, probe: &Probe) {
+    line.send(json!({"jsonrpc": "2.0", "method": "mark"})).await;
+    tokio::time::timeout(Duration::from_secs(2), probe.marked.notified()).await.expect("mark never handled");
 }

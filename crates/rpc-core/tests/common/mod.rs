@@ -2,6 +2,8 @@
 //! a raw client that sends and receives JSON texts on any framing.
 #![allow(dead_code)]
 
+pub mod line;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
