@@ -240,6 +240,10 @@ pub struct Invalid {
     /// The id to answer with; `Id::Null` when it could not be read.
     pub id: Id,
     pub error: RpcError,
+    /// It had an id but neither `method` nor `result`/`error`: a request
+    /// without a method, or a response without an outcome. The peer decides
+    /// which by whether the id is one of its own calls.
+    pub lacks_outcome: bool,
 }
 
 /// A whole frame: one message or a batch.
@@ -315,11 +319,14 @@ fn parse_object(text: &str) -> Result<Message<'_>, Invalid> {
     let raw: RawMessage<'_> = match serde_json::from_str(text) {
         Ok(raw) => raw,
         Err(e) => {
-            return Err(Invalid { id: Id::Null, error: classify(text, e) });
+            return Err(Invalid { id: Id::Null, error: classify(text, e), lacks_outcome: false });
         }
     };
-    let invalid =
-        |id: Option<Id>, detail: &str| Invalid { id: id.unwrap_or(Id::Null), error: RpcError::invalid_request(detail) };
+    let invalid = |id: Option<Id>, detail: &str| Invalid {
+        id: id.unwrap_or(Id::Null),
+        error: RpcError::invalid_request(detail),
+        lacks_outcome: false,
+    };
 
     let id = match raw.id {
         None => None,
@@ -369,7 +376,8 @@ fn parse_object(text: &str) -> Result<Message<'_>, Invalid> {
         return Ok(Message::Response { id, outcome });
     }
 
-    Err(invalid(id, "missing method"))
+    let lacks_outcome = id.is_some();
+    Err(Invalid { lacks_outcome, ..invalid(id, "missing method") })
 }
 
 /// Tells a syntax error (-32700) from valid JSON of the wrong shape (-32600).

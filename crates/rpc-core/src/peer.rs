@@ -88,6 +88,11 @@ pub struct PeerConfig {
     pub handshake_deadline: Option<Duration>,
     /// What the daemon says to this peer when it shuts down.
     pub goodbye: Option<Goodbye>,
+    /// Give our requests ids the other side cannot predict (still unique, and
+    /// below 2^53 so JavaScript reads them exactly), for a daemon that
+    /// accepts answers on a channel where a third party could guess the next
+    /// id (BTCP's SSE fallback).
+    pub unguessable_ids: bool,
 }
 
 /// Default number of messages in the incoming backlog.
@@ -113,6 +118,7 @@ impl Default for PeerConfig {
             keepalive_misses: 2,
             handshake_deadline: None,
             goodbye: None,
+            unguessable_ids: false,
         }
     }
 }
@@ -200,6 +206,8 @@ struct Shared {
     /// How many calls are pending (read without the lock, by the reader).
     pending_len: AtomicUsize,
     next_id: AtomicU64,
+    /// Keys that scramble our request ids, when they must be unguessable.
+    id_keys: Option<IdScrambler>,
     closing: CancellationToken,
     /// Set by a handler that wants the connection closed once its reply is out.
     close_after_reply: AtomicBool,
@@ -270,7 +278,10 @@ impl PeerHandle {
     ) -> Reply {
         let shared = &self.shared;
         let deadline = timeout.map(|limit| Instant::now() + limit);
-        let n = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut n = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Some(keys) = &shared.id_keys {
+            n = keys.scramble(n);
+        }
         let json = message::request(Some(&Id::from(n)), method, params)
             .map_err(|e| CallError::Malformed(format!("params did not serialise: {e}")))?;
         let (tx, rx) = oneshot::channel();
@@ -437,6 +448,33 @@ impl PeerHandle {
     }
 }
 
+/// A keyed permutation of 52-bit numbers (a four-round Feistel network over
+/// two 26-bit halves, SipHash with random keys as its round function): ids
+/// made from a counter stay unique, but the next one cannot be told from the
+/// last ones without the keys.
+struct IdScrambler {
+    keys: std::hash::RandomState,
+}
+
+impl IdScrambler {
+    const HALF: u32 = 26;
+    const MASK: u64 = (1 << Self::HALF) - 1;
+
+    fn new() -> Self {
+        IdScrambler { keys: std::hash::RandomState::new() }
+    }
+
+    fn scramble(&self, n: u64) -> u64 {
+        use std::hash::BuildHasher;
+        let (mut left, mut right) = ((n >> Self::HALF) & Self::MASK, n & Self::MASK);
+        for round in 0..4u64 {
+            let f = self.keys.hash_one((round, right)) & Self::MASK;
+            (left, right) = (right, left ^ f);
+        }
+        (left << Self::HALF) | right
+    }
+}
+
 struct ForgetOnDrop<'a> {
     shared: &'a Shared,
     id: Option<u64>,
@@ -506,6 +544,7 @@ impl<S: Send + Sync + 'static> Connection<S> {
             pending: Mutex::default(),
             pending_len: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
+            id_keys: config.unguessable_ids.then(IdScrambler::new),
             closing: CancellationToken::new(),
             close_after_reply: AtomicBool::new(false),
             handshaken: AtomicBool::new(config.handshake_deadline.is_none()),
@@ -1091,6 +1130,10 @@ impl<S: Send + Sync + 'static> Work<S> {
         match message::parse(bytes, self.config().max_batch) {
             Parsed::Rejected(error) => self.write_error(&Id::Null, &error),
             Parsed::Single(Ok(message)) => self.on_single(message, size).await,
+            Parsed::Single(Err(invalid)) if self.is_our_call(&invalid) => {
+                self.fail_malformed_answer(invalid.id);
+                Ok(())
+            }
             Parsed::Single(Err(invalid)) => match self.router.rewrite_invalid(bytes) {
                 Some(rewritten) => match message::parse(&rewritten, 1) {
                     Parsed::Single(Ok(message)) => self.on_single(message, size).await,
@@ -1193,6 +1236,21 @@ impl<S: Send + Sync + 'static> Work<S> {
         self.backlog.refuse(self.handle.conn_id())
     }
 
+    /// Whether an unreadable message is really a malformed answer to one of
+    /// our calls (an id, no method, no outcome): then it fails that call at
+    /// once instead of being bounced back as an invalid request while the
+    /// caller waits for its timeout.
+    fn is_our_call(&self, invalid: &Invalid) -> bool {
+        invalid.lacks_outcome
+            && invalid.id.as_u64().is_some_and(|n| self.handle.shared.pending.lock().unwrap().calls.contains_key(&n))
+    }
+
+    fn fail_malformed_answer(&self, id: Id) {
+        let problem = "the answer has neither result nor error".to_owned();
+        tracing::debug!(conn = self.handle.conn_id(), %id, "malformed answer to our call");
+        self.handle.complete(&id, Err(CallError::Malformed(problem)));
+    }
+
     fn on_response(&self, id: Id, outcome: Outcome<'_>) {
         let reply = match outcome {
             Outcome::Result(result) => Ok(result.to_owned()),
@@ -1236,6 +1294,7 @@ impl<S: Send + Sync + 'static> Work<S> {
         let mut ids = Vec::new();
         for item in items {
             match item {
+                Err(invalid) if self.is_our_call(&invalid) => self.fail_malformed_answer(invalid.id),
                 Err(invalid) => ready.push(message::response_err(&invalid.id, &invalid.error)),
                 Ok(Message::Request { id, method, params }) => {
                     let admitted = self.admit(&id).and_then(|()| {
@@ -1345,4 +1404,22 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> &str {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(non-string panic)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IdScrambler;
+
+    #[test]
+    fn scrambled_ids_are_unique_below_2_pow_53_and_not_sequential() {
+        let keys = IdScrambler::new();
+        let ids: Vec<u64> = (1..=100_000).map(|n| keys.scramble(n)).collect();
+        let unique: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len());
+        assert!(ids.iter().all(|&id| id < 1 << 53));
+        let steps_of_one = ids.windows(2).filter(|w| w[1] == w[0] + 1).count();
+        assert!(steps_of_one < 10, "{steps_of_one} consecutive ids");
+        // Another connection's keys give other ids.
+        assert_ne!(IdScrambler::new().scramble(1), keys.scramble(1));
+    }
 }

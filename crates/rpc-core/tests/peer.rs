@@ -381,3 +381,29 @@ async fn our_requests_carry_unique_ids_and_notifications_none() {
     ids.dedup();
     assert_eq!((ids.len(), notes), (3, 1));
 }
+
+#[tokio::test]
+async fn an_answer_without_result_or_error_fails_our_call_at_once_and_is_not_bounced() {
+    let (a, b) = tokio::io::duplex(1 << 16);
+    let (r, w) = tokio::io::split(a);
+    let (peer, conn) =
+        Connection::new(Transport::ndjson(r, w, 1 << 20), Router::<()>::empty(), Arc::new(()), PeerConfig::default());
+    tokio::spawn(conn.run());
+    let (br, mut bw) = tokio::io::split(b);
+    let mut lines = BufReader::new(br).lines();
+    let call =
+        tokio::spawn(async move { peer.request_raw("tools/call", &json!({}), Some(Duration::from_secs(30))).await });
+    let request: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    let started = Instant::now();
+    bw.write_all(format!("{}\n", json!({"jsonrpc": "2.0", "id": request["id"]})).as_bytes()).await.unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(2), call).await.expect("the call waited").unwrap();
+    assert!(matches!(result, Err(CallError::Malformed(_))), "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    // Nothing is sent back for it (it was an answer, not a request).
+    let bounced = tokio::time::timeout(Duration::from_millis(200), lines.next_line()).await;
+    assert!(bounced.is_err(), "bounced back: {bounced:?}");
+    // An id that is not one of our calls is still an invalid request.
+    bw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":424242}\n").await.unwrap();
+    let reply: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(reply["error"]["code"], -32600, "{reply}");
+}

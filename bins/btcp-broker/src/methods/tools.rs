@@ -154,8 +154,10 @@ pub async fn call(cx: Ctx<ConnState>, params: CallParams) -> Result<Box<RawValue
             RpcError::new(codes::NO_BROWSER, "browser disconnected")
                 .with_data(serde_json::json!({ "sessionId": &*session.id })),
         ),
-        Err(CallError::Malformed(problem)) => {
-            refuse(Outcome::Malformed, RpcError::internal(format!("malformed answer from the browser: {problem}")))
-        }
+        Err(CallError::Malformed(problem)) => refuse(
+            Outcome::Malformed,
+            RpcError::internal(format!("malformed answer from the browser: {problem}"))
+                .with_data(serde_json::json!({ "reason": "malformed_answer", "sessionId": &*session.id })),
+        ),
     }
 }

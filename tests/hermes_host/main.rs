@@ -1,0 +1,1 @@
+//! hermes-host over real processes and sockets.

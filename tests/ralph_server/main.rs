@@ -1,0 +1,1 @@
+//! ralph-server over a real PTY and its Unix socket.
