@@ -22,7 +22,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -38,10 +38,13 @@ pub(crate) struct Outbox {
     queue: Mutex<Queue>,
     /// Items queued and not yet taken by the connection task (read without the lock).
     len: AtomicUsize,
-    /// Bytes of the messages queued and not yet handed to the transport.
-    bytes: AtomicUsize,
-    /// Responses queued or handed to the transport and not yet flushed.
-    owed: AtomicUsize,
+    /// Two counters in one word, so a queued reply costs one atomic update:
+    /// the bytes of the messages queued and not yet handed to the transport
+    /// (low bits), and the responses queued or handed to the transport and
+    /// not yet flushed (from `OWED_SHIFT` up).
+    load: AtomicU64,
+    /// Producers waiting for room (spares the wake-up when there are none).
+    waiting: AtomicUsize,
     capacity: usize,
     budget: usize,
     /// The connection task, woken to write what other tasks queued.
@@ -75,6 +78,15 @@ fn is_response(item: &Outbound) -> bool {
     matches!(item, Outbound::Message { kind: Kind::Response, .. })
 }
 
+/// Where the owed-reply count starts in `Outbox::load` (bytes below: 1 TiB).
+const OWED_SHIFT: u32 = 40;
+const BYTES_MASK: u64 = (1 << OWED_SHIFT) - 1;
+
+/// What an item adds to `Outbox::load`.
+fn load_of(item: &Outbound) -> u64 {
+    size_of(item) as u64 + (u64::from(is_response(item)) << OWED_SHIFT)
+}
+
 impl Outbox {
     /// A queue of at most `capacity` messages and `budget` bytes (either full
     /// means full).
@@ -82,8 +94,8 @@ impl Outbox {
         Outbox {
             queue: Mutex::new(Queue { items: VecDeque::new(), closed: false }),
             len: AtomicUsize::new(0),
-            bytes: AtomicUsize::new(0),
-            owed: AtomicUsize::new(0),
+            load: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
             capacity: capacity.max(1),
             budget: budget.max(1),
             writer: AtomicWaker::new(),
@@ -99,6 +111,11 @@ impl Outbox {
             Err(Some(item)) => item,
             Err(None) => return Err(PushError::Closed),
         };
+        // Counted before the check below (and the drain counts room before it
+        // looks at this), so room made in between is never missed: one side
+        // always sees the other's write (both are SeqCst).
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let _counted = WaitingProducer(&self.waiting);
         loop {
             // Registered before the check below, so room made in between wakes us.
             let room = self.room.notified();
@@ -155,25 +172,30 @@ impl Outbox {
     }
 
     fn account(&self, item: &Outbound) {
-        self.bytes.fetch_add(size_of(item), Ordering::Relaxed);
-        if is_response(item) {
-            self.owed.fetch_add(1, Ordering::Relaxed);
-        }
+        self.load.fetch_add(load_of(item), Ordering::Relaxed);
     }
 
     /// Whether the queue holds as much as it should (in messages or in bytes).
     pub fn is_full(&self) -> bool {
-        self.len.load(Ordering::Relaxed) >= self.capacity || self.bytes.load(Ordering::Relaxed) >= self.budget
+        self.len.load(Ordering::Relaxed) >= self.capacity || self.bytes() >= self.budget
     }
 
     /// Bytes queued and not yet handed to the transport.
     pub fn bytes(&self) -> usize {
-        self.bytes.load(Ordering::Relaxed)
+        (self.load.load(Ordering::SeqCst) & BYTES_MASK) as usize
     }
 
     /// Responses queued and not yet flushed: the replies this side owes.
     pub fn owed(&self) -> usize {
-        self.owed.load(Ordering::Relaxed)
+        (self.load.load(Ordering::Relaxed) >> OWED_SHIFT) as usize
+    }
+
+    /// Takes `bytes` and `owed` replies off the count (handed over, flushed,
+    /// or dropped after a close).
+    fn release(&self, bytes: u64, owed: u64) {
+        if bytes | owed != 0 {
+            self.load.fetch_sub(bytes + (owed << OWED_SHIFT), Ordering::SeqCst);
+        }
     }
 
     /// Refuses further items and releases every producer waiting for room.
@@ -193,6 +215,15 @@ impl Outbox {
     }
 }
 
+/// Keeps `Outbox::waiting` right however a waiting push ends.
+struct WaitingProducer<'a>(&'a AtomicUsize);
+
+impl Drop for WaitingProducer<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// What a turn of draining achieved.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Drained {
@@ -209,7 +240,10 @@ pub(crate) struct Drain {
     batch: VecDeque<Outbound>,
     unflushed: bool,
     /// Responses handed to the sink since the last flush.
-    unflushed_responses: usize,
+    unflushed_responses: u64,
+    /// Bytes handed to the sink in this turn, taken off the count at its end
+    /// (one atomic update a turn rather than one a message).
+    handed_bytes: u64,
     /// A close was handed to the sink: flush it, shut the sink, write nothing more.
     closing: bool,
     /// Since when the sink has refused to take or flush data.
@@ -223,6 +257,7 @@ impl Drain {
             batch: VecDeque::new(),
             unflushed: false,
             unflushed_responses: 0,
+            handed_bytes: 0,
             closing: false,
             blocked_since: None,
         }
@@ -240,7 +275,8 @@ impl Drain {
         outbox.writer.register(cx.waker());
         let mut progressed = false;
         let result = self.write_batch(outbox, cx, &mut progressed);
-        if progressed {
+        outbox.release(std::mem::take(&mut self.handed_bytes), 0);
+        if progressed && outbox.waiting.load(Ordering::SeqCst) > 0 {
             // Room was made (in messages or bytes): let waiting producers retry.
             outbox.room.notify_waiters();
         }
@@ -282,8 +318,8 @@ impl Drain {
                 }
                 self.closing = matches!(item, Outbound::Close { .. });
                 let item = self.batch.pop_front().expect("front() was Some");
-                outbox.bytes.fetch_sub(size_of(&item), Ordering::Relaxed);
-                self.unflushed_responses += usize::from(is_response(&item));
+                self.handed_bytes += size_of(&item) as u64;
+                self.unflushed_responses += u64::from(is_response(&item));
                 if let Err(e) = self.sink.as_mut().start_send(item) {
                     return Some(Poll::Ready(Err(e)));
                 }
@@ -299,7 +335,7 @@ impl Drain {
             match self.sink.as_mut().poll_flush(cx) {
                 Poll::Ready(Ok(())) => {
                     self.unflushed = false;
-                    outbox.owed.fetch_sub(std::mem::take(&mut self.unflushed_responses), Ordering::Relaxed);
+                    outbox.release(0, std::mem::take(&mut self.unflushed_responses));
                 }
                 Poll::Ready(Err(e)) => return Some(Poll::Ready(Err(e))),
                 Poll::Pending if *progressed => {
@@ -321,12 +357,11 @@ impl Drain {
 
     /// Items after a close are never written: stop counting them.
     fn forget_batch(&mut self, outbox: &Outbox) {
-        for item in self.batch.drain(..) {
-            outbox.bytes.fetch_sub(size_of(&item), Ordering::Relaxed);
-            if is_response(&item) {
-                outbox.owed.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
+        let (bytes, owed) = self
+            .batch
+            .drain(..)
+            .fold((0, 0), |(bytes, owed), item| (bytes + size_of(&item) as u64, owed + u64::from(is_response(&item))));
+        outbox.release(bytes, owed);
     }
 
     fn blocked(&mut self) -> Poll<io::Result<Drained>> {
