@@ -239,7 +239,10 @@ pub enum Outcome<'a> {
 pub struct Invalid {
     /// The id to answer with; `Id::Null` when it could not be read.
     pub id: Id,
-    pub error: RpcError,
+    /// Boxed: an invalid message is the rare case, and a `Result` whose error
+    /// is as large as an `RpcError` (its `data` a `serde_json::Value`, which
+    /// grows with serde_json's features) would make every parse result larger.
+    pub error: Box<RpcError>,
     /// It had an id but neither `method` nor `result`/`error`: a request
     /// without a method, or a response without an outcome. The peer decides
     /// which by whether the id is one of its own calls.
@@ -282,7 +285,7 @@ pub fn parse(frame: &[u8], max_batch: usize) -> Parsed<'_> {
             if let Err(Invalid { error, .. }) = &single
                 && error.code == RpcError::PARSE_ERROR
             {
-                return Parsed::Rejected(single.unwrap_err().error);
+                return Parsed::Rejected(*single.unwrap_err().error);
             }
             Parsed::Single(single)
         }
@@ -319,12 +322,12 @@ fn parse_object(text: &str) -> Result<Message<'_>, Invalid> {
     let raw: RawMessage<'_> = match serde_json::from_str(text) {
         Ok(raw) => raw,
         Err(e) => {
-            return Err(Invalid { id: Id::Null, error: classify(text, e), lacks_outcome: false });
+            return Err(Invalid { id: Id::Null, error: Box::new(classify(text, e)), lacks_outcome: false });
         }
     };
     let invalid = |id: Option<Id>, detail: &str| Invalid {
         id: id.unwrap_or(Id::Null),
-        error: RpcError::invalid_request(detail),
+        error: Box::new(RpcError::invalid_request(detail)),
         lacks_outcome: false,
     };
 
