@@ -1,31 +1,85 @@
-//! hermes-host: a headless host for Hermes extensions (HL7 v2 message editing).
+//! hermes-host: a headless host for Hermes extensions editing HL7 v2
+//! messages, and the client commands that talk to it.
 //!
-//! Not built yet: the daemon has its own issue. Until it lands this binary only
-//! describes itself, so that the workspace layout, `--help` and packaging are in
-//! place, and it refuses to pretend to serve.
+//! This file only wires the command line to the configuration and the code
+//! that runs it.
+
+mod client;
+mod config;
+mod control;
+mod document;
+mod errors;
+mod events;
+mod extension;
+mod hl7;
+mod host;
+mod methods;
+mod server;
+mod ui;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use rpc_core::cli::{self, LogArgs};
 
-/// Headless host for Hermes extensions: runs extension processes over stdio
-/// (Content-Length framed JSON-RPC), holds the HL7 v2 message they edit, and
-/// serves a control socket. Specification: shared/specs/hermes-host.md.
+use crate::config::{Config, ServeArgs};
+
+/// A headless host for Hermes extensions: runs extension processes (JSON-RPC
+/// over stdio, Content-Length framed), holds the HL7 v2 message they edit,
+/// and serves a control socket to open messages, run commands and answer
+/// dialogs.
 ///
-/// Status: not implemented in this build.
-#[derive(Parser)]
-#[command(name = "hermes-host", version)]
+/// Without a subcommand it runs the daemon (`serve`).
+#[derive(Debug, Parser)]
+#[command(name = "hermes-host", version, args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+    #[command(flatten)]
+    log: LogArgs,
 }
 
-#[derive(Subcommand)]
+#[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the host (not implemented in this build).
-    Serve,
+    /// Run the host and its extensions (the default).
+    Serve(ServeArgs),
+    /// Talk to a running host over its control socket.
+    Ctl(client::CtlArgs),
 }
 
-fn main() {
-    let _ = Cli::parse();
-    eprintln!("hermes-host: not implemented in this build (see shared/specs/hermes-host.md)");
-    std::process::exit(1);
+fn main() -> ExitCode {
+    let cli = match cli::parse::<Cli>() {
+        Ok(cli) => cli,
+        Err(failure) => return failure.report(),
+    };
+    match cli.command {
+        None => serve(cli.serve, &cli.log),
+        Some(Command::Serve(args)) => serve(args, &cli.log),
+        Some(Command::Ctl(args)) => client::run(args),
+    }
+}
+
+/// Runs the daemon: 0 after a clean stop, 1 after a runtime failure or a
+/// forced stop, 2 for bad configuration.
+fn serve(args: ServeArgs, log: &LogArgs) -> ExitCode {
+    let config = match log.init().and_then(|()| Config::from_args(args)) {
+        Ok(config) => config,
+        Err(e) => return cli::bad_configuration(&e),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hermes-host: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(server::run(config)) {
+        Ok(stopped) => stopped.exit_code(),
+        Err(e) => {
+            eprintln!("hermes-host: {e}");
+            e.exit_code()
+        }
+    }
 }

@@ -1,0 +1,246 @@
+//! `hermes-host ctl ...`: one command per control method, and `ctl ui`, a
+//! terminal that answers the extensions' dialogs ([`ui`]).
+
+mod ui;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use rpc_core::{CallError, PeerHandle};
+use serde_json::{Value, json};
+
+/// Flags of `hermes-host ctl`.
+#[derive(Debug, clap::Args)]
+pub struct CtlArgs {
+    /// The host's control socket [default: $XDG_RUNTIME_DIR/hermes-host.sock, else <data dir>/hermes-host/hermes-host.sock].
+    #[arg(long, env = "HERMES_HOST_SOCKET", global = true)]
+    pub socket: Option<PathBuf>,
+    /// Print results as JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: CtlCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum CtlCommand {
+    /// Start a new, empty message.
+    New,
+    /// Open an HL7 file.
+    Open { file: PathBuf },
+    /// Print the message (hl7 segments one per line, or the json/yaml/toml tree).
+    Get {
+        #[arg(long, default_value = "hl7", value_parser = ["hl7", "json", "yaml", "toml"])]
+        format: String,
+    },
+    /// Replace the message with the contents of FILE (`-`: standard input).
+    Set {
+        file: PathBuf,
+        #[arg(long, default_value = "hl7", value_parser = ["hl7", "json", "yaml", "toml"])]
+        format: String,
+    },
+    /// Save the message (atomically) to its file, or to FILE.
+    Save { file: Option<PathBuf> },
+    /// Run an extension command.
+    Run { command: String },
+    /// Extensions: `ext list`, `ext reload [NAME]`.
+    #[command(subcommand)]
+    Ext(ExtCommand),
+    /// The last lines an extension wrote to stderr.
+    Logs {
+        name: String,
+        #[arg(long, default_value_t = 100)]
+        lines: usize,
+    },
+    /// The extensions' schemas, merged.
+    Schema,
+    /// Print events as they come (extension_state, log, message_changed; default all).
+    Subscribe { events: Vec<String> },
+    /// Be the UI: answer the extensions' dialogs at this terminal.
+    Ui,
+    /// Call any control method with --arg key=value params.
+    Call {
+        method: String,
+        #[arg(long = "arg", value_parser = rpc_core::cli::parse_arg)]
+        args: Vec<(String, Value)>,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum ExtCommand {
+    /// Name, state, pid, restarts and commands of each extension.
+    List,
+    /// Re-read the config file and restart every extension, or only NAME.
+    Reload { name: Option<String> },
+}
+
+pub fn socket_path(given: Option<PathBuf>) -> PathBuf {
+    given.unwrap_or_else(|| {
+        let data = dirs::data_dir().unwrap_or_else(|| PathBuf::from(".")).join("hermes-host");
+        crate::config::default_socket(&data)
+    })
+}
+
+pub fn run(args: CtlArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hermes-host: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(ctl(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("hermes-host: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn ctl(args: CtlArgs) -> Result<ExitCode, String> {
+    let socket = socket_path(args.socket);
+    match &args.command {
+        CtlCommand::Ui => return ui::run(&socket).await,
+        CtlCommand::Subscribe { events } => {
+            let events = if events.is_empty() { vec!["*".to_owned()] } else { events.clone() };
+            return subscribe_raw(&socket, &json!({"events": events})).await;
+        }
+        _ => {}
+    }
+    let peer = rpc_core::client::connect_unix(&socket)
+        .await
+        .map_err(|e| format!("cannot reach hermes-host at {}: {e}", socket.display()))?;
+    let json_out = args.json;
+    let (method, params) = match &args.command {
+        CtlCommand::New => ("message/new", json!({})),
+        CtlCommand::Open { file } => ("message/open", json!({"path": absolute(file)})),
+        CtlCommand::Get { format } => ("message/get", json!({"format": format})),
+        CtlCommand::Set { file, format } => {
+            let text = if file.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin()).map_err(|e| format!("reading standard input: {e}"))?
+            } else {
+                std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?
+            };
+            ("message/set", json!({"message": text, "format": format}))
+        }
+        CtlCommand::Save { file } => ("message/save", json!({"path": file.as_ref().map(|f| absolute(f))})),
+        CtlCommand::Run { command } => ("command/execute", json!({"command": command})),
+        CtlCommand::Ext(ExtCommand::List) => ("extensions/list", json!({})),
+        CtlCommand::Ext(ExtCommand::Reload { name }) => ("extensions/reload", json!({"name": name})),
+        CtlCommand::Logs { name, lines } => ("extensions/logs", json!({"name": name, "lines": lines})),
+        CtlCommand::Schema => ("schema/get", json!({})),
+        CtlCommand::Call { method, args } => {
+            let params: serde_json::Map<String, Value> = args.iter().cloned().collect();
+            (method.as_str(), Value::Object(params))
+        }
+        CtlCommand::Ui | CtlCommand::Subscribe { .. } => unreachable!("handled above"),
+    };
+    // A reload waits for extensions to stop and start; nothing else takes long.
+    let timeout = match method {
+        "extensions/reload" => None,
+        _ => Some(Duration::from_secs(60)),
+    };
+    let result = match call(&peer, method, &params, timeout).await {
+        Ok(result) => result,
+        Err(message) => {
+            eprintln!("hermes-host: {message}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_result(&args.command, &result);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn absolute(path: &std::path::Path) -> String {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned()).display().to_string()
+}
+
+async fn call(peer: &PeerHandle, method: &str, params: &Value, timeout: Option<Duration>) -> Result<Value, String> {
+    match peer.request_raw(method, params, timeout).await {
+        Ok(raw) => serde_json::from_str(raw.get()).map_err(|e| e.to_string()),
+        Err(CallError::Rpc(e)) => Err(format!("{} ({})", e.message, e.code)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn print_result(command: &CtlCommand, result: &Value) {
+    let mut out = std::io::stdout().lock();
+    match command {
+        CtlCommand::Get { format } => {
+            let text = result["message"].as_str().unwrap_or_default();
+            if format == "hl7" {
+                let _ = writeln!(out, "{}", text.replace('\r', "\n"));
+            } else {
+                let _ = writeln!(out, "{}", text.trim_end());
+            }
+        }
+        CtlCommand::Ext(ExtCommand::List) => {
+            let _ = writeln!(out, "{:<20} {:<9} {:>7} {:>8}  COMMANDS", "NAME", "STATE", "PID", "RESTARTS");
+            for e in result["extensions"].as_array().into_iter().flatten() {
+                let pid = e["pid"].as_u64().map_or("-".to_owned(), |p| p.to_string());
+                let commands: Vec<&str> =
+                    e["commands"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+                let _ = writeln!(
+                    out,
+                    "{:<20} {:<9} {:>7} {:>8}  {}",
+                    e["name"].as_str().unwrap_or(""),
+                    e["state"].as_str().unwrap_or(""),
+                    pid,
+                    e["restarts"],
+                    commands.join(" ")
+                );
+                if let Some(reason) = e["reason"].as_str() {
+                    let _ = writeln!(out, "    {reason}");
+                }
+            }
+        }
+        CtlCommand::Logs { .. } => {
+            for line in result["lines"].as_array().into_iter().flatten() {
+                let _ =
+                    writeln!(out, "[{}] {}", line["level"].as_str().unwrap_or(""), line["line"].as_str().unwrap_or(""));
+            }
+        }
+        CtlCommand::Run { command } => {
+            let _ = writeln!(out, "{command} sent to {}", result["extension"].as_str().unwrap_or("?"));
+        }
+        CtlCommand::Save { .. } => {
+            let _ = writeln!(out, "saved {}", result["filePath"].as_str().unwrap_or(""));
+        }
+        _ => {
+            let _ = writeln!(out, "{}", serde_json::to_string_pretty(result).unwrap_or_default());
+        }
+    }
+}
+
+/// Subscribes on a plain line connection (events are notifications, which
+/// a peer without methods would not show) and prints each event line until
+/// the host closes it or Ctrl-C.
+async fn subscribe_raw(socket: &std::path::Path, params: &Value) -> Result<ExitCode, String> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| format!("{}: {e}", socket.display()))?;
+    let (read, mut write) = stream.into_split();
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": "subscribe", "params": params});
+    write.write_all(format!("{request}\n").as_bytes()).await.map_err(|e| e.to_string())?;
+    let mut lines = BufReader::new(read).lines();
+    loop {
+        tokio::select! {
+            line = lines.next_line() => match line {
+                Ok(Some(line)) => {
+                    let Ok(value) = serde_json::from_str::<Value>(&line) else { continue };
+                    if value.get("method").is_some() {
+                        println!("{line}");
+                    }
+                }
+                _ => return Ok(ExitCode::SUCCESS),
+            },
+            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+        }
+    }
+}

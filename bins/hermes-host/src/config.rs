@@ -1,0 +1,260 @@
+//! Settings of `hermes-host serve`: the flags (each with its env variable) and
+//! the TOML file that lists the extensions, validated into a [`Config`].
+//!
+//! Every check that can fail at start happens here: a bad setting or config
+//! file stops the daemon with one line naming it and exit code 2. The file is
+//! read again on SIGHUP and `extensions/reload` ([`FileConfig::load`]); a bad
+//! file then keeps the running configuration and says why.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rpc_core::config::ConfigError;
+use serde::Deserialize;
+
+/// Largest message (a Content-Length body from an extension, a control line,
+/// a message file) by default: 64 MiB, room for HL7 batches of tens of MiB.
+pub const DEFAULT_MAX_MESSAGE: usize = 64 * 1024 * 1024;
+
+/// Flags of the daemon. Shown by `hermes-host --help` and `hermes-host serve --help`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The TOML file listing the extensions [default: <config dir>/hermes-host/config.toml; a
+    /// missing default file means no extensions].
+    #[arg(long, env = "HERMES_HOST_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The control socket [default: $XDG_RUNTIME_DIR/hermes-host.sock, else <data dir>/hermes-host.sock].
+    #[arg(long, env = "HERMES_HOST_SOCKET")]
+    pub socket: Option<PathBuf>,
+    /// Where extension data directories and logs go [default: <data dir>/hermes-host].
+    #[arg(long, env = "HERMES_HOST_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// An HL7 file to open at start.
+    #[arg(long, env = "HERMES_HOST_OPEN")]
+    pub open: Option<PathBuf>,
+    /// Largest message in bytes: a frame from an extension, a control request, a message file.
+    #[arg(long, env = "HERMES_HOST_MAX_MESSAGE", default_value_t = DEFAULT_MAX_MESSAGE)]
+    pub max_message: usize,
+}
+
+/// The validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The config file (a missing default one means no extensions).
+    pub config_file: Option<PathBuf>,
+    pub socket: PathBuf,
+    pub data_dir: PathBuf,
+    pub open: Option<PathBuf>,
+    pub max_message: usize,
+    /// What the file said at start.
+    pub file: FileConfig,
+}
+
+impl Config {
+    pub fn from_args(args: ServeArgs) -> Result<Config, ConfigError> {
+        let data_dir = match args.data_dir {
+            Some(dir) => dir,
+            None => dirs::data_dir()
+                .map(|d| d.join("hermes-host"))
+                .ok_or_else(|| ConfigError::new("HERMES_HOST_DATA_DIR", "no data directory known; set it"))?,
+        };
+        let socket = args.socket.unwrap_or_else(|| default_socket(&data_dir));
+        let config_file_required = args.config.is_some();
+        let config_file = args.config.or_else(|| dirs::config_dir().map(|d| d.join("hermes-host").join("config.toml")));
+        if args.max_message < 64 * 1024 {
+            return Err(ConfigError::new("HERMES_HOST_MAX_MESSAGE", "must be at least 65536 bytes"));
+        }
+        let setting = if config_file_required { "HERMES_HOST_CONFIG" } else { "the default config file" };
+        let file = match &config_file {
+            Some(path) if config_file_required || path.exists() => {
+                FileConfig::load(path).map_err(|e| ConfigError::new(setting, e))?
+            }
+            _ => FileConfig::default(),
+        };
+        if let Some(open) = &args.open
+            && !open.is_file()
+        {
+            return Err(ConfigError::new("HERMES_HOST_OPEN", format!("{} is not a file", open.display())));
+        }
+        Ok(Config { config_file, socket, data_dir, open: args.open, max_message: args.max_message, file })
+    }
+}
+
+/// `$XDG_RUNTIME_DIR/hermes-host.sock`, else in the data directory. The
+/// client commands use the same rule.
+pub fn default_socket(data_dir: &Path) -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => PathBuf::from(dir).join("hermes-host.sock"),
+        None => data_dir.join("hermes-host.sock"),
+    }
+}
+
+/// The TOML file.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// How long an extension has to answer `initialize`.
+    #[serde(default = "default_initialize_timeout_ms")]
+    pub initialize_timeout_ms: u64,
+    #[serde(default)]
+    pub ui: UiPolicy,
+    #[serde(default)]
+    pub extensions: Vec<ExtensionEntry>,
+    /// Where relative paths in the file start (its directory).
+    #[serde(skip)]
+    pub base_dir: Option<PathBuf>,
+}
+
+fn default_initialize_timeout_ms() -> u64 {
+    10_000
+}
+
+/// What answers `ui/*` requests when no UI client is attached.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UiPolicy {
+    /// The answer to `ui/showConfirm`.
+    #[serde(default)]
+    pub headless_confirm: bool,
+}
+
+/// One `[[extensions]]` entry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtensionEntry {
+    pub name: Option<String>,
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default = "enabled_by_default")]
+    pub enabled: bool,
+}
+
+fn enabled_by_default() -> bool {
+    true
+}
+
+/// One extension, ready to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExtensionSpec {
+    pub name: String,
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub enabled: bool,
+    /// The child's working directory: the config file's, so relative paths work.
+    pub cwd: Option<PathBuf>,
+}
+
+impl FileConfig {
+    pub fn load(path: &Path) -> Result<FileConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut file: FileConfig = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        file.base_dir = std::path::absolute(path).ok().and_then(|p| p.parent().map(Path::to_owned));
+        file.specs().map_err(|e| format!("{}: {e}", path.display()))?;
+        if file.initialize_timeout_ms == 0 {
+            return Err(format!("{}: initialize_timeout_ms must be above 0", path.display()));
+        }
+        Ok(file)
+    }
+
+    pub fn initialize_timeout(&self) -> Duration {
+        Duration::from_millis(self.initialize_timeout_ms)
+    }
+
+    /// The extensions in file order, with unique names.
+    pub fn specs(&self) -> Result<Vec<ExtensionSpec>, String> {
+        let mut specs: Vec<ExtensionSpec> = Vec::new();
+        for (i, entry) in self.extensions.iter().enumerate() {
+            let at = format!("extensions[{i}]");
+            let argv = match (&entry.command, entry.args.is_empty()) {
+                (Some(command), true) => shlex::split(command).filter(|words| !words.is_empty()).ok_or_else(|| {
+                    format!("{at}.command: {command:?} is not a command (empty or unbalanced quotes)")
+                })?,
+                (Some(program), false) => std::iter::once(program.clone()).chain(entry.args.iter().cloned()).collect(),
+                (None, false) => entry.args.clone(),
+                (None, true) => return Err(format!("{at}: needs `command` or `args`")),
+            };
+            let base = match &entry.name {
+                Some(name) if name.trim().is_empty() => return Err(format!("{at}.name: empty")),
+                Some(name) => name.clone(),
+                None => default_name(&argv),
+            };
+            if base.contains(['/', '\0']) || base == "." || base == ".." {
+                return Err(format!("{at}.name: {base:?} cannot name a directory"));
+            }
+            let mut name = base.clone();
+            let mut n = 2;
+            while specs.iter().any(|s| s.name == name) {
+                if entry.name.is_some() {
+                    return Err(format!("{at}.name: {base:?} is used twice"));
+                }
+                name = format!("{base}-{n}");
+                n += 1;
+            }
+            specs.push(ExtensionSpec {
+                name,
+                argv,
+                env: entry.env.clone(),
+                enabled: entry.enabled,
+                cwd: self.base_dir.clone(),
+            });
+        }
+        Ok(specs)
+    }
+}
+
+/// `python3 tools/validator.py` -> `validator`: the first argument that looks
+/// like a script, else the program.
+fn default_name(argv: &[String]) -> String {
+    let pick = argv.iter().skip(1).find(|a| !a.starts_with('-') && a.contains('.')).unwrap_or(&argv[0]);
+    let file = Path::new(pick).file_stem().map(|s| s.to_string_lossy().into_owned());
+    file.filter(|s| !s.is_empty()).unwrap_or_else(|| "extension".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Vec<ExtensionSpec>, String> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        file.specs()
+    }
+
+    #[test]
+    fn commands_are_split_like_a_shell_and_names_default_to_the_script() {
+        let specs = parse(
+            r#"
+            [[extensions]]
+            command = "python3 'my ext/validator.py' --fast"
+            env = { KEY = "value" }
+            [[extensions]]
+            name = "raw"
+            args = ["/usr/bin/node", "ext.js"]
+            enabled = false
+            [[extensions]]
+            command = "python3 other/validator.py"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(specs[0].argv, ["python3", "my ext/validator.py", "--fast"]);
+        assert_eq!(specs[0].name, "validator");
+        assert_eq!(specs[0].env["KEY"], "value");
+        assert_eq!((specs[1].name.as_str(), specs[1].enabled), ("raw", false));
+        assert_eq!(specs[1].argv, ["/usr/bin/node", "ext.js"]);
+        assert_eq!(specs[2].name, "validator-2");
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        assert!(parse("[[extensions]]\ncomand = 'x'").unwrap_err().contains("comand"));
+        assert!(parse("[[extensions]]\nname = 'x'").unwrap_err().contains("command"));
+        assert!(parse("[[extensions]]\ncommand = \"'unbalanced\"").unwrap_err().contains("unbalanced"));
+        let twice = "[[extensions]]\nname='a'\ncommand='x'\n[[extensions]]\nname='a'\ncommand='y'";
+        assert!(parse(twice).unwrap_err().contains("twice"));
+        assert!(parse("[[extensions]]\nname='../x'\ncommand='x'").is_err());
+    }
+}

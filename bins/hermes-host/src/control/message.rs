@@ -1,0 +1,81 @@
+//! `message/new`, `message/open`, `message/get`, `message/set`, `message/save`.
+
+use std::path::PathBuf;
+
+use rpc_core::{Ctx, NoParams, RpcError};
+use serde::{Deserialize, Serialize};
+
+use super::ControlConn;
+use crate::hl7::tree::Format;
+use crate::methods::editor::Message;
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Opened {
+    has_file: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file_path: Option<String>,
+}
+
+pub async fn new(ctx: Ctx<ControlConn>, _: NoParams) -> Result<Opened, RpcError> {
+    ctx.state.host.document.new_message();
+    Ok(Opened { has_file: false, file_path: None })
+}
+
+#[derive(Deserialize)]
+pub struct OpenParams {
+    path: PathBuf,
+}
+
+pub async fn open(ctx: Ctx<ControlConn>, params: OpenParams) -> Result<Opened, RpcError> {
+    let path = ctx.state.host.document.open(&params.path).await?;
+    Ok(Opened { has_file: true, file_path: Some(path.display().to_string()) })
+}
+
+#[derive(Deserialize)]
+pub struct GetParams {
+    #[serde(default = "hl7")]
+    format: Format,
+}
+
+fn hl7() -> Format {
+    Format::Hl7
+}
+
+pub async fn get(ctx: Ctx<ControlConn>, params: GetParams) -> Result<Message, RpcError> {
+    let (message, file) = ctx.state.host.document.get(params.format)?;
+    Ok(Message { message, has_file: file.is_some(), file_path: file.map(|f| f.display().to_string()) })
+}
+
+#[derive(Deserialize)]
+pub struct SetParams {
+    message: String,
+    #[serde(default = "hl7")]
+    format: Format,
+}
+
+#[derive(Serialize)]
+pub struct Done {
+    success: bool,
+}
+
+pub async fn set(ctx: Ctx<ControlConn>, params: SetParams) -> Result<Done, RpcError> {
+    ctx.state.host.document.set(&params.message, params.format, "control")?;
+    Ok(Done { success: true })
+}
+
+#[derive(Deserialize)]
+pub struct SaveParams {
+    path: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Saved {
+    file_path: String,
+}
+
+pub async fn save(ctx: Ctx<ControlConn>, params: SaveParams) -> Result<Saved, RpcError> {
+    let path = ctx.state.host.document.save(params.path.as_deref()).await?;
+    Ok(Saved { file_path: path.display().to_string() })
+}

@@ -1,0 +1,61 @@
+//! `editor/getMessage`, `editor/patchMessage`, `editor/setMessage`.
+
+use rpc_core::{Ctx, RpcError};
+use serde::{Deserialize, Serialize};
+
+use super::ExtConn;
+use crate::document::PatchOutcome;
+use crate::hl7::patch::Patch;
+use crate::hl7::tree::Format;
+
+#[derive(Deserialize)]
+pub struct GetParams {
+    #[serde(default = "hl7")]
+    format: Format,
+}
+
+fn hl7() -> Format {
+    Format::Hl7
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    pub message: String,
+    pub has_file: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file_path: Option<String>,
+}
+
+pub async fn get_message(ctx: Ctx<ExtConn>, params: GetParams) -> Result<Message, RpcError> {
+    let (message, file) = ctx.state.host.document.get(params.format)?;
+    Ok(Message { message, has_file: file.is_some(), file_path: file.map(|f| f.display().to_string()) })
+}
+
+#[derive(Deserialize)]
+pub struct PatchParams {
+    patches: Vec<Patch>,
+}
+
+pub async fn patch_message(ctx: Ctx<ExtConn>, params: PatchParams) -> Result<PatchOutcome, RpcError> {
+    ctx.state.host.document.patch(&params.patches, ctx.state.extension.name())
+}
+
+#[derive(Deserialize)]
+pub struct SetParams {
+    message: String,
+    #[serde(default = "hl7")]
+    format: Format,
+}
+
+#[derive(Serialize)]
+pub struct SetOutcome {
+    success: bool,
+}
+
+/// Unparsable input is -32004 (the spec's choice over Hermes'
+/// `{success: false, error}`), so `success` is always true here.
+pub async fn set_message(ctx: Ctx<ExtConn>, params: SetParams) -> Result<SetOutcome, RpcError> {
+    ctx.state.host.document.set(&params.message, params.format, ctx.state.extension.name())?;
+    Ok(SetOutcome { success: true })
+}

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""A Hermes test extension speaking raw Content-Length over stdio (standard
+library only, like Hermes' own test extensions), driven by the integration
+tests.
+
+EXT_MODE picks a behaviour: normal (default), silent (never answers
+initialize), crash (exits right after initialize), crash_on_command (exits
+when it gets a command), ignore_shutdown (answers shutdown but never exits).
+EXT_COMMANDS: comma-separated commands to declare (default: test/ping).
+EXT_EVENTS: comma-separated events to subscribe to (`message/changed+json`
+asks for content in that format).
+
+Commands it understands (the test drives it through `command/execute`):
+- test/ping: logs "pong"
+- test/call: reads {"method", "params"} from the file EXT_CALL_FILE, sends
+  that request to the host and logs `RESULT <json>` with the whole response.
+- test/burst: sends EXT_BURST (200) editor/getMessage requests at once, logs
+  `BURST <ok count>` when all are answered.
+- test/garbage: writes malformed frames, then a valid request.
+- test/stderr: logs lines at every level.
+Everything it receives is logged as `GOT <json>` on stderr.
+"""
+
+import json
+import os
+import sys
+import threading
+
+out_lock = threading.Lock()
+stdin = sys.stdin.buffer
+stdout = sys.stdout.buffer
+MODE = os.environ.get("EXT_MODE", "normal")
+pending = {}
+pending_lock = threading.Lock()
+next_id = [1000]
+
+
+def log(text):
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def write_raw(data):
+    with out_lock:
+        stdout.write(data)
+        stdout.flush()
+
+
+def send(msg):
+    body = json.dumps(msg, ensure_ascii=False).encode("utf-8")
+    write_raw(b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+def read_message():
+    length = None
+    while True:
+        line = stdin.readline()
+        if not line:
+            return None
+        if line in (b"\r\n", b"\n"):
+            if length is not None:
+                break
+            continue
+        key, _, value = line.decode("ascii", "replace").partition(":")
+        if key.strip().lower() == "content-length":
+            length = int(value.strip())
+    body = stdin.read(length)
+    return json.loads(body.decode("utf-8"))
+
+
+def request(method, params):
+    """Sends a request from a worker thread and waits for its response."""
+    event = threading.Event()
+    with pending_lock:
+        next_id[0] += 1
+        rid = next_id[0]
+        pending[rid] = [event, None]
+    send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+    event.wait()
+    with pending_lock:
+        return pending.pop(rid)[1]
+
+
+def initialize_result():
+    commands = os.environ.get("EXT_COMMANDS", "test/ping,test/call,test/burst,test/garbage,test/stderr,test/exit").split(",")
+    events = []
+    for name in filter(None, os.environ.get("EXT_EVENTS", "").split(",")):
+        name, _, fmt = name.partition("+")
+        events.append({"name": name, "options": {"includeContent": bool(fmt), "format": fmt or "hl7"}})
+    return {
+        "name": "Test Extension",
+        "version": "1.2.3",
+        "description": "Drives the hermes-host tests",
+        "capabilities": {"commands": commands, "schemaProvider": True, "events": events},
+        "toolbarButtons": [{"id": "b1", "label": "Button", "icon": "<svg/>", "command": "test/button"}],
+        "schema": json.loads(os.environ.get("EXT_SCHEMA", "{}")),
+    }
+
+
+def summary(response):
+    """A response fit for one log line: a long message is cut, its size kept."""
+    result = response.get("result") if isinstance(response, dict) else None
+    if isinstance(result, dict) and isinstance(result.get("message"), str) and len(result["message"]) > 2000:
+        result = dict(result)
+        result["messageBytes"] = len(result["message"].encode("utf-8"))
+        result["message"] = result["message"][:100]
+        response = dict(response, result=result)
+    return json.dumps(response, ensure_ascii=False)
+
+
+def run_command(command):
+    if command == "test/ping":
+        log("pong")
+    elif command == "test/call":
+        with open(os.environ["EXT_CALL_FILE"], encoding="utf-8") as f:
+            call = json.load(f)
+        log("RESULT " + summary(request(call["method"], call.get("params", {}))))
+    elif command == "test/burst":
+        n = int(os.environ.get("EXT_BURST", "200"))
+        results = [None] * n
+
+        def one(i):
+            results[i] = request("editor/getMessage", {"format": "hl7"})
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        log("BURST %d" % sum(1 for r in results if r and "result" in r))
+    elif command == "test/garbage":
+        write_raw(b"this is not a header\r\n\r\n{garbage}")
+        write_raw(b"Content-Length: 9\r\n\r\n{not json")
+        log("RESULT " + json.dumps(request("editor/getMessage", {"format": "hl7"})))
+    elif command == "test/stderr":
+        for line in ["[ERROR] an error", "WARN: a warning", "[info] some info", "debug: details"]:
+            log(line)
+    elif command == "test/exit":
+        os._exit(3)
+    else:
+        log("unknown command " + command)
+
+
+def main():
+    log("[INFO] starting, HERMES_API_VERSION=%s HERMES_DATA_DIR=%s HERMES_VERSION=%s" % (
+        os.environ.get("HERMES_API_VERSION"), os.environ.get("HERMES_DATA_DIR"), os.environ.get("HERMES_VERSION")))
+    while True:
+        msg = read_message()
+        if msg is None:
+            log("stdin closed")
+            return
+        log("GOT " + json.dumps(msg, ensure_ascii=False)[:2000])
+        if "method" not in msg:
+            with pending_lock:
+                slot = pending.get(msg.get("id"))
+                if slot:
+                    slot[1] = msg
+                    slot[0].set()
+            continue
+        method = msg["method"]
+        if method == "initialize":
+            if MODE == "silent":
+                continue
+            if MODE == "exit_during_init":
+                import time
+                time.sleep(0.3)
+                os._exit(4)
+            send({"jsonrpc": "2.0", "id": msg["id"], "result": initialize_result()})
+            if MODE == "crash":
+                os._exit(7)
+        elif method == "shutdown":
+            send({"jsonrpc": "2.0", "id": msg["id"], "result": {"success": True}})
+            log("shutdown reason=%s" % msg.get("params", {}).get("reason"))
+            if MODE != "ignore_shutdown":
+                return
+        elif method == "command/execute":
+            command = msg["params"]["command"]
+            if MODE == "crash_on_command":
+                os._exit(5)
+            threading.Thread(target=run_command, args=(command,), daemon=True).start()
+        elif "id" in msg:
+            send({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": "Method not found"}})
+
+
+if __name__ == "__main__":
+    main()
