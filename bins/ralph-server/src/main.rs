@@ -1,32 +1,105 @@
-//! ralph-server: runs a Ralph coding-agent loop in a PTY with a Unix-socket
-//! control plane.
+//! ralph-server: runs a Ralph coding-agent loop over a task's PRD, the agent
+//! in a pseudo-terminal, and serves the loop's JSON-RPC control protocol on a
+//! Unix socket; plus the client commands that talk to it.
 //!
-//! Not built yet: the daemon has its own issue. Until it lands this binary only
-//! describes itself, so that the workspace layout, `--help` and packaging are in
-//! place, and it refuses to pretend to run a loop.
+//! This file only wires the command line to the configuration and the code
+//! that runs it.
+
+mod agent;
+mod agent_loop;
+mod client;
+mod config;
+mod files;
+mod lock;
+mod methods;
+mod output;
+mod prd;
+mod prompt;
+mod server;
+mod session;
+mod timestamp;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use rpc_core::cli::{self, LogArgs};
 
-/// Runs a Ralph agent loop over a task's PRD in a pseudo-terminal and serves its
-/// JSON-RPC control protocol on a Unix socket. Specification:
-/// shared/specs/ralph-server.md.
+use crate::config::{Config, RunArgs, SocketArgs};
+
+/// Runs a Ralph agent loop over a task's PRD in a pseudo-terminal, and serves its
+/// JSON-RPC control protocol on a Unix socket (<socket dir>/<task>.sock).
 ///
-/// Status: not implemented in this build.
-#[derive(Parser)]
+/// `run` exits 0 when the task completed, 3 when it stopped or was checkpointed,
+/// 1 when it failed, 2 on bad configuration or when the task already runs.
+#[derive(Debug, Parser)]
 #[command(name = "ralph-server", version)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Command,
+    #[command(flatten)]
+    sockets: SocketArgs,
+    #[command(flatten)]
+    log: LogArgs,
 }
 
-#[derive(Subcommand)]
+#[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the loop for one task directory (not implemented in this build).
-    Run { task_dir: std::path::PathBuf },
+    /// Run the loop for one task directory, in the foreground.
+    Run(RunArgs),
+    /// Status of one task, or of every running one: exit 0 completed, 1 running,
+    /// 2 failed or not found, 3 stopped or checkpointed.
+    Status(client::status::StatusArgs),
+    /// Watch a running task live: i interactive (Esc leaves), s stop, c checkpoint, q detach.
+    Attach(client::attach::AttachArgs),
+    /// Ask a running task to stop after the current agent run (--force: now).
+    Stop(client::control::StopArgs),
+    /// Ask a running task to checkpoint after the current agent run and exit (run resumes it).
+    Checkpoint(client::control::TaskArg),
+    /// Add instructions to the start of the next iteration's prompt.
+    Inject(client::control::InjectArgs),
+    /// Print a running task's output lines to stdout, for pipes.
+    Tail(client::control::TaskArg),
 }
 
-fn main() {
-    let _ = Cli::parse();
-    eprintln!("ralph-server: not implemented in this build (see shared/specs/ralph-server.md)");
-    std::process::exit(1);
+fn main() -> ExitCode {
+    // Before any thread exists: reading the local time zone is not thread-safe.
+    timestamp::init();
+    let cli = match cli::parse::<Cli>() {
+        Ok(cli) => cli,
+        Err(failure) => return failure.report(),
+    };
+    if let Err(e) = cli.log.init() {
+        return cli::bad_configuration(&e);
+    }
+    match cli.command {
+        Command::Run(args) => run(args, &cli.sockets),
+        Command::Status(args) => client::run(client::status::run(args, cli.sockets)),
+        Command::Attach(args) => client::run(client::attach::run(args, cli.sockets)),
+        Command::Stop(args) => client::run(client::control::stop(args, cli.sockets)),
+        Command::Checkpoint(args) => client::run(client::control::checkpoint(args, cli.sockets)),
+        Command::Inject(args) => client::run(client::control::inject(args, cli.sockets)),
+        Command::Tail(args) => client::run(client::control::tail(args, cli.sockets)),
+    }
+}
+
+/// Runs the loop: exit code from its outcome, 2 for bad configuration.
+fn run(args: RunArgs, sockets: &SocketArgs) -> ExitCode {
+    let config = match Config::from_args(args, sockets) {
+        Ok(config) => config,
+        Err(e) => return cli::bad_configuration(&e),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ralph-server: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(server::run(config)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ralph-server: {e}");
+            e.exit_code()
+        }
+    }
 }

@@ -50,6 +50,29 @@
 //! would kill the program while the daemon lives: the reason spawning used to
 //! be tied to a long-lived thread.)
 //!
+//! # On a terminal
+//!
+//! [`ChildCommand::terminal`] runs the program on a pseudo-terminal as its
+//! controlling terminal (an agent that wants a TTY). Only a session leader can
+//! take a controlling terminal, and a process that calls `setsid` leaves its
+//! group, so here the **leader** starts the session: the daemon's child calls
+//! `setsid` (a new session and group, both with its pid), takes the terminal
+//! with `TIOCSCTTY`, and only then forks the program, which stays in the
+//! leader's group:
+//!
+//! ```text
+//! daemon ── leader (session leader, PDEATHSIG=SIGTERM) ── program ── its children…
+//!           └──── one session and one process group, whose id is the leader's pid ────┘
+//! ```
+//!
+//! Everything above holds as it is, with the group's id being the leader's pid
+//! instead of the program's ([`ChildProcess::pid`]). The terminal's
+//! foreground group is that group, so keys such as Ctrl-C typed into the
+//! terminal reach the program (and the leader, which ignores them while the
+//! daemon lives). The group is orphaned in the POSIX sense (the leader's
+//! parent is in another session), so the terminal's stop keys (Ctrl-Z) do not
+//! stop it.
+//!
 //! Costs and limits: the leader is a copy-on-write fork of the daemon that
 //! touches almost nothing, but it keeps the daemon's pages as they were at
 //! spawn time (memory the daemon later changes is then held twice). A
@@ -131,6 +154,7 @@ pub struct ChildCommand {
     stdout: Stdout,
     stderr: Stderr,
     fds: Vec<(OwnedFd, RawFd)>,
+    terminal: Option<OwnedFd>,
 }
 
 impl ChildCommand {
@@ -144,6 +168,7 @@ impl ChildCommand {
             stdout: Stdout::Null,
             stderr: Stderr::Null,
             fds: Vec::new(),
+            terminal: None,
         }
     }
 
@@ -211,6 +236,18 @@ impl ChildCommand {
         self
     }
 
+    /// Runs the program on a pseudo-terminal: `terminal` is its slave side
+    /// (from `nix::pty::openpty`; the caller keeps the master to read and
+    /// write). It becomes the program's stdin, stdout, stderr and controlling
+    /// terminal, in a session the group leader starts (see the module doc), so
+    /// stdin, stdout and stderr must be left at their default. Our copy is
+    /// closed once the child has started, so the master sees EOF (EIO) when
+    /// the last process holding the terminal is gone.
+    pub fn terminal(mut self, terminal: OwnedFd) -> Self {
+        self.terminal = Some(terminal);
+        self
+    }
+
     /// Starts the program in a process group of its own, behind a group leader
     /// on Linux (see the module doc).
     ///
@@ -219,8 +256,19 @@ impl ChildCommand {
     /// daemon did not) is ignored by the leader, and the daemon's death sends
     /// it again. Without the leader (other Unixes) there is no such signal.
     pub fn spawn(self) -> io::Result<ChildProcess> {
-        let ChildCommand { mut command, name, stdin, stdout, stderr, fds } = self;
+        let ChildCommand { mut command, name, stdin, stdout, stderr, fds, terminal } = self;
         let fds = ExtraFds::new(fds)?;
+        if let Some(terminal) = terminal {
+            if !matches!((&stdin, &stdout, &stderr), (Stdin::Null, Stdout::Null, Stderr::Null)) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{name}: a child on a terminal has the terminal as its stdio"),
+                ));
+            }
+            command.stdin(terminal.try_clone()?).stdout(terminal.try_clone()?).stderr(terminal.try_clone()?);
+            set_up_child(&mut command, fds.mapping(), Session::OnTerminal);
+            return finish_spawn(command, name, fds, Some(terminal), None);
+        }
         command.stdin(match stdin {
             Stdin::Null => Stdio::null(),
             Stdin::Piped => Stdio::piped(),
@@ -241,41 +289,54 @@ impl ChildCommand {
                 Stdio::piped()
             }
         });
-        set_up_child(&mut command, fds.mapping());
-        let spawned = command.spawn();
-        // The child has its copies now; ours must go, or its readers never see EOF.
-        drop(command);
-        drop(fds);
-        let mut child = spawned?;
-        let pid = match program_pid(&child) {
-            Ok(pid) => pid,
-            Err(e) => {
-                // Cannot happen to our own unreaped child; the program dies with its leader.
-                let _ = child.start_kill();
-                return Err(e);
-            }
-        };
-        tracing::debug!(child = %name, pid, "child process started");
-
-        let stderr = lines.and_then(|(ring, log)| {
-            let pipe = child.stderr.take()?;
-            tokio::spawn(read_lines(pipe, ring.clone(), name.clone(), log));
-            Some(ring)
-        });
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        let (signals, requests) = mpsc::unbounded_channel();
-        let (exit_tx, exit) = watch::channel(None);
-        let group = KillGroupOnDrop(Pid::from_raw(i32::try_from(pid).unwrap_or(0)));
-        tokio::spawn(watch_child(child, group, name.clone(), requests, exit_tx));
-        Ok(ChildProcess { name, pid, stdin, stdout, stderr, signals, exit })
+        set_up_child(&mut command, fds.mapping(), Session::Inherited);
+        finish_spawn(command, name, fds, None, lines)
     }
 }
 
-/// The program's pid, which is also its group's id. On Linux the daemon's
-/// child is the leader; it moved into the program's group before `spawn`
-/// returned (spawn waits for the exec, and the leader moves first), and it
-/// stays there, reaped or not, until the watcher reaps it.
+/// Starts the command set up by [`ChildCommand::spawn`] and its watcher.
+fn finish_spawn(
+    mut command: Command,
+    name: String,
+    fds: ExtraFds,
+    terminal: Option<OwnedFd>,
+    lines: Option<(LineRing, tracing::Level)>,
+) -> io::Result<ChildProcess> {
+    let spawned = command.spawn();
+    // The child has its copies now; ours must go, or its readers never see EOF.
+    drop(command);
+    drop(fds);
+    drop(terminal);
+    let mut child = spawned?;
+    let pid = match program_pid(&child) {
+        Ok(pid) => pid,
+        Err(e) => {
+            // Cannot happen to our own unreaped child; the program dies with its leader.
+            let _ = child.start_kill();
+            return Err(e);
+        }
+    };
+    tracing::debug!(child = %name, pid, "child process started");
+
+    let stderr = lines.and_then(|(ring, log)| {
+        let pipe = child.stderr.take()?;
+        tokio::spawn(read_lines(pipe, ring.clone(), name.clone(), log));
+        Some(ring)
+    });
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take();
+    let (signals, requests) = mpsc::unbounded_channel();
+    let (exit_tx, exit) = watch::channel(None);
+    let group = KillGroupOnDrop(Pid::from_raw(i32::try_from(pid).unwrap_or(0)));
+    tokio::spawn(watch_child(child, group, name.clone(), requests, exit_tx));
+    Ok(ChildProcess { name, pid, stdin, stdout, stderr, signals, exit })
+}
+
+/// The group's id: the program's pid, or on a terminal the leader's (see the
+/// module doc). On Linux the daemon's child is the leader; it moved into the
+/// program's group (or made its own) before `spawn` returned (spawn waits
+/// for the exec, and the leader moves first), and it stays there, reaped or
+/// not, until the watcher reaps it.
 fn program_pid(child: &Child) -> io::Result<u32> {
     let forked = child.id().ok_or_else(|| io::Error::other("the child was reaped before it was watched"))?;
     let forked = Pid::from_raw(i32::try_from(forked).map_err(io::Error::other)?);
@@ -323,27 +384,43 @@ fn owned(fd: RawFd) -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
+/// Which session the child runs in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Session {
+    /// The daemon's: the child leads a new process group in it.
+    Inherited,
+    /// A new one whose controlling terminal is the child's stdin, started
+    /// by the group leader (the program itself where there is no leader).
+    OnTerminal,
+}
+
 /// Runs in the forked child between fork and exec: puts the caller's extra
-/// descriptors in place and, on Linux, splits into the group leader and the
-/// program (see the module doc).
+/// descriptors in place, starts the session on a terminal, and, on Linux,
+/// splits into the group leader and the program (see the module doc).
 ///
 /// std's `do_exec` has by then set up stdio (dup2 onto 0-2), changed
-/// directory and called `setpgid(0, 0)` for `process_group(0)`; the hook runs
-/// after those and before the environment is set and the program exec'd.
+/// directory and called `setpgid(0, 0)` for `process_group(0)` (not on a
+/// terminal: `setsid` refuses a process that already leads a group); the
+/// hook runs after those and before the environment is set and the program
+/// exec'd.
 #[allow(unsafe_code)]
-fn set_up_child(command: &mut Command, fds: Vec<(RawFd, RawFd)>) {
-    command.process_group(0);
+fn set_up_child(command: &mut Command, fds: Vec<(RawFd, RawFd)>, session: Session) {
+    if session == Session::Inherited {
+        command.process_group(0);
+    }
     #[cfg(target_os = "linux")]
     let daemon = nix::unistd::getpid();
     // SAFETY: the closure runs in the forked child of a possibly multi-threaded
     // process, where only async-signal-safe operations are allowed. It makes
-    // nothing but direct system calls (dup2, prctl, getppid, getpid,
-    // sigprocmask, fork, and in the leader close_range, sigwait, waitpid,
-    // kill, _exit) through nix's thin wrappers or nix::libc: no allocation (the
-    // `fds` vector was built before the fork and is only read), no locks, no
-    // panics on any path, and errors are io::Error values made from an errno
-    // (no allocation either). The source descriptors in `fds` are owned by
-    // `ExtraFds` until `spawn` returns, so they are open in the child.
+    // nothing but direct system calls (dup2, setsid, ioctl(TIOCSCTTY), prctl,
+    // getppid, getpid, sigprocmask, fork, and in the leader close_range,
+    // sigwait, waitpid, kill, _exit) through nix's thin wrappers or
+    // nix::libc: no allocation (the `fds` vector was built before the fork
+    // and is only read), no locks, no panics on any path, and errors are
+    // io::Error values made from an errno (no allocation either). The source
+    // descriptors in `fds` are owned by `ExtraFds` until `spawn` returns, so
+    // they are open in the child; on a terminal, fd 0 is the terminal (std
+    // put it there), and the ioctl's third argument is a plain integer.
     unsafe {
         command.pre_exec(move || {
             for &(source, target) in &fds {
@@ -353,8 +430,15 @@ fn set_up_child(command: &mut Command, fds: Vec<(RawFd, RawFd)>) {
                     return Err(io::Error::last_os_error());
                 }
             }
+            if session == Session::OnTerminal {
+                nix::unistd::setsid()?;
+                // 0: do not steal a terminal that is another session's.
+                if nix::libc::ioctl(0, nix::libc::TIOCSCTTY as _, 0) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
             #[cfg(target_os = "linux")]
-            leader::split(daemon)?;
+            leader::split(daemon, session)?;
             Ok(())
         });
     }
@@ -373,12 +457,14 @@ mod leader {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     use nix::sys::signal::{SigHandler, SigSet, Signal, kill, killpg};
     use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-    use nix::unistd::{ForkResult, Pid, getpid, getppid, setpgid};
+    use nix::unistd::{ForkResult, Pid, getpgrp, getpid, getppid, setpgid};
+
+    use super::Session;
 
     /// Returns in the program's process (which std then execs); never returns
     /// in the leader. An error is reported by std as the spawn's error.
     #[allow(unsafe_code)]
-    pub(super) fn split(daemon: Pid) -> io::Result<()> {
+    pub(super) fn split(daemon: Pid, session: Session) -> io::Result<()> {
         // Blocked before anything can send them: a death signal then stays
         // pending for `lead` instead of running a handler inherited from the
         // daemon (which would swallow it).
@@ -401,11 +487,16 @@ mod leader {
                 }
                 // The program's pid becomes the group's id and the leader joins
                 // it, so "the child's pid" is the program and its group, as it
-                // would be without a leader.
-                setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
+                // would be without a leader. On a terminal the program stays
+                // in the group of the leader, which leads the session (a
+                // session leader cannot move).
+                if session == Session::Inherited {
+                    setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
+                }
                 SigSet::empty().thread_set_mask()?;
                 Ok(())
             }
+            ForkResult::Parent { child } if session == Session::OnTerminal => lead(daemon, child, getpgrp()),
             ForkResult::Parent { child } => {
                 // The same from this side, whichever of us runs first (EACCES:
                 // the program has exec'd, so it did it itself).
@@ -414,15 +505,16 @@ mod leader {
                     let _ = kill(child, Signal::SIGKILL);
                     return Err(e.into());
                 }
-                lead(daemon, child)
+                lead(daemon, child, child)
             }
         }
     }
 
     /// The leader's whole life: wait for the program to end and end the same
-    /// way, or for the daemon to die and kill the group.
+    /// way, or for the daemon to die and kill the group (`group`: the
+    /// program's pid, or on a terminal the leader's own).
     #[allow(unsafe_code)]
-    fn lead(daemon: Pid, program: Pid) -> ! {
+    fn lead(daemon: Pid, program: Pid, group: Pid) -> ! {
         close_everything();
         let mut wake = SigSet::empty();
         for signal in [Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
@@ -446,7 +538,7 @@ mod leader {
             // A SIGTERM while the daemon lives is its graceful stop, sent to the
             // whole group: the program handles it. Only an orphaned leader acts.
             if getppid() != daemon {
-                let _ = killpg(program, Signal::SIGKILL);
+                let _ = killpg(group, Signal::SIGKILL);
             }
         }
     }
@@ -551,7 +643,9 @@ pub struct ChildProcess {
 }
 
 impl ChildProcess {
-    /// The program's pid, which is also its process group's id.
+    /// The program's pid, which is also its process group's id; on a
+    /// terminal (see the module doc), the group's id, which is the pid of
+    /// the leader that started its session.
     pub fn pid(&self) -> u32 {
         self.pid
     }

@@ -270,7 +270,37 @@ impl<T: Weigh> Subscription<T> {
     }
 }
 
+/// Changes a subscription's topics while something else (a [`pump`]) owns
+/// it: the events already queued stay, the next ones follow the new topics.
+pub struct TopicsHandle<T> {
+    queue: Arc<Queue<T>>,
+}
+
+impl<T> Clone for TopicsHandle<T> {
+    fn clone(&self) -> Self {
+        TopicsHandle { queue: self.queue.clone() }
+    }
+}
+
+impl<T> TopicsHandle<T> {
+    /// Changes the topics in place and returns them as they now are.
+    pub fn update(&self, change: impl FnOnce(&mut Topics)) -> Topics {
+        let mut state = self.queue.state.lock().unwrap();
+        change(&mut state.topics);
+        state.topics.clone()
+    }
+
+    pub fn topics(&self) -> Topics {
+        self.queue.state.lock().unwrap().topics.clone()
+    }
+}
+
 impl<T> Subscription<T> {
+    /// A handle that changes this subscription's topics from elsewhere.
+    pub fn topics_handle(&self) -> TopicsHandle<T> {
+        TopicsHandle { queue: self.queue.clone() }
+    }
+
     pub fn set_topics(&self, topics: Topics) {
         self.queue.state.lock().unwrap().topics = topics;
     }
@@ -428,5 +458,18 @@ mod tests {
         fanout.publish("x", &Bytes::from(vec![0u8; 20_000]));
         assert_eq!(sub.len(), 0);
         assert_eq!(sub.recv().await, Some(Event::Missed(10)));
+    }
+
+    #[tokio::test]
+    async fn a_handle_changes_the_topics_of_a_subscription_owned_elsewhere() {
+        let fanout = Fanout::new(8, 1 << 20);
+        let mut sub = fanout.subscribe(Topics::only(["a"]));
+        let handle = sub.topics_handle();
+        fanout.publish("b", &1);
+        assert_eq!(handle.update(|t| t.add("b")), Topics::only(["a", "b"]));
+        fanout.publish("b", &2);
+        assert_eq!(sub.recv().await, Some(Event::Item(2)));
+        handle.update(|t| t.remove("*"));
+        assert_eq!(fanout.publish("a", &3), 0);
     }
 }

@@ -341,3 +341,175 @@ fn parent_of_children() {
     // Waits for its SIGKILL; a bounded wait, should the test die first.
     runtime.block_on(async { tokio::time::sleep(Duration::from_secs(60)).await });
 }
+
+// ---------------------------------------------------------------------------
+// On a terminal
+// ---------------------------------------------------------------------------
+
+/// The master side of a pseudo-terminal, read by a thread into a channel.
+struct Terminal {
+    master: std::fs::File,
+    output: std::sync::mpsc::Receiver<Vec<u8>>,
+    seen: String,
+}
+
+impl Terminal {
+    /// A new pseudo-terminal and the slave side to give the child.
+    fn open() -> (Terminal, std::os::fd::OwnedFd) {
+        let pty = nix::pty::openpty(None, None).unwrap();
+        let master = std::fs::File::from(pty.master);
+        let mut reader = master.try_clone().unwrap();
+        let (tx, output) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // EIO once no process holds the slave any more.
+            while let Ok(n @ 1..) = std::io::Read::read(&mut reader, &mut buf) {
+                if tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        (Terminal { master, output, seen: String::new() }, pty.slave)
+    }
+
+    /// Waits until the terminal showed `needle`; returns everything shown so far.
+    fn expect(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.seen.contains(needle) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.output.recv_timeout(left) {
+                Ok(chunk) => self.seen.push_str(&String::from_utf8_lossy(&chunk)),
+                Err(_) => panic!("the terminal never showed {needle:?}; it showed {:?}", self.seen),
+            }
+        }
+        self.seen.clone()
+    }
+
+    fn type_keys(&mut self, keys: &[u8]) {
+        std::io::Write::write_all(&mut self.master, keys).unwrap();
+    }
+}
+
+/// `pid`'s process group and session, from /proc.
+fn group_and_session(pid: u32) -> (u32, u32) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    (fields[2].parse().unwrap(), fields[3].parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_program_on_a_terminal_has_it_as_stdio_and_controlling_terminal_in_the_leaders_session() {
+    let marker = unique("tty");
+    let (mut terminal, slave) = Terminal::open();
+    let script = r#"test -t 0 && test -t 1 && test -t 2 && echo "stdio is a tty"; echo "via /dev/tty" > /dev/tty; echo "pid=$$"; sleep 300"#;
+    let child = sh(script, &marker).terminal(slave).spawn().unwrap();
+    let shown = terminal.expect("pid=");
+    assert!(shown.contains("stdio is a tty") && shown.contains("via /dev/tty"), "{shown}");
+    let shown = terminal.expect("\n");
+    let program: u32 = shown.split("pid=").nth(1).unwrap().trim().parse().unwrap();
+    // The program is not the group's leader: the leader is, of the group and
+    // of the session, and its pid is the group's id.
+    assert_ne!(program, child.pid());
+    assert_eq!(group_and_session(program), (child.pid(), child.pid()));
+    assert_eq!(group_and_session(child.pid()), (child.pid(), child.pid()));
+    assert_eq!(child.stop(Duration::from_secs(5)).await, Exit::Signal(Signal::SIGTERM as i32));
+    assert!(eventually(Duration::from_secs(2), || members(child.pid()).is_empty()).await);
+}
+
+#[tokio::test]
+async fn keys_typed_into_the_terminal_reach_the_program_and_ctrl_c_reaches_its_group() {
+    let marker = unique("keys");
+    let (mut terminal, slave) = Terminal::open();
+    let script =
+        r#"read line; echo "got:$line"; trap 'echo interrupted; exit 7' INT; echo ready; while :; do sleep 0.05; done"#;
+    let child = sh(script, &marker).terminal(slave).spawn().unwrap();
+    terminal.type_keys(b"hello\n");
+    // The terminal echoes what was typed, then the program answers.
+    assert!(terminal.expect("got:hello").contains("hello\r\n"));
+    terminal.expect("ready");
+    // Ctrl-C: the terminal sends SIGINT to its foreground group, the program's.
+    terminal.type_keys(b"\x03");
+    let exit = tokio::time::timeout(Duration::from_secs(10), child.exited()).await.expect("no exit after Ctrl-C");
+    assert_eq!(exit, Exit::Code(7));
+    terminal.expect("interrupted");
+}
+
+#[tokio::test]
+async fn stop_kills_the_whole_group_on_a_terminal_and_the_real_status_comes_back() {
+    let marker = unique("tty-stop");
+    let (mut terminal, slave) = Terminal::open();
+    let child = sh("sleep 300 & sleep 300 & echo started; wait", &marker).terminal(slave).spawn().unwrap();
+    terminal.expect("started");
+    // The leader, the shell and its two sleeps.
+    assert!(eventually(Duration::from_secs(5), || members(child.pid()).len() >= 4).await, "{:?}", members(child.pid()));
+    assert_eq!(child.stop(Duration::from_secs(5)).await, Exit::Signal(Signal::SIGTERM as i32));
+    assert!(eventually(Duration::from_secs(2), || members(child.pid()).is_empty()).await, "{:?}", members(child.pid()));
+
+    let (mut terminal, slave) = Terminal::open();
+    let child = sh("echo bye; exit 3", &marker).terminal(slave).spawn().unwrap();
+    assert_eq!(tokio::time::timeout(Duration::from_secs(10), child.exited()).await.unwrap(), Exit::Code(3));
+    terminal.expect("bye");
+}
+
+#[tokio::test]
+async fn a_terminal_child_refuses_other_stdio() {
+    let (_terminal, slave) = Terminal::open();
+    let error = sh("true", "x").stdout(Stdout::Piped).terminal(slave).spawn().unwrap_err();
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+}
+
+/// As `no_descendant_outlives_a_sigkilled_parent`, for children on terminals:
+/// the program and what it starts live in the session the leader started,
+/// and go with the parent.
+#[test]
+fn no_descendant_on_a_terminal_outlives_a_sigkilled_parent() {
+    let marker = unique("tty-orphan");
+    let mut parent = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "parent_of_terminal_children", "--nocapture", "--test-threads=1"])
+        .env("RPC_CORE_CHILD_TTY_PARENT", &marker)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut group = None;
+    for line in BufReader::new(parent.stdout.take().unwrap()).lines() {
+        if let Some((_, g)) = line.unwrap().split_once("terminal group ") {
+            group = Some(g.trim().parse::<u32>().unwrap());
+            break;
+        }
+    }
+    let group = group.expect("the parent did not start its child");
+    let settled = Instant::now() + Duration::from_secs(5);
+    while members(group).len() < 4 && Instant::now() < settled {
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert_eq!(members(group).len(), 4, "the leader, the shell and its two sleeps");
+
+    kill(Pid::from_raw(parent.id() as i32), Signal::SIGKILL).unwrap();
+    let _ = parent.wait();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while (!marked(&marker).is_empty() || !members(group).is_empty()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let left: Vec<u32> = members(group).into_iter().chain(marked(&marker)).collect();
+    for &pid in &left {
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
+    assert!(left.is_empty(), "outlived their SIGKILLed parent: {left:?}");
+}
+
+/// Runs only as the parent in the test above.
+#[test]
+fn parent_of_terminal_children() {
+    let Some(marker) = std::env::var_os("RPC_CORE_CHILD_TTY_PARENT") else {
+        return;
+    };
+    let marker = marker.to_string_lossy().into_owned();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (mut terminal, slave) = Terminal::open();
+    let child = runtime
+        .block_on(async { sh("sleep 300 & sleep 300 & echo started; wait", &marker).terminal(slave).spawn().unwrap() });
+    terminal.expect("started");
+    println!("terminal group {}", child.pid());
+    runtime.block_on(async { tokio::time::sleep(Duration::from_secs(60)).await });
+}

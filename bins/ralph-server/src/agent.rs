@@ -1,0 +1,342 @@
+//! One run of the agent: its command line (a preset or `--agent-cmd`), and
+//! the run itself on a pseudo-terminal, with its output streamed line by line
+//! into the session as it appears.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::pty::{Winsize, openpty};
+use rpc_core::child::{ChildCommand, ChildProcess, Exit};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::mpsc;
+
+use crate::output::{LineSplitter, OutputWatch, Piece, plain};
+use crate::session::Session;
+
+/// How long a line still being written waits for more before it is
+/// published as it is (a prompt, keys echoed in interactive mode).
+const PARTIAL_AFTER: Duration = Duration::from_millis(50);
+/// How long the agent's process group gets after SIGTERM before SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+/// After the agent exits, how long output still in the terminal may take to arrive.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
+/// After a confirmed completion claim, how long the agent gets to exit by itself.
+const EXIT_AFTER_COMPLETE: Duration = Duration::from_secs(10);
+/// The terminal's size: wide, so that agents do not wrap what they print.
+const SIZE: Winsize = Winsize { ws_row: 50, ws_col: 200, ws_xpixel: 0, ws_ypixel: 0 };
+
+pub const PRESETS: &[&str] = &["claude", "codex", "opencode"];
+
+/// How the agent is started, and how it gets its prompt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentCommand {
+    /// What `get_status` calls it: the preset, or the program's file name.
+    pub name: String,
+    words: Vec<String>,
+}
+
+/// How the prompt reaches the agent.
+#[derive(Debug, PartialEq)]
+enum Delivery {
+    /// A `{PROMPT_FILE}` word: the path of a file holding it.
+    File,
+    /// A `{PROMPT}` word: the prompt itself, as one argument.
+    Argument,
+    /// Neither: typed into the terminal, then end-of-file (Ctrl-D).
+    Terminal,
+}
+
+impl AgentCommand {
+    /// A preset: the prompt as the last argument, in each tool's
+    /// non-interactive mode, allowed to edit files without asking.
+    pub fn preset(name: &str) -> Option<AgentCommand> {
+        let words: &[&str] = match name {
+            "claude" => &["claude", "--print", "--dangerously-skip-permissions", "{PROMPT}"],
+            "codex" => &["codex", "exec", "--full-auto", "{PROMPT}"],
+            "opencode" => &["opencode", "run", "{PROMPT}"],
+            _ => return None,
+        };
+        Some(AgentCommand { name: name.to_owned(), words: words.iter().map(|w| (*w).to_owned()).collect() })
+    }
+
+    /// `--agent-cmd`: split like a shell would (quotes, no expansion).
+    pub fn custom(command: &str) -> Result<AgentCommand, String> {
+        let words = shlex::split(command).ok_or_else(|| format!("{command:?}: unbalanced quotes"))?;
+        let program = words.first().ok_or("empty command")?;
+        let name = Path::new(program).file_name().map_or(program.clone(), |n| n.to_string_lossy().into_owned());
+        Ok(AgentCommand { name, words })
+    }
+
+    fn delivery(&self) -> Delivery {
+        if self.words.iter().any(|w| w.contains("{PROMPT_FILE}")) {
+            Delivery::File
+        } else if self.words.iter().any(|w| w == "{PROMPT}") {
+            Delivery::Argument
+        } else {
+            Delivery::Terminal
+        }
+    }
+
+    /// The argument vector with the placeholders filled in.
+    fn argv(&self, prompt: &str, prompt_file: &Path) -> Vec<String> {
+        let file = prompt_file.display().to_string();
+        self.words
+            .iter()
+            .map(|w| if w == "{PROMPT}" { prompt.to_owned() } else { w.replace("{PROMPT_FILE}", &file) })
+            .collect()
+    }
+}
+
+/// What the loop needs to start one run.
+#[derive(Debug)]
+pub struct RunSpec<'a> {
+    pub command: &'a AgentCommand,
+    pub prompt: &'a str,
+    pub prompt_file: PathBuf,
+    pub project_root: &'a Path,
+    pub iteration: u32,
+    pub story_id: &'a str,
+}
+
+/// How one run went.
+#[derive(Debug)]
+pub struct RunReport {
+    pub exit: Exit,
+    /// The loop stopped the agent (a forced stop, a signal, a confirmed completion).
+    pub stopped_by_us: bool,
+}
+
+/// Why the loop asks a running agent to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interrupt {
+    /// SIGTERM to its group, SIGKILL after [`STOP_GRACE`].
+    Stop,
+    /// SIGKILL at once (a second signal).
+    Kill,
+}
+
+/// Runs the agent once on a new pseudo-terminal. `interrupts` tells it to
+/// stop early. Output goes to the session as events and recent lines, and
+/// through `watch`.
+pub async fn run(
+    session: &Arc<Session>,
+    spec: RunSpec<'_>,
+    watch: &mut OutputWatch,
+    interrupts: &mut mpsc::UnboundedReceiver<Interrupt>,
+) -> std::io::Result<RunReport> {
+    let delivery = spec.command.delivery();
+    if delivery == Delivery::File {
+        write_prompt_file(&spec.prompt_file, spec.prompt)?;
+    }
+    let argv = spec.command.argv(spec.prompt, &spec.prompt_file);
+    let pty = openpty(Some(&SIZE), None)?;
+    let flags = OFlag::from_bits_truncate(fcntl(&pty.master, FcntlArg::F_GETFL)?);
+    fcntl(&pty.master, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    let mut command = ChildCommand::new(&argv[0])
+        .name(format!("agent ({})", spec.command.name))
+        .args(&argv[1..])
+        .current_dir(spec.project_root)
+        .env("RALPH_TASK_DIR", &session.task_dir)
+        .env("RALPH_ITERATION", spec.iteration.to_string())
+        .env("RALPH_STORY_ID", spec.story_id)
+        .terminal(pty.slave);
+    if std::env::var_os("TERM").is_none() {
+        command = command.env("TERM", "xterm-256color");
+    }
+    let child = command.spawn().map_err(|e| std::io::Error::new(e.kind(), format!("cannot start {}: {e}", argv[0])))?;
+    let child = Arc::new(child);
+    tracing::info!(pid = child.pid(), agent = %spec.command.name, iteration = spec.iteration, "agent started");
+
+    let master = Arc::new(register(pty.master)?);
+    let (input, keys) = mpsc::channel::<Bytes>(64);
+    let writer = tokio::spawn(write_terminal(master.clone(), keys));
+    if delivery == Delivery::Terminal {
+        let mut typed = spec.prompt.to_owned();
+        if !typed.ends_with('\n') {
+            typed.push('\n');
+        }
+        if typed.lines().any(|l| l.len() >= 4095) {
+            tracing::warn!("a prompt line is longer than the terminal's 4095-byte line limit; use {{PROMPT_FILE}}");
+        }
+        // Ctrl-D at the start of a line: end of input for the agent's read.
+        typed.push('\x04');
+        let _ = input.send(Bytes::from(typed)).await;
+    }
+    session.attach_terminal(Some(input));
+    let report = stream(session, &child, &master, watch, interrupts).await;
+    session.attach_terminal(None);
+    writer.abort();
+    Ok(report)
+}
+
+/// Reads the terminal until the agent has exited and its output is drained.
+async fn stream(
+    session: &Arc<Session>,
+    child: &Arc<ChildProcess>,
+    master: &AsyncFd<OwnedFd>,
+    watch: &mut OutputWatch,
+    interrupts: &mut mpsc::UnboundedReceiver<Interrupt>,
+) -> RunReport {
+    let exited = child.exited();
+    tokio::pin!(exited);
+    let mut exit = None;
+    let mut drain_until = None;
+    let mut stopped_by_us = false;
+    let mut stopping: Option<tokio::task::JoinHandle<()>> = None;
+    let mut complete_deadline: Option<tokio::time::Instant> = None;
+    let mut lines = LineSplitter::default();
+    let mut pieces = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let far = || tokio::time::Instant::now() + Duration::from_secs(3600 * 24 * 365);
+    let mut partial_at = far();
+    loop {
+        let drain_deadline = drain_until.unwrap_or_else(far);
+        tokio::select! {
+            ready = master.readable() => {
+                let Ok(mut guard) = ready else { break };
+                match guard.try_io(|fd| nix::unistd::read(fd.get_ref(), &mut buf).map_err(std::io::Error::from)) {
+                    Ok(Ok(0)) | Ok(Err(_)) => break, // EIO: nothing holds the terminal any more
+                    Ok(Ok(n)) => {
+                        lines.feed(&buf[..n], &mut pieces);
+                        if publish(session, &mut pieces, watch) && complete_deadline.is_none() {
+                            complete_deadline = Some(tokio::time::Instant::now() + EXIT_AFTER_COMPLETE);
+                        }
+                        partial_at = tokio::time::Instant::now() + PARTIAL_AFTER;
+                    }
+                    Err(_would_block) => continue,
+                }
+            }
+            status = &mut exited, if exit.is_none() => {
+                exit = Some(status);
+                drain_until = Some(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
+            }
+            _ = tokio::time::sleep_until(partial_at) => {
+                if let Some(Piece::Partial(text)) = lines.flush_partial() {
+                    session.publish_output(&text, true);
+                }
+                partial_at = far();
+            }
+            _ = tokio::time::sleep_until(drain_deadline) => break,
+            _ = tokio::time::sleep_until(complete_deadline.unwrap_or_else(far)), if stopping.is_none() => {
+                tracing::info!("agent claimed completion but did not exit; stopping it");
+                stopped_by_us = true;
+                stopping = Some(spawn_stop(child, Interrupt::Stop));
+            }
+            interrupt = interrupts.recv(), if exit.is_none() => {
+                let Some(interrupt) = interrupt else { continue };
+                stopped_by_us = true;
+                if let Some(previous) = stopping.take() {
+                    previous.abort();
+                }
+                stopping = Some(spawn_stop(child, interrupt));
+            }
+        }
+    }
+    if let Some(piece) = lines.finish() {
+        pieces.push(piece);
+        publish(session, &mut pieces, watch);
+    }
+    let exit = match exit {
+        Some(exit) => exit,
+        None => exited.await,
+    };
+    tracing::info!(%exit, "agent exited");
+    RunReport { exit, stopped_by_us }
+}
+
+/// Publishes the pieces read; returns whether one of them claimed completion
+/// and the PRD confirms it (every story passes).
+fn publish(session: &Arc<Session>, pieces: &mut Vec<Piece>, watch: &mut OutputWatch) -> bool {
+    let mut confirmed = false;
+    for piece in pieces.drain(..) {
+        match piece {
+            Piece::Partial(text) => session.publish_output(&text, true),
+            Piece::Line { text, whole } => {
+                session.publish_output(&text, false);
+                let plain = plain(&whole);
+                session.remember_line(&plain);
+                if watch.line(&plain, session.interactive()) {
+                    confirmed |= crate::prd::Prd::load(&session.task_dir).is_ok_and(|prd| prd.all_pass());
+                }
+            }
+        }
+    }
+    confirmed
+}
+
+/// Stops the agent's group in a task of its own, so output keeps being read meanwhile.
+fn spawn_stop(child: &Arc<ChildProcess>, how: Interrupt) -> tokio::task::JoinHandle<()> {
+    let child = child.clone();
+    tokio::spawn(async move {
+        match how {
+            Interrupt::Kill => child.kill(),
+            Interrupt::Stop => {
+                child.stop(STOP_GRACE).await;
+            }
+        }
+    })
+}
+
+/// The terminal's master side in the runtime's reactor.
+#[allow(unsafe_code)]
+fn register(master: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: the `OwnedFd` owns an open descriptor and is moved into the
+    // `AsyncFd`, so it stays open, with the same number, until the `AsyncFd`
+    // is dropped; nothing else closes it.
+    unsafe { AsyncFd::register(master) }.map_err(std::io::Error::from)
+}
+
+/// Writes keys and the prompt to the terminal, in order.
+async fn write_terminal(master: Arc<AsyncFd<OwnedFd>>, mut keys: mpsc::Receiver<Bytes>) {
+    while let Some(mut bytes) = keys.recv().await {
+        while !bytes.is_empty() {
+            let Ok(mut guard) = master.writable().await else { return };
+            match guard.try_io(|fd| nix::unistd::write(fd.get_ref(), &bytes).map_err(std::io::Error::from)) {
+                Ok(Ok(n)) => {
+                    let _ = bytes.split_to(n);
+                }
+                Ok(Err(_)) => return,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+/// The prompt file, written whole before the agent starts (0600: prompts may be private).
+fn write_prompt_file(path: &Path, prompt: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    file.write_all(prompt.as_bytes())?;
+    drop(file);
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_decide_how_the_prompt_is_delivered() {
+        let file = Path::new("/t/.ralph/prompt.md");
+        let cmd = AgentCommand::custom("my-agent --in '{PROMPT_FILE}' -v").unwrap();
+        assert_eq!(cmd.delivery(), Delivery::File);
+        assert_eq!(cmd.argv("p", file), ["my-agent", "--in", "/t/.ralph/prompt.md", "-v"]);
+        assert_eq!(cmd.name, "my-agent");
+        let cmd = AgentCommand::custom("/usr/bin/agent --prompt-from=stdin").unwrap();
+        assert_eq!((cmd.delivery(), cmd.name.as_str()), (Delivery::Terminal, "agent"));
+        let claude = AgentCommand::preset("claude").unwrap();
+        assert_eq!(claude.delivery(), Delivery::Argument);
+        assert_eq!(claude.argv("do it", file).last().unwrap(), "do it");
+        assert!(AgentCommand::preset("gpt").is_none());
+        assert!(AgentCommand::custom("a 'b").is_err() && AgentCommand::custom("  ").is_err());
+    }
+}

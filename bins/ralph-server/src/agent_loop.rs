@@ -1,0 +1,313 @@
+//! The Ralph loop: pick the next story, build the prompt, run the agent,
+//! judge the run, record it, and go again until the PRD is done, a limit is
+//! reached, or a client (or a signal) says stop.
+
+use std::sync::Arc;
+
+use regex::Regex;
+use rpc_core::Shutdown;
+use rpc_core::child::Exit;
+use tokio::sync::mpsc;
+
+use crate::agent::{self, AgentCommand, Interrupt, RunSpec};
+use crate::config::{AgentChoice, LoopConfig};
+use crate::files::append_progress;
+use crate::output::{OutputWatch, completion_marker};
+use crate::prd::{Prd, Story};
+use crate::prompt::{Template, Vars};
+use crate::session::{Session, Status};
+use crate::timestamp;
+
+/// How the loop ended; `run` exits with its code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Completed,
+    /// Stopped or checkpointed: by request, or at max_iterations.
+    Stopped,
+    Failed,
+    /// A signal interrupted it (state saved, resumable): a clean shutdown.
+    Interrupted,
+}
+
+impl Outcome {
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Completed | Outcome::Interrupted => 0,
+            Outcome::Failed => 1,
+            Outcome::Stopped => 3,
+        }
+    }
+}
+
+pub struct AgentLoop {
+    session: Arc<Session>,
+    config: LoopConfig,
+    shutdown: Shutdown,
+    failure: Regex,
+}
+
+/// What the loop does next after looking at the requests.
+enum Next {
+    Go,
+    End(Outcome),
+}
+
+impl AgentLoop {
+    pub fn new(session: Arc<Session>, config: LoopConfig, shutdown: Shutdown) -> AgentLoop {
+        let failure = config.failure_pattern.clone();
+        AgentLoop { session, config, shutdown, failure }
+    }
+
+    pub async fn run(self) -> Outcome {
+        let resumed = self.session.fields().iteration;
+        self.session.change(|f| f.status = Status::Running);
+        if resumed > 0 {
+            self.log(&format!("## {} - RESUMED after iteration {resumed}", timestamp::now()));
+        }
+        loop {
+            if let Next::End(outcome) = self.between_iterations() {
+                return outcome;
+            }
+            let prd = match Prd::load(&self.session.task_dir) {
+                Ok(prd) => prd,
+                Err(e) => {
+                    // The agent may have broken it; it counts as a failed iteration.
+                    self.log(&format!("## {} - FAILURE\n{e}", timestamp::now()));
+                    if let Next::End(outcome) = self.failed_once(&e.to_string()).await {
+                        return outcome;
+                    }
+                    continue;
+                }
+            };
+            let Some(story) = prd.next_story().cloned() else {
+                return self.finish(Status::Completed, "all_stories_pass", "COMPLETED: every story passes");
+            };
+            let done = self.session.fields().iteration;
+            if done >= self.session.max_iterations {
+                return self.finish(Status::Stopped, "max_iterations", "STOPPED: max_iterations reached");
+            }
+            if let Next::End(outcome) = self.iteration(&prd, &story, done + 1).await {
+                return outcome;
+            }
+        }
+    }
+
+    /// Requests and signals taken between two runs of the agent.
+    fn between_iterations(&self) -> Next {
+        if self.shutdown.is_draining() {
+            return Next::End(self.interrupted());
+        }
+        let requests = self.session.requests();
+        let (stop, checkpoint) = (requests.stop.is_some(), requests.checkpoint);
+        drop(requests);
+        if stop {
+            return Next::End(self.finish(Status::Stopped, "stop_requested", "STOPPED: stop requested"));
+        }
+        if checkpoint {
+            return Next::End(self.finish(
+                Status::Checkpointed,
+                "checkpoint_requested",
+                "CHECKPOINT: run again to resume",
+            ));
+        }
+        Next::Go
+    }
+
+    async fn iteration(&self, prd: &Prd, story: &Story, iteration: u32) -> Next {
+        let command = self.agent_for(prd, story);
+        self.session.set_agent(&command.name);
+        self.session.change(|f| {
+            f.iteration = iteration;
+            f.current_story = Some(story.id.clone());
+        });
+        let max = self.session.max_iterations;
+        self.log(&format!("## {} - ITERATION {iteration}/{max} - {}\n{}", timestamp::now(), story.id, story.title));
+
+        let template = match Template::find(&self.session.task_dir) {
+            Ok(template) => template,
+            Err(e) => return self.failed_once(&format!("cannot read the prompt template: {e}")).await,
+        };
+        tracing::debug!(template = ?template.source, "prompt template");
+        // Taken now, put back if the agent cannot even start: never lost.
+        let injected = self.session.requests().pending_prompt.take();
+        let branch = prd.branch_name.clone().unwrap_or_default();
+        let vars = Vars {
+            task_dir: &self.session.task_dir,
+            branch_name: &branch,
+            agent: &command.name,
+            story_id: &story.id,
+            story_title: &story.title,
+            iteration,
+        };
+        let prompt = template.render(&vars, injected.as_deref());
+        self.session.save(&self.session.fields());
+
+        let mut watch = OutputWatch::new(&prompt, completion_marker(), self.failure.clone());
+        let (interrupt, mut interrupts) = mpsc::unbounded_channel();
+        let spec = RunSpec {
+            command: &command,
+            prompt: &prompt,
+            prompt_file: self.session.task_dir.join(".ralph/prompt.md"),
+            project_root: &self.config.project_root,
+            iteration,
+            story_id: &story.id,
+        };
+        let report = {
+            let run = agent::run(&self.session, spec, &mut watch, &mut interrupts);
+            tokio::pin!(run);
+            let mut interrupted = false;
+            loop {
+                tokio::select! {
+                    report = &mut run => break report,
+                    () = self.session.wake.notified() => {
+                        let force = self.session.requests().stop == Some(true);
+                        if force {
+                            let _ = interrupt.send(Interrupt::Stop);
+                        }
+                        if self.session.requests().stop.is_some() || self.session.requests().checkpoint {
+                            self.session.change(|f| f.status = Status::Stopping);
+                        }
+                    }
+                    () = self.shutdown.draining(), if !interrupted => {
+                        interrupted = true;
+                        let _ = interrupt.send(Interrupt::Stop);
+                    }
+                    () = self.shutdown.aborted() => {
+                        let _ = interrupt.send(Interrupt::Kill);
+                    }
+                }
+            }
+        };
+        // Interactive mode ends with the iteration.
+        self.session.change(|f| f.interactive_mode = false);
+        let report = match report {
+            Ok(report) => report,
+            Err(e) => {
+                if let Some(injected) = injected {
+                    self.session.request(|r| crate::prompt::queue_injection(&mut r.pending_prompt, &injected));
+                }
+                self.log(&format!("## {} - FAILURE\n{e}", timestamp::now()));
+                return self.failed_once(&e.to_string()).await;
+            }
+        };
+        if report.stopped_by_us && (self.shutdown.is_draining() || self.session.requests().stop.is_some()) {
+            // Stopped on purpose: not a failure of the agent.
+            return Next::Go;
+        }
+        let findings = &watch.findings;
+        let failure = match (&report.exit, &findings.failure) {
+            (exit, _) if *exit != Exit::Code(0) && !report.stopped_by_us => {
+                Some(format!("the agent ended with {exit}"))
+            }
+            (_, Some(line)) => Some(format!("rate limit or overload: {line}")),
+            _ if findings.own_lines == 0 => Some("the agent printed nothing".to_owned()),
+            _ => None,
+        };
+        if let Some(why) = failure {
+            self.log(&format!("## {} - FAILURE - {}\n{why}", timestamp::now(), story.id));
+            return self.failed_once(&why).await;
+        }
+        self.session.record_failure(false);
+        if findings.claimed {
+            match Prd::load(&self.session.task_dir) {
+                Ok(prd) if prd.all_pass() => {
+                    return Next::End(self.finish(
+                        Status::Completed,
+                        "all_stories_pass",
+                        "COMPLETED: the agent's claim is confirmed by prd.json",
+                    ));
+                }
+                Ok(prd) => {
+                    let failing: Vec<&str> =
+                        prd.user_stories.iter().filter(|s| !s.passes).map(|s| s.id.as_str()).collect();
+                    self.log(&format!(
+                        "## {} - WARNING - {}\nThe agent claimed completion, but these stories do not pass yet: {}",
+                        timestamp::now(),
+                        story.id,
+                        failing.join(", ")
+                    ));
+                }
+                Err(e) => {
+                    self.log(&format!("## {} - WARNING\nThe agent claimed completion, but {e}", timestamp::now()))
+                }
+            }
+        }
+        Next::Go
+    }
+
+    /// Counts a failed iteration; too many in a row end the loop.
+    async fn failed_once(&self, why: &str) -> Next {
+        let count = self.session.record_failure(true);
+        tracing::warn!(consecutive = count, why, "iteration failed");
+        if count >= self.config.max_failures {
+            return Next::End(self.finish(
+                Status::Failed,
+                "max_failures",
+                &format!("FAILED: {count} failures in a row (--max-failures {})", self.config.max_failures),
+            ));
+        }
+        // A rate limit is not lifted by trying again at once.
+        tokio::select! {
+            () = tokio::time::sleep(self.config.retry_delay) => {}
+            () = self.shutdown.draining() => {}
+            () = self.session.wake.notified() => {}
+        }
+        Next::Go
+    }
+
+    /// A signal: the agent was stopped; the state says checkpointed, so the
+    /// next `run` resumes.
+    fn interrupted(&self) -> Outcome {
+        self.finish(Status::Checkpointed, "signal", "CHECKPOINT: interrupted by a signal; run again to resume");
+        Outcome::Interrupted
+    }
+
+    fn finish(&self, status: Status, reason: &str, line: &str) -> Outcome {
+        let f = self.session.fields();
+        self.log(&format!(
+            "## {} - {line} (iteration {}/{})",
+            timestamp::now(),
+            f.iteration,
+            self.session.max_iterations
+        ));
+        self.session.change(|f| {
+            f.status = status;
+            f.reason = Some(reason.to_owned());
+            f.interactive_mode = false;
+        });
+        tracing::info!(status = ?status, reason, "loop ended");
+        match status {
+            Status::Completed => Outcome::Completed,
+            Status::Failed => Outcome::Failed,
+            _ => Outcome::Stopped,
+        }
+    }
+
+    fn agent_for(&self, prd: &Prd, story: &Story) -> AgentCommand {
+        if let AgentChoice::Command(command) = &self.config.agent {
+            return command.clone();
+        }
+        let preset = match &self.config.agent {
+            AgentChoice::Preset(name, true) => Some(name.as_str()),
+            _ => None,
+        };
+        let from_files = [story.agent.as_deref(), prd.agent.as_deref()].into_iter().flatten().find(|name| {
+            let known = AgentCommand::preset(name).is_some();
+            if !known {
+                tracing::warn!(agent = name, "unknown agent in prd.json; ignored");
+            }
+            known
+        });
+        let name = preset.or(from_files).unwrap_or(match &self.config.agent {
+            AgentChoice::Preset(name, _) => name,
+            AgentChoice::Command(_) => "claude",
+        });
+        AgentCommand::preset(name).unwrap_or_else(|| AgentCommand::preset("claude").expect("a preset"))
+    }
+
+    fn log(&self, block: &str) {
+        if let Err(e) = append_progress(&self.session.task_dir, block) {
+            tracing::warn!(error = %e, "cannot append to progress.txt");
+        }
+    }
+}

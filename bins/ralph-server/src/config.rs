@@ -1,0 +1,191 @@
+//! Settings of `ralph-server run` (each a flag with its env variable) and
+//! their validation into what the loop and the server can trust. A bad
+//! setting stops `run` before anything starts, exit code 2.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use regex::Regex;
+use rpc_core::config::{self, ConfigError, Unit, ValueError};
+
+use crate::agent::{AgentCommand, PRESETS};
+use crate::output::DEFAULT_FAILURE_PATTERN;
+
+/// Where the control sockets live; shared by `run` and the client commands.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SocketArgs {
+    /// Directory of the control sockets and lock files [default: <data dir>/ralph/sockets].
+    #[arg(long, env = "RALPH_SOCKET_DIR", global = true)]
+    pub socket_dir: Option<PathBuf>,
+}
+
+impl SocketArgs {
+    pub fn dir(&self) -> Result<PathBuf, ConfigError> {
+        match &self.socket_dir {
+            Some(dir) if dir.as_os_str().is_empty() => Err(ConfigError::new("RALPH_SOCKET_DIR", "empty")),
+            Some(dir) => Ok(absolute(dir)),
+            None => dirs::data_dir()
+                .map(|d| d.join("ralph/sockets"))
+                .ok_or_else(|| ConfigError::new("RALPH_SOCKET_DIR", "no data directory known for this user; set it")),
+        }
+    }
+}
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct RunArgs {
+    /// The task directory: prd.json, progress.txt, optional prompt.md.
+    pub task_dir: PathBuf,
+    /// Task name: the socket is <socket dir>/<name>.sock [default: the task directory's name].
+    #[arg(long, env = "RALPH_TASK_NAME")]
+    pub name: Option<String>,
+    /// Agent preset: claude, codex or opencode [default: prd.json's `agent`, else claude].
+    #[arg(long, env = "RALPH_AGENT", value_parser = clap::builder::PossibleValuesParser::new(PRESETS))]
+    pub agent: Option<String>,
+    /// Agent command instead of a preset, split like a shell would. A {PROMPT_FILE} word is
+    /// replaced by the path of a file holding the prompt, {PROMPT} by the prompt itself;
+    /// with neither, the prompt is typed into the agent's terminal, then end-of-file.
+    #[arg(long, env = "RALPH_AGENT_CMD")]
+    pub agent_cmd: Option<String>,
+    /// Iterations (agent runs) before the loop stops with reason max_iterations.
+    #[arg(long, env = "RALPH_MAX_ITERATIONS", default_value_t = 10)]
+    pub max_iterations: u32,
+    /// Failed iterations in a row after which the loop ends with status failed.
+    #[arg(long, env = "RALPH_MAX_FAILURES", default_value_t = 3)]
+    pub max_failures: u32,
+    /// Pause after a failed iteration, in seconds (or `1m`).
+    #[arg(long, env = "RALPH_RETRY_DELAY", default_value = "5", value_parser = parse_seconds)]
+    pub retry_delay: Duration,
+    /// Output lines matching this regular expression fail the iteration (rate limits, overload).
+    #[arg(long, env = "RALPH_FAILURE_PATTERN", default_value = DEFAULT_FAILURE_PATTERN)]
+    pub failure_pattern: String,
+    /// Working directory of the agent [default: the nearest directory above the task (or the
+    /// task itself) holding .git, else the task directory].
+    #[arg(long, env = "RALPH_PROJECT_ROOT")]
+    pub project_root: Option<PathBuf>,
+    /// Clients served at once on the control socket.
+    #[arg(long, env = "RALPH_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+}
+
+fn parse_seconds(text: &str) -> Result<Duration, ValueError> {
+    config::duration(text, Unit::Seconds)
+}
+
+/// Which agent runs.
+#[derive(Clone, Debug)]
+pub enum AgentChoice {
+    /// A preset, and whether the command line chose it (then it beats prd.json's `agent`).
+    Preset(String, bool),
+    Command(AgentCommand),
+}
+
+#[derive(Clone, Debug)]
+pub struct LoopConfig {
+    pub project_root: PathBuf,
+    pub agent: AgentChoice,
+    pub max_failures: u32,
+    pub retry_delay: Duration,
+    pub failure_pattern: Regex,
+}
+
+#[derive(Debug)]
+pub struct Config {
+    pub task_name: String,
+    pub task_dir: PathBuf,
+    pub socket_dir: PathBuf,
+    pub max_iterations: u32,
+    pub max_connections: usize,
+    pub run: LoopConfig,
+}
+
+impl Config {
+    pub fn from_args(args: RunArgs, sockets: &SocketArgs) -> Result<Config, ConfigError> {
+        let task_dir = std::fs::canonicalize(&args.task_dir)
+            .map_err(|e| ConfigError::new("TASK_DIR", format!("{}: {e}", args.task_dir.display())))?;
+        if !task_dir.is_dir() {
+            return Err(ConfigError::new("TASK_DIR", format!("{} is not a directory", task_dir.display())));
+        }
+        let task_name = match args.name {
+            Some(name) => name,
+            None => task_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        };
+        check_task_name(&task_name).map_err(|e| e.of("RALPH_TASK_NAME (--name)"))?;
+        let agent = match (args.agent_cmd, args.agent) {
+            (Some(cmd), _) => AgentChoice::Command(
+                AgentCommand::custom(&cmd).map_err(|e| ConfigError::new("RALPH_AGENT_CMD (--agent-cmd)", e))?,
+            ),
+            (None, Some(preset)) => AgentChoice::Preset(preset, true),
+            (None, None) => AgentChoice::Preset("claude".into(), false),
+        };
+        if args.max_iterations == 0 {
+            return Err(ConfigError::new("RALPH_MAX_ITERATIONS (--max-iterations)", "must be at least 1"));
+        }
+        if args.max_failures == 0 {
+            return Err(ConfigError::new("RALPH_MAX_FAILURES (--max-failures)", "must be at least 1"));
+        }
+        let failure_pattern = Regex::new(&args.failure_pattern)
+            .map_err(|e| ConfigError::new("RALPH_FAILURE_PATTERN (--failure-pattern)", e))?;
+        let project_root = match args.project_root {
+            Some(root) => std::fs::canonicalize(&root).map_err(|e| {
+                ConfigError::new("RALPH_PROJECT_ROOT (--project-root)", format!("{}: {e}", root.display()))
+            })?,
+            None => find_project_root(&task_dir),
+        };
+        Ok(Config {
+            task_name,
+            task_dir,
+            socket_dir: sockets.dir()?,
+            max_iterations: args.max_iterations,
+            max_connections: args.max_connections.max(1),
+            run: LoopConfig {
+                project_root,
+                agent,
+                max_failures: args.max_failures,
+                retry_delay: args.retry_delay,
+                failure_pattern,
+            },
+        })
+    }
+}
+
+/// A task name becomes a file name: no separators, no hidden or parent names.
+pub fn check_task_name(name: &str) -> Result<(), ValueError> {
+    if name.is_empty() || name == "." || name == ".." || name.starts_with('.') {
+        return Err(ValueError::new(format!("{name:?} cannot name a socket file")));
+    }
+    if name.contains('/') || name.contains('\0') {
+        return Err(ValueError::new(format!("{name:?} contains a path separator")));
+    }
+    Ok(())
+}
+
+fn find_project_root(task_dir: &Path) -> PathBuf {
+    task_dir.ancestors().find(|d| d.join(".git").exists()).unwrap_or(task_dir).to_owned()
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_names_that_cannot_be_file_names_are_refused() {
+        assert!(check_task_name("my-feature").is_ok());
+        for bad in ["", ".", "..", ".hidden", "a/b"] {
+            assert!(check_task_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_project_root_is_the_nearest_git_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let task = dir.path().join("tasks/t");
+        std::fs::create_dir_all(&task).unwrap();
+        assert_eq!(find_project_root(&task), task);
+        std::fs::create_dir(dir.path().join(".git")).unwrap();
+        assert_eq!(find_project_root(&task), dir.path());
+    }
+}

@@ -1,0 +1,263 @@
+//! The state every connection and the loop share: the status fields of the
+//! seed's `get_status`, the last lines of output, the requests clients made
+//! of the loop, and the events published when any of it changes.
+//!
+//! Every change of a status field goes through [`Session::change`], which
+//! publishes one `state_change` event with only the fields that changed and
+//! saves `.ralph/state.json`: clients and the file can never disagree.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use rpc_core::child::LineRing;
+use rpc_core::fanout::{self, Fanout};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use tokio::sync::{Notify, mpsc};
+
+use crate::files::SavedState;
+use crate::timestamp;
+
+/// Lines kept for `recent_output`.
+pub const RECENT_LINES: usize = 200;
+/// Longest line kept whole in `recent_output` (a progress bar without
+/// newlines must not push out the lines before it).
+const RECENT_LINE_BYTES: usize = 8 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Starting,
+    Running,
+    Stopping,
+    Checkpointed,
+    Stopped,
+    Completed,
+    Failed,
+}
+
+/// The fields of `get_status` that change.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fields {
+    pub iteration: u32,
+    pub current_story: Option<String>,
+    pub status: Status,
+    /// Why the loop ended (`max_iterations`, `stop_requested`, ...); only in
+    /// `state_change` events and state.json, not in the seed's `get_status`.
+    pub reason: Option<String>,
+    pub interactive_mode: bool,
+    pub started_at: String,
+    pub updated_at: String,
+}
+
+/// What clients asked of the loop, taken by the loop at its next step.
+#[derive(Debug, Default)]
+pub struct Requests {
+    /// `Some(force)` once `stop` was called.
+    pub stop: Option<bool>,
+    pub checkpoint: bool,
+    pub pending_prompt: Option<String>,
+}
+
+/// The seed's `get_status` result, field for field.
+#[derive(Debug, Serialize)]
+pub struct StatusReply {
+    pub task_name: String,
+    pub task_dir: String,
+    pub iteration: u32,
+    pub max_iterations: u32,
+    pub current_story: Option<String>,
+    pub agent: String,
+    pub status: Status,
+    pub interactive_mode: bool,
+    pub started_at: String,
+    pub updated_at: String,
+    pub recent_output: Vec<String>,
+}
+
+pub struct Session {
+    pub task_name: String,
+    pub task_dir: PathBuf,
+    pub max_iterations: u32,
+    agent: Mutex<String>,
+    fields: Mutex<Fields>,
+    consecutive_failures: Mutex<u32>,
+    recent: LineRing,
+    requests: Mutex<Requests>,
+    /// Woken whenever a client makes a request of the loop.
+    pub wake: Notify,
+    /// The running agent's terminal input, while one runs.
+    terminal: Mutex<Option<mpsc::Sender<Bytes>>>,
+    pub events: Fanout<Bytes>,
+}
+
+impl Session {
+    pub fn new(
+        task_name: String,
+        task_dir: PathBuf,
+        max_iterations: u32,
+        agent: String,
+        saved: &SavedState,
+    ) -> Session {
+        let now = timestamp::now();
+        let resume = saved.resumable();
+        let fields = Fields {
+            iteration: if resume { saved.iteration } else { 0 },
+            current_story: None,
+            status: Status::Starting,
+            reason: None,
+            interactive_mode: false,
+            started_at: saved.started_at.clone().filter(|_| resume).unwrap_or_else(|| now.clone()),
+            updated_at: now,
+        };
+        let requests = Requests { pending_prompt: saved.pending_prompt.clone(), ..Requests::default() };
+        Session {
+            task_name,
+            task_dir,
+            max_iterations,
+            agent: Mutex::new(agent),
+            fields: Mutex::new(fields),
+            consecutive_failures: Mutex::new(if resume { saved.consecutive_failures } else { 0 }),
+            recent: LineRing::new(RECENT_LINES, RECENT_LINES * RECENT_LINE_BYTES),
+            requests: Mutex::new(requests),
+            wake: Notify::new(),
+            terminal: Mutex::new(None),
+            events: Fanout::new(fanout::DEFAULT_QUEUE, fanout::DEFAULT_QUEUE_BYTES),
+        }
+    }
+
+    pub fn fields(&self) -> Fields {
+        self.fields.lock().unwrap().clone()
+    }
+
+    pub fn interactive(&self) -> bool {
+        self.fields.lock().unwrap().interactive_mode
+    }
+
+    pub fn agent(&self) -> String {
+        self.agent.lock().unwrap().clone()
+    }
+
+    pub fn set_agent(&self, agent: &str) {
+        *self.agent.lock().unwrap() = agent.to_owned();
+    }
+
+    pub fn snapshot(&self) -> StatusReply {
+        let f = self.fields();
+        StatusReply {
+            task_name: self.task_name.clone(),
+            task_dir: self.task_dir.display().to_string(),
+            iteration: f.iteration,
+            max_iterations: self.max_iterations,
+            current_story: f.current_story,
+            agent: self.agent(),
+            status: f.status,
+            interactive_mode: f.interactive_mode,
+            started_at: f.started_at,
+            updated_at: f.updated_at,
+            recent_output: self.recent.tail(RECENT_LINES),
+        }
+    }
+
+    /// Applies `edit` to the status fields; if any changed, stamps
+    /// `updated_at`, publishes a `state_change` with the changed fields only
+    /// and saves state.json.
+    pub fn change(&self, edit: impl FnOnce(&mut Fields)) {
+        let mut fields = self.fields.lock().unwrap();
+        let before = fields.clone();
+        edit(&mut fields);
+        let mut data = Map::new();
+        if fields.iteration != before.iteration {
+            data.insert("iteration".into(), json!(fields.iteration));
+        }
+        if fields.current_story != before.current_story {
+            data.insert("current_story".into(), json!(fields.current_story));
+        }
+        if fields.status != before.status {
+            data.insert("status".into(), json!(fields.status));
+        }
+        if fields.reason != before.reason && fields.reason.is_some() {
+            data.insert("reason".into(), json!(fields.reason));
+        }
+        if fields.interactive_mode != before.interactive_mode {
+            data.insert("interactive_mode".into(), json!(fields.interactive_mode));
+        }
+        if data.is_empty() {
+            return;
+        }
+        let now = timestamp::now();
+        fields.updated_at = now.clone();
+        let snapshot = fields.clone();
+        // Published under the lock, so events leave in the order the changes happened.
+        self.events.publish("state_change", &event("state_change", &now, &Value::Object(data)));
+        drop(fields);
+        self.save(&snapshot);
+    }
+
+    pub fn record_failure(&self, failed: bool) -> u32 {
+        let mut count = self.consecutive_failures.lock().unwrap();
+        *count = if failed { *count + 1 } else { 0 };
+        *count
+    }
+
+    /// Saves state.json; a failure is logged, not fatal (the loop goes on).
+    pub fn save(&self, fields: &Fields) {
+        let state = SavedState {
+            iteration: fields.iteration,
+            status: Some(fields.status),
+            reason: fields.reason.clone(),
+            current_story: fields.current_story.clone(),
+            started_at: Some(fields.started_at.clone()),
+            updated_at: Some(fields.updated_at.clone()),
+            pending_prompt: self.requests.lock().unwrap().pending_prompt.clone(),
+            consecutive_failures: *self.consecutive_failures.lock().unwrap(),
+        };
+        if let Err(e) = state.save(&self.task_dir) {
+            tracing::warn!(error = %e, "cannot save .ralph/state.json");
+        }
+    }
+
+    /// One piece of agent output: `text` as the terminal showed it, ANSI
+    /// escapes kept. `partial`: the line has not ended yet (a prompt, typed
+    /// keys); the rest follows in later events.
+    pub fn publish_output(&self, text: &str, partial: bool) {
+        let data = if partial { json!({"line": text, "partial": true}) } else { json!({"line": text}) };
+        self.events.publish("output", &event("output", &timestamp::now(), &data));
+    }
+
+    /// A whole line for `recent_output`, ANSI escapes already stripped.
+    pub fn remember_line(&self, line: &str) {
+        self.recent.push(line);
+    }
+
+    pub fn requests(&self) -> std::sync::MutexGuard<'_, Requests> {
+        self.requests.lock().unwrap()
+    }
+
+    /// Records a request and wakes the loop.
+    pub fn request(&self, make: impl FnOnce(&mut Requests)) {
+        make(&mut self.requests.lock().unwrap());
+        self.wake.notify_one();
+        // The pending prompt is part of what a resumed run needs.
+        self.save(&self.fields());
+    }
+
+    pub fn attach_terminal(&self, input: Option<mpsc::Sender<Bytes>>) {
+        *self.terminal.lock().unwrap() = input;
+    }
+
+    pub fn terminal(&self) -> Option<mpsc::Sender<Bytes>> {
+        self.terminal.lock().unwrap().clone()
+    }
+}
+
+/// An event notification, serialised once for every subscriber.
+pub fn event(kind: &str, timestamp: &str, data: &Value) -> Bytes {
+    let message = json!({
+        "jsonrpc": "2.0",
+        "method": "event",
+        "params": {"type": kind, "timestamp": timestamp, "data": data},
+    });
+    Bytes::from(serde_json::to_vec(&message).unwrap_or_default())
+}

@@ -1,0 +1,177 @@
+//! Steering a running loop: inject, stop (graceful and forced), checkpoint
+//! and resume, interactive mode, and bad params.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::support::{Task, is_status, output_line};
+
+#[test]
+fn an_injected_prompt_is_prepended_once_and_two_are_both_kept() {
+    let task = Task::new("inject", 3);
+    task.mode("slow 10");
+    let mut daemon = task.run(&[]);
+    let mut client = task.connect(&daemon);
+    client.call("subscribe", json!({"events": ["output"]}));
+    client.until(|e| output_line(e).is_some_and(|l| l.starts_with("working")));
+    let reply = client.call("inject_prompt", json!({"prompt": "FIRST injected"}));
+    assert_eq!(reply["result"], json!({"status": "prompt_injected", "prompt": "FIRST injected"}));
+    client.call("inject_prompt", json!({"prompt": "SECOND"}));
+    let state: serde_json::Value = serde_json::from_str(&task.read(".ralph/state.json")).unwrap();
+    assert_eq!(state["pending_prompt"], "FIRST injected\n\nSECOND", "pending prompts are saved");
+    task.mode("pass");
+    assert!(daemon.wait_exit(Duration::from_secs(30)).success(), "{}", daemon.stderr());
+    client.until(|_| false);
+    let starts: Vec<String> = client
+        .events
+        .iter()
+        .filter_map(output_line)
+        .filter(|l| l.starts_with("prompt starts:"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(starts.len(), 3, "{starts:?}");
+    assert_eq!(starts[1], "prompt starts: FIRST injected", "{starts:?}");
+    assert!(!starts[2].contains("injected"), "given once: {starts:?}");
+}
+
+#[test]
+fn a_graceful_stop_lets_the_agent_finish_and_a_forced_one_does_not() {
+    let task = Task::new("stop", 3);
+    task.mode("slow 10");
+    let mut daemon = task.run(&[]);
+    let mut client = task.connect(&daemon);
+    client.call("subscribe", json!({"events": ["*"]}));
+    client.until(|e| output_line(e).is_some_and(|l| l.starts_with("working")));
+    assert_eq!(client.call("stop", json!({}))["result"], json!({"status": "stop_requested"}));
+    client.until(|e| is_status(e, "stopping")).expect("stopping");
+    client.until(|e| is_status(e, "stopped")).expect("stopped");
+    assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(3));
+    // The agent ran to its end: it marked its story.
+    assert!(client.events.iter().filter_map(output_line).any(|l| l == "marked US-001"));
+    assert!(task.read("progress.txt").contains("STOPPED: stop requested"));
+
+    let task = Task::new("force", 3);
+    task.mode("slow 1000");
+    let mut daemon = task.run(&[]);
+    let mut client = task.connect(&daemon);
+    client.call("subscribe", json!({"events": ["output"]}));
+    client.until(|e| output_line(e).is_some_and(|l| l.starts_with("working")));
+    let asked = Instant::now();
+    assert_eq!(client.call("stop", json!({"force": true}))["result"], json!({"status": "stop_requested"}));
+    assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(3));
+    assert!(asked.elapsed() < Duration::from_secs(5), "a forced stop ends the agent at once");
+    assert!(!task.read("prd.json").contains("\"passes\": true"));
+}
+
+#[test]
+fn a_checkpoint_exits_and_run_resumes_with_the_right_iteration() {
+    let task = Task::new("resume", 3);
+    let mut daemon = task.run(&["--max-iterations", "5"]);
+    let mut client = task.connect(&daemon);
+    task.mode("slow 10");
+    client.call("subscribe", json!({"events": ["*"]}));
+    client.until(|e| output_line(e).is_some_and(|l| l.starts_with("working")));
+    assert_eq!(client.call("checkpoint", json!({}))["result"], json!({"status": "checkpoint_requested"}));
+    client.until(|e| is_status(e, "checkpointed")).expect("checkpointed");
+    assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(3));
+    let state: serde_json::Value = serde_json::from_str(&task.read(".ralph/state.json")).unwrap();
+    let stopped_at = state["iteration"].as_u64().unwrap();
+    assert_eq!(state["status"], "checkpointed");
+    assert!(task.read("progress.txt").contains("CHECKPOINT"));
+
+    task.mode("pass");
+    let mut daemon = task.run(&["--max-iterations", "5"]);
+    assert!(daemon.wait_exit(Duration::from_secs(20)).success(), "{}", daemon.stderr());
+    let progress = task.read("progress.txt");
+    assert!(progress.contains(&format!("RESUMED after iteration {stopped_at}")), "{progress}");
+    assert!(progress.contains(&format!("ITERATION {}/5", stopped_at + 1)), "{progress}");
+    assert!(!progress.contains("ITERATION 1/5 - US-002"), "iterations count on: {progress}");
+}
+
+#[test]
+fn sigterm_interrupts_the_agent_and_the_next_run_resumes() {
+    let task = Task::new("signal", 2);
+    task.mode("slow 1000");
+    let mut daemon = task.run(&[]);
+    let mut client = task.connect(&daemon);
+    client.call("subscribe", json!({"events": ["output"]}));
+    client.until(|e| output_line(e).is_some_and(|l| l.starts_with("working")));
+    assert!(daemon.terminate().success(), "SIGTERM is a clean shutdown: {}", daemon.stderr());
+    let state: serde_json::Value = serde_json::from_str(&task.read(".ralph/state.json")).unwrap();
+    assert_eq!((state["status"].as_str(), state["reason"].as_str()), (Some("checkpointed"), Some("signal")));
+    assert!(!task.socket().exists());
+}
+
+#[test]
+fn interactive_mode_forwards_keys_to_the_agent_and_its_echo_comes_back() {
+    let task = Task::new("interactive", 1);
+    task.mode("interactive");
+    let mut daemon = task.run(&[]);
+    let mut client = task.connect(&daemon);
+    client.call("subscribe", json!({"events": ["*"]}));
+    // The agent's question has no newline: it comes as a partial line.
+    client.until(|e| output_line(e).is_some_and(|l| l.contains("your input:"))).expect("the agent's question");
+    let ignored = client.call("write_pty", json!({"data": "nope\n"}));
+    assert_eq!(ignored["result"], json!({"status": "ignored", "reason": "not in interactive mode"}));
+    assert_eq!(
+        client.call("set_interactive_mode", json!({"enabled": true}))["result"],
+        json!({"interactive_mode": true})
+    );
+    client.until(|e| e["params"]["data"]["interactive_mode"] == true).expect("state_change");
+    assert_eq!(client.call("write_pty", json!({"data": "hello agent\r"}))["result"], json!({"status": "forwarded"}));
+    client.until(|e| output_line(e) == Some("agent got: hello agent")).expect("the agent's answer");
+    // Interactive mode suppresses completion: the agent's marker does not end the task.
+    assert!(daemon.wait_exit(Duration::from_secs(20)).success(), "no story left, so completed anyway");
+    client.until(|_| false);
+    let status_after: Vec<_> =
+        client.events.iter().filter(|e| e["params"]["data"]["interactive_mode"] == false).collect();
+    assert!(!status_after.is_empty(), "interactive mode ends with the iteration");
+    assert!(!task.read("progress.txt").contains("claim is confirmed"), "{}", task.read("progress.txt"));
+}
+
+#[test]
+fn bad_params_and_unknown_event_types_are_invalid_params() {
+    let task = Task::new("params", 1);
+    task.mode("slow 30");
+    let mut daemon = task.run(&[]);
+    let mut client = task.connect(&daemon);
+    let reply = client.call("inject_prompt", json!({"prompt": 42}));
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    assert_eq!(client.call("inject_prompt", json!({}))["error"]["code"], -32602);
+    assert_eq!(client.call("set_interactive_mode", json!({"enabled": "yes"}))["error"]["code"], -32602);
+    let reply = client.call("subscribe", json!({"events": ["output", "bogus"]}));
+    assert_eq!(reply["error"]["code"], -32602);
+    assert!(reply["error"]["message"].as_str().unwrap().contains("output, state_change, *"), "{reply}");
+    assert_eq!(client.call("nope", json!({}))["error"]["code"], -32601);
+    let status = client.call("get_status", json!({}))["result"].clone();
+    let keys: Vec<&str> = status.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        keys.iter().copied().collect::<std::collections::BTreeSet<_>>(),
+        [
+            "agent",
+            "current_story",
+            "interactive_mode",
+            "iteration",
+            "max_iterations",
+            "recent_output",
+            "started_at",
+            "status",
+            "task_dir",
+            "task_name",
+            "updated_at"
+        ]
+        .into_iter()
+        .collect()
+    );
+    assert_eq!(status["task_name"], "params");
+    assert_eq!(status["agent"], "fake-agent.sh");
+    // unsubscribe from any state, including after `*`
+    assert_eq!(client.call("subscribe", json!({"events": ["*"]}))["result"], json!({"subscribed": ["*"]}));
+    assert_eq!(
+        client.call("unsubscribe", json!({"events": ["output"]}))["result"],
+        json!({"subscribed": ["state_change"]})
+    );
+    client.call("stop", json!({"force": true}));
+    daemon.wait_exit(Duration::from_secs(20));
+}

@@ -1,0 +1,78 @@
+#!/bin/sh
+# A scripted stand-in for a coding agent, for ralph-server's tests.
+# Usage: fake-agent.sh [PROMPT_FILE]  (without it, the prompt is read from stdin)
+# What it does comes from the first word of $RALPH_TASK_DIR/fake-mode (default
+# "pass"; fake-mode-<story id> for one story), read at each start, so a test
+# can change it between iterations:
+#   pass         mark the current story passing; print the completion marker
+#                when no story is left failing
+#   claim        print the marker without marking anything (a false claim)
+#   quiet-pass   mark the story passing, print nothing of its own, no marker
+#   slow N       print a line every 0.1 s for N lines, then pass
+#   ticks N      print "tick <ns since epoch>" every 20 ms, N times, then pass
+#   flood N      print N lines of 100 bytes as fast as it can, then pass
+#   bursts N     the same, 100 lines every 0.2 s
+#   interactive  ask for a line on its terminal, echo it, then pass
+#   fail         exit 1
+# While $RALPH_TASK_DIR/hold exists, it waits before doing anything.
+# Stories are marked passing with sed: prd.json must keep each story on one line.
+set -u
+prd="$RALPH_TASK_DIR/prd.json"
+if [ $# -ge 1 ]; then
+    prompt=$(cat "$1")
+else
+    prompt=$(cat)
+fi
+# A test that must subscribe before the agent speaks holds it with this file.
+while [ -f "$RALPH_TASK_DIR/hold" ]; do sleep 0.02; done
+mode=pass
+count=0
+[ -f "$RALPH_TASK_DIR/fake-mode" ] && read -r mode count < "$RALPH_TASK_DIR/fake-mode"
+# A mode for one story only: fake-mode-<story id>.
+[ -f "$RALPH_TASK_DIR/fake-mode-$RALPH_STORY_ID" ] && read -r mode count < "$RALPH_TASK_DIR/fake-mode-$RALPH_STORY_ID"
+echo "fake agent: iteration $RALPH_ITERATION, story $RALPH_STORY_ID, mode $mode, in $(pwd)"
+echo "prompt starts: $(printf '%s\n' "$prompt" | head -n 1)"
+
+mark() {
+    sed -i "/\"id\": *\"$RALPH_STORY_ID\"/ s/\"passes\": *false/\"passes\": true/" "$prd"
+}
+pass() {
+    mark
+    echo "marked $RALPH_STORY_ID"
+    if ! grep -q '"passes": *false' "$prd"; then
+        printf 'all done: <promise>COMPLETE</promise>\n'
+    fi
+}
+
+case "$mode" in
+    pass) pass ;;
+    claim) echo "<promise>COMPLETE</promise>" ;;
+    quiet-pass) mark ;;
+    slow)
+        i=0
+        while [ "$i" -lt "${count:-10}" ]; do echo "working $i"; i=$((i + 1)); sleep 0.1; done
+        pass ;;
+    ticks)
+        i=0
+        while [ "$i" -lt "${count:-50}" ]; do echo "tick $(date +%s%N)"; i=$((i + 1)); sleep 0.02; done
+        pass ;;
+    flood)
+        i=0
+        pad=$(printf '%090d' 0)
+        while [ "$i" -lt "${count:-1000}" ]; do echo "flood $i $pad"; i=$((i + 1)); done
+        pass ;;
+    bursts)
+        i=0
+        pad=$(printf '%090d' 0)
+        while [ "$i" -lt "${count:-1000}" ]; do
+            echo "flood $i $pad"; i=$((i + 1))
+            [ $((i % 100)) = 0 ] && sleep 0.2
+        done
+        pass ;;
+    interactive)
+        printf 'your input: '
+        read -r line
+        echo "agent got: $line"
+        pass ;;
+    fail) echo "something broke"; exit 1 ;;
+esac

@@ -1,0 +1,168 @@
+//! A task directory, the daemon running it, and a line client on its socket.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use integration_tests::Daemon;
+use serde_json::{Value, json};
+
+pub fn fake_agent() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("ralph_server/fake-agent.sh").display().to_string()
+}
+
+/// A temporary root holding a task directory and a socket directory.
+pub struct Task {
+    pub root: tempfile::TempDir,
+    pub name: String,
+}
+
+impl Task {
+    /// A task with `stories` stories, each on one line (the fake agent edits them with sed).
+    pub fn new(name: &str, stories: usize) -> Task {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let lines: Vec<String> = (1..=stories)
+            .map(|n| {
+                format!(
+                    r#"  {{"id": "US-00{n}", "title": "Story {n}", "priority": {n}, "passes": false, "size": "S"}}"#
+                )
+            })
+            .collect();
+        let prd = format!(
+            "{{\"project\": \"demo\", \"branchName\": \"ralph/demo\", \"team\": \"kept\", \"userStories\": [\n{}\n]}}\n",
+            lines.join(",\n")
+        );
+        std::fs::write(dir.join("prd.json"), prd).unwrap();
+        Task { root, name: name.to_owned() }
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.root.path().join(&self.name)
+    }
+
+    pub fn socket_dir(&self) -> PathBuf {
+        self.root.path().join("sockets")
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.socket_dir().join(format!("{}.sock", self.name))
+    }
+
+    pub fn mode(&self, mode: &str) {
+        std::fs::write(self.dir().join("fake-mode"), format!("{mode}\n")).unwrap();
+    }
+
+    /// Holds the agent at its start until [`Task::release`] (to subscribe first).
+    pub fn hold(&self) {
+        std::fs::write(self.dir().join("hold"), "").unwrap();
+    }
+
+    pub fn release(&self) {
+        std::fs::remove_file(self.dir().join("hold")).unwrap();
+    }
+
+    pub fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.dir().join(file)).unwrap_or_default()
+    }
+
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![("RALPH_SOCKET_DIR".into(), self.socket_dir().display().to_string())]
+    }
+
+    /// `ralph-server run` on this task with the fake agent and `extra` flags.
+    pub fn run(&self, extra: &[&str]) -> Daemon {
+        let dir = self.dir().display().to_string();
+        let agent = fake_agent();
+        let mut args = vec!["run", dir.as_str(), "--agent-cmd", agent.as_str(), "--retry-delay", "0"];
+        args.extend_from_slice(extra);
+        let env = self.env();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Daemon::start("ralph-server", &args, &env)
+    }
+
+    /// Waits for the control socket to accept, or panics with the daemon's log.
+    pub fn connect(&self, daemon: &Daemon) -> Client {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(stream) = UnixStream::connect(self.socket()) {
+                return Client::new(stream);
+            }
+            assert!(Instant::now() < deadline, "no socket at {}:\n{}", self.socket().display(), daemon.stderr());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// An NDJSON client that keeps events apart from replies.
+pub struct Client {
+    pub reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    next_id: u64,
+    pub events: Vec<Value>,
+}
+
+impl Client {
+    pub fn new(stream: UnixStream) -> Client {
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Client { writer: stream.try_clone().unwrap(), reader: BufReader::new(stream), next_id: 1, events: Vec::new() }
+    }
+
+    pub fn send(&mut self, message: &Value) {
+        let mut line = serde_json::to_vec(message).unwrap();
+        line.push(b'\n');
+        self.writer.write_all(&line).unwrap();
+    }
+
+    /// The next message, `None` at EOF.
+    pub fn recv(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => None,
+            Ok(_) => Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))),
+            Err(e) => panic!("reading: {e}"),
+        }
+    }
+
+    /// Calls `method`; events that arrive meanwhile are kept in `events`.
+    pub fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let message = self.recv().expect("connection closed before the reply");
+            if message["id"] == id {
+                return message;
+            }
+            self.events.push(message);
+        }
+    }
+
+    /// Reads events until `done` holds for one of them (it is returned) or EOF (`None`).
+    pub fn until(&mut self, mut done: impl FnMut(&Value) -> bool) -> Option<Value> {
+        if let Some(found) = self.events.iter().find(|e| done(e)) {
+            return Some(found.clone());
+        }
+        while let Some(message) = self.recv() {
+            self.events.push(message.clone());
+            if done(&message) {
+                return Some(message);
+            }
+        }
+        None
+    }
+}
+
+pub fn event_type(event: &Value) -> &str {
+    event["params"]["type"].as_str().unwrap_or_default()
+}
+
+pub fn is_status(event: &Value, status: &str) -> bool {
+    event_type(event) == "state_change" && event["params"]["data"]["status"] == status
+}
+
+pub fn output_line(event: &Value) -> Option<&str> {
+    (event_type(event) == "output").then(|| event["params"]["data"]["line"].as_str().unwrap_or_default())
+}
