@@ -359,3 +359,45 @@ fn an_evaluation_whose_client_left_still_finishes_before_the_next_one() {
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(ok(&mut client, "runtime_info", json!({}))["restarts"], 1);
 }
+
+/// Whatever one evaluation does to the standard streams, the next one starts
+/// with working ones: its prints, its subprocesses and `$stdout.write` are
+/// captured, for every client and the REPL alike.
+#[test]
+fn an_eval_that_breaks_the_standard_streams_does_not_break_the_next_one() {
+    let Some(bridge) = Bridge::start() else {
+        return;
+    };
+    let mut client = bridge.client();
+    let mut repl = bridge.repl_client();
+    let probe = "puts 'out'; $stderr.puts 'err'; Process.wait(spawn('echo spawned')); \
+                 system('echo child >&2'); $stdout.write(\"w\\n\"); STDOUT.print(\"p\\n\"); warn 'warned'; :done";
+    let breakers = [
+        "STDOUT.close; STDERR.close",
+        "$stdout = nil",
+        "STDOUT.reopen('/dev/null')",
+        "STDOUT.reopen('/dev/null'); STDERR.reopen('/dev/null'); $stdout = $stderr = File.open(File::NULL, 'w')",
+        "$stdout.close; $stderr.close",
+        "require 'stringio'; $stdout = StringIO.new; $stderr = StringIO.new",
+        "STDOUT.close; STDERR.close; $stdout = $stderr = File.open(File::NULL, 'w')",
+        "Object.send(:remove_const, :STDOUT); Object.const_set(:STDOUT, 5)",
+    ];
+    for breaker in breakers {
+        // The breaker may raise (`$stdout = nil` does): only what follows matters.
+        tool(&mut client, "eval_ruby", json!({ "code": breaker }));
+        let result = ok(&mut client, "eval_ruby", json!({ "code": probe }));
+        assert_eq!(result["result"], "done", "after {breaker}: {result}");
+        assert_eq!(result["output"], "out\nerr\nspawned\nchild\nw\np\nwarned\n", "after {breaker}");
+        let mut other = bridge.client();
+        assert_eq!(
+            ok(&mut other, "eval_ruby", json!({"code": "puts 'other'"}))["output"],
+            "other\n",
+            "after {breaker}"
+        );
+        let reply = repl.call(1, "eval", json!({"code": "puts 'repl'; 1"}));
+        assert_eq!(reply["result"]["output"], "repl\n=> 1\n", "after {breaker}: {reply}");
+    }
+    // Nothing meant for an evaluation leaked into the console log either.
+    let console = ok(&mut client, "console_log", json!({}));
+    assert!(!console.to_string().contains("spawned"), "{console}");
+}

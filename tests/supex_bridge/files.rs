@@ -210,3 +210,126 @@ fn a_large_read_is_cut_at_half_the_message_limit_and_says_so() {
     let past = ok(&mut client, "read_file", json!({"path": "big.txt", "offset": 20_000}));
     assert_eq!((past["content"].as_str(), past["truncated"].as_bool()), (Some(""), Some(false)));
 }
+
+#[test]
+fn with_explicit_roots_a_workspace_must_lie_inside_them() {
+    if !integration_tests::require_tool("ruby") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    for sub in ["shared/inner", "elsewhere"] {
+        std::fs::create_dir_all(base.join(sub)).unwrap();
+    }
+    std::fs::write(base.join("shared/inner/x.txt"), "inner").unwrap();
+    std::fs::write(base.join("elsewhere/secret.txt"), "secret").unwrap();
+    let bridge = Bridge::start_with(&[("SUPEX_ALLOWED_ROOTS", base.join("shared").to_str().unwrap())]).unwrap();
+    let hello = |workspace: &std::path::Path| {
+        let mut client = integration_tests::LineClient::connect(bridge.bridge);
+        let mut hello = crate::support::hello_params();
+        hello["workspace"] = json!(workspace);
+        let reply = client.call(1, "hello", hello);
+        (client, reply)
+    };
+    for outside in [base.join("elsewhere"), "/etc".into(), base.clone()] {
+        let (_, reply) = hello(&outside);
+        let err = error(&reply);
+        assert_eq!(err["code"], -32002, "{}: {reply}", outside.display());
+        assert_eq!(err["message"], "Path access denied");
+        assert_eq!(err["data"]["path"], outside.to_str().unwrap());
+    }
+    // Inside the roots, a workspace is the base of relative paths and widens nothing.
+    let (mut client, reply) = hello(&base.join("shared/inner"));
+    assert_eq!(reply["result"]["success"], true, "{reply}");
+    assert_eq!(ok(&mut client, "read_file", json!({"path": "x.txt"}))["content"], "inner");
+    let reply = tool(&mut client, "read_file", json!({"path": "../../elsewhere/secret.txt"}));
+    assert_eq!(error(&reply)["code"], -32002);
+    // The project root is a root too.
+    let (_, reply) = hello(&bridge.root);
+    assert_eq!(reply["result"]["success"], true, "{reply}");
+}
+
+/// A local process swaps a directory inside the root for a symlink to the
+/// outside, over and over, while the file tools run: the kernel, not an
+/// earlier check, decides where each open lands, so nothing gets out.
+#[test]
+fn swapping_a_directory_for_a_symlink_during_file_tools_never_escapes_the_root() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+
+    const TRIES: u64 = 2000;
+    const PIPELINE: u64 = 50;
+    let Some(bridge) = Bridge::start() else {
+        return;
+    };
+    let outside = bridge.base().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("f"), "SECRET").unwrap();
+    std::fs::write(outside.join("outside-marker"), "").unwrap();
+    let (dir, swap) = (bridge.root.join("dir"), bridge.root.join("swap"));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("f"), "inside").unwrap();
+    symlink(&outside, &swap).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicU64::new(0));
+    let swapper = {
+        let (stop, swaps) = (stop.clone(), swaps.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                // `dir` is always there: a directory one moment, a symlink out the next.
+                renameat2(AT_FDCWD, &dir, AT_FDCWD, &swap, RenameFlags::RENAME_EXCHANGE).unwrap();
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+
+    let mut client = bridge.client();
+    let mut outcomes = std::collections::BTreeMap::<String, u64>::new();
+    let mut escapes = Vec::new();
+    let tools = [
+        ("read_file", json!({"path": "dir/f"})),
+        ("list_dir", json!({"path": "dir"})),
+        ("write_file", json!({"path": "dir/w.txt", "content": "x"})),
+        ("write_file", json!({"path": "dir/made/deep/w.txt", "content": "x", "create_dirs": true})),
+    ];
+    for (name, args) in &tools {
+        for round in 0..TRIES / PIPELINE {
+            for i in 0..PIPELINE {
+                let id = round * PIPELINE + i;
+                client.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                                    "params": {"name": name, "arguments": args}}));
+            }
+            for _ in 0..PIPELINE {
+                let reply = client.recv();
+                let outcome = match (&reply["result"], &reply["error"]["code"]) {
+                    (result, _) if result["content"] == "SECRET" => "escaped".to_owned(),
+                    (result, _) if result["entries"].to_string().contains("outside-marker") => "escaped".to_owned(),
+                    (result, _) if result.is_object() => "ok".to_owned(),
+                    (_, code) => format!("error {code}"),
+                };
+                if outcome == "escaped" {
+                    escapes.push(reply);
+                }
+                *outcomes.entry(format!("{name}: {outcome}")).or_default() += 1;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    let written_outside: Vec<_> =
+        std::fs::read_dir(&outside).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    eprintln!("{} swaps; outcomes: {outcomes:?}", swaps.load(Ordering::Relaxed));
+    assert!(escapes.is_empty(), "{} escapes, e.g. {}", escapes.len(), escapes[0]);
+    assert!(
+        !written_outside.iter().any(|name| name != "f" && name != "outside-marker"),
+        "writes landed outside the root: {written_outside:?}"
+    );
+    // The race really ran: some calls met the directory, some the symlink.
+    for name in ["read_file", "list_dir"] {
+        assert!(outcomes.get(&format!("{name}: ok")).is_some_and(|n| *n > 0), "{outcomes:?}");
+        assert!(outcomes.keys().any(|k| k.starts_with(name) && k.contains("error")), "{outcomes:?}");
+    }
+}

@@ -212,3 +212,52 @@ fn garbage_gets_parse_errors_and_the_connection_goes_on() {
     assert_eq!(client.recv()["error"]["code"], -32700);
     assert_eq!(client.call(1, "ping", json!({}))["result"]["status"], "ok");
 }
+
+/// 50 wrong hellos and the right one in one batch: every failure counts, the
+/// fourth hello on is refused without its token being looked at, and the
+/// connection closes once the batch is answered.
+#[test]
+fn a_batch_of_hellos_cannot_get_around_the_failure_limit() {
+    let Some(bridge) = Bridge::start_with(&[("SUPEX_AUTH_TOKEN", "t0ken")]) else {
+        return;
+    };
+    let mut right = hello_params();
+    right["token"] = json!("t0ken");
+    let repl_right = json!({"name": "test", "token": "t0ken"});
+    for (server, right) in [(bridge.bridge, right), (bridge.repl, repl_right)] {
+        let mut batch: Vec<_> = (1..=50)
+            .map(
+                |id| json!({"jsonrpc": "2.0", "id": id, "method": "hello", "params": {"token": format!("guess-{id}")}}),
+            )
+            .collect();
+        batch.push(json!({"jsonrpc": "2.0", "id": 51, "method": "hello", "params": right}));
+        let mut client = LineClient::connect(server);
+        client.send(&json!(batch));
+        let replies = client.recv();
+        let replies = replies.as_array().unwrap_or_else(|| panic!("{server}: expected a batch reply: {replies}"));
+        assert_eq!(replies.len(), 51, "{server}: every hello is answered");
+        for reply in replies {
+            assert_eq!(error(reply)["code"], -32001, "{server}: {reply}");
+        }
+        let last = replies.iter().find(|r| r["id"] == 51).unwrap();
+        assert!(error(last)["message"].as_str().unwrap().contains("too many failed"), "{server}: {last}");
+        assert!(client.is_closed_within(Duration::from_secs(5)), "{server}: closed after the batch");
+    }
+}
+
+/// Without a token, failures are field errors; they count the same way.
+#[test]
+fn a_batch_of_bad_hellos_without_a_token_also_closes_the_connection() {
+    let Some(bridge) = Bridge::start() else {
+        return;
+    };
+    let mut batch: Vec<_> =
+        (1..=5).map(|id| json!({"jsonrpc": "2.0", "id": id, "method": "hello", "params": {"name": "x"}})).collect();
+    batch.push(json!({"jsonrpc": "2.0", "id": 6, "method": "hello", "params": hello_params()}));
+    let mut client = LineClient::connect(bridge.bridge);
+    client.send(&json!(batch));
+    let replies = client.recv();
+    let codes: Vec<_> = replies.as_array().unwrap().iter().map(|r| r["error"]["code"].clone()).collect();
+    assert_eq!(codes, [-32602, -32602, -32602, -32001, -32001, -32001], "{replies}");
+    assert!(client.is_closed_within(Duration::from_secs(5)));
+}

@@ -31,12 +31,26 @@ impl Handshake {
         cx.peer.handshake_done();
     }
 
-    /// Counts a failed `hello`; the third one closes the connection once its
-    /// error reply is written. Returns the error unchanged.
+    /// The first step of every `hello`: once [`MAX_FAILED_HELLOS`] have
+    /// failed, the rest are refused without their token being looked at.
+    /// Hellos in one batch run side by side, each before the connection can
+    /// close, so without this a batch of 1000 would be 1000 token guesses.
+    pub fn admit<S>(&self, cx: &Ctx<S>) -> Result<(), RpcError> {
+        if self.failures.load(Ordering::Acquire) < MAX_FAILED_HELLOS {
+            return Ok(());
+        }
+        Err(self.fail(cx, errors::too_many_failed_hellos()))
+    }
+
+    /// Counts a failed `hello`; from the third on, the connection closes once
+    /// the reply (a whole batch's, for a batch) is written. Returns the error
+    /// unchanged.
     pub fn fail<S>(&self, cx: &Ctx<S>, error: RpcError) -> RpcError {
         let failures = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
-        if failures >= MAX_FAILED_HELLOS {
+        if failures == MAX_FAILED_HELLOS {
             tracing::warn!(conn = cx.peer.conn_id(), failures, "too many failed hellos; closing the connection");
+        }
+        if failures >= MAX_FAILED_HELLOS {
             cx.peer.close_after_reply();
         }
         error

@@ -40,6 +40,8 @@ pub struct ServeArgs {
     #[arg(long, env = "SUPEX_ALLOW_REMOTE", value_parser = parse_switch)]
     pub allow_remote: bool,
     /// Colon-separated directories file-taking tools may touch; `*` disables the check.
+    /// When set, a client's `hello` workspace must lie inside them (else -32002); unset,
+    /// a workspace becomes an extra root for that connection.
     #[arg(long, env = "SUPEX_ALLOWED_ROOTS")]
     pub allowed_roots: Option<String>,
     /// Project directory: always allowed, and the base of relative paths [default: current directory].

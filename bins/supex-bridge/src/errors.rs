@@ -63,6 +63,12 @@ pub fn auth_failed() -> RpcError {
     RpcError::new(AUTH_FAILED, "Authentication failed: invalid or missing token")
 }
 
+/// A `hello` after the connection's third failed one: refused whatever it
+/// carries, and the connection closes.
+pub fn too_many_failed_hellos() -> RpcError {
+    RpcError::new(AUTH_FAILED, "Authentication failed: too many failed hello attempts; the connection is closing")
+}
+
 pub fn path_denied(given: &str, resolved: Option<&Path>, reason: &str) -> RpcError {
     RpcError::new(PATH_DENIED, "Path access denied").with_data(json!({
         "path": given,

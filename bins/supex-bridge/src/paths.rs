@@ -13,11 +13,21 @@
 //! 5. containment compares whole components, so `/rootbad` is not under `/root`;
 //! 6. `..` is applied to the resolved path, so it may wander inside a root but
 //!    not out of it.
+//!
+//! The check alone would leave a race: between it and the open, a local
+//! process could swap a directory on the way for a symlink to the outside.
+//! So the tools never open the checked path by name: [`AllowedPath`] carries
+//! the root it lies under, and they open it through a handle on that root
+//! with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` (cap-std, which
+//! walks the components with `O_NOFOLLOW` on kernels without `openat2`). The
+//! kernel then refuses whatever leads out of the root at the moment of the open.
 
 use std::collections::VecDeque;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::path::{Component, Path, PathBuf};
+
+use cap_std::fs::Dir;
 
 /// Where file tools may go.
 #[derive(Clone, Debug)]
@@ -32,6 +42,54 @@ pub enum AllowedRoots {
 pub struct PathPolicy {
     roots: AllowedRoots,
     project_root: PathBuf,
+    /// SUPEX_ALLOWED_ROOTS named directories: a `hello` workspace must then
+    /// lie inside them instead of becoming a root of its own.
+    explicit_roots: bool,
+}
+
+/// A path the policy allowed, with the root it lies under. Open it only
+/// through [`AllowedPath::open_root`] and [`AllowedPath::beneath`]: opening
+/// [`AllowedPath::resolved`] by name would follow whatever symlink a local
+/// process put on the way since the check.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AllowedPath {
+    resolved: PathBuf,
+    root: PathBuf,
+    beneath: PathBuf,
+}
+
+impl AllowedPath {
+    /// What the path named when it was checked (symlinks resolved).
+    pub fn resolved(&self) -> &Path {
+        &self.resolved
+    }
+
+    /// The path relative to its root (`.` for the root itself).
+    pub fn beneath(&self) -> &Path {
+        &self.beneath
+    }
+
+    /// The directory part of [`AllowedPath::beneath`] and the final name, or
+    /// `None` for the root itself (it names no file).
+    pub fn parent_and_name(&self) -> Option<(&Path, &OsStr)> {
+        let name = self.beneath.file_name()?;
+        let parent = self.beneath.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        Some((parent, name))
+    }
+
+    /// A handle on the root: everything opened through it stays beneath it.
+    pub fn open_root(&self) -> io::Result<Dir> {
+        Dir::open_ambient_dir(&self.root, cap_std::ambient_authority())
+    }
+}
+
+/// Whether an error from opening beneath a root means the path led out of it
+/// (a symlink swapped in after the check): cap-std's own error, or the
+/// kernel's `EXDEV` from `openat2(RESOLVE_BENEATH)`.
+pub fn is_escape(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(nix::libc::EXDEV)
+        || (error.kind() == io::ErrorKind::PermissionDenied
+            && error.get_ref().is_some_and(|inner| inner.to_string().contains("outside of the filesystem")))
 }
 
 /// Why a path argument was refused.
@@ -49,6 +107,7 @@ const MAX_SYMLINKS: usize = 40;
 impl PathPolicy {
     /// `project_root` and the roots must already be canonical.
     pub fn new(roots: AllowedRoots, project_root: PathBuf) -> Self {
+        let explicit_roots = matches!(&roots, AllowedRoots::Only(list) if !list.is_empty());
         let roots = match roots {
             AllowedRoots::Anywhere => AllowedRoots::Anywhere,
             AllowedRoots::Only(mut list) => {
@@ -58,7 +117,7 @@ impl PathPolicy {
                 AllowedRoots::Only(list)
             }
         };
-        PathPolicy { roots, project_root }
+        PathPolicy { roots, project_root, explicit_roots }
     }
 
     pub fn project_root(&self) -> &Path {
@@ -73,10 +132,18 @@ impl PathPolicy {
         }
     }
 
+    /// Whether a `hello` workspace becomes a root of its own for the
+    /// connection: only when no roots were named. With SUPEX_ALLOWED_ROOTS
+    /// set, a client must not widen them by naming `/etc` as its workspace;
+    /// one inside them is only the base of relative paths.
+    pub fn workspace_is_a_root(&self) -> bool {
+        !self.explicit_roots
+    }
+
     /// Resolves `given` (relative to `workspace`, else the project root) and
     /// checks it against the roots plus `workspace`. Blocking: call it off the
     /// async threads.
-    pub fn check(&self, given: &str, workspace: Option<&Path>) -> Result<PathBuf, PathRefusal> {
+    pub fn check(&self, given: &str, workspace: Option<&Path>) -> Result<AllowedPath, PathRefusal> {
         if given.is_empty() {
             return Err(PathRefusal::Invalid("the path is empty".into()));
         }
@@ -87,17 +154,24 @@ impl PathPolicy {
         let joined = base.join(given);
         let resolved = resolve(&joined)
             .map_err(|e| PathRefusal::Denied { resolved: None, reason: format!("cannot resolve the path: {e}") })?;
-        let allowed = match &self.roots {
-            AllowedRoots::Anywhere => true,
-            AllowedRoots::Only(roots) => {
-                roots.iter().any(|root| resolved.starts_with(root))
-                    || workspace.is_some_and(|ws| resolved.starts_with(ws))
-            }
+        let root = match &self.roots {
+            AllowedRoots::Anywhere => Some(Path::new("/")),
+            // The widest root that holds the path: a symlink swapped in later
+            // may still point anywhere inside it.
+            AllowedRoots::Only(roots) => roots
+                .iter()
+                .map(PathBuf::as_path)
+                .chain(workspace)
+                .filter(|root| resolved.starts_with(root))
+                .min_by_key(|root| root.as_os_str().len()),
         };
-        if allowed {
-            Ok(resolved)
-        } else {
-            Err(PathRefusal::Denied { resolved: Some(resolved), reason: "outside the allowed roots".into() })
+        match root {
+            Some(root) => {
+                let rest = resolved.strip_prefix(root).unwrap_or(Path::new(""));
+                let beneath = if rest.as_os_str().is_empty() { PathBuf::from(".") } else { rest.to_owned() };
+                Ok(AllowedPath { root: root.to_owned(), beneath, resolved })
+            }
+            None => Err(PathRefusal::Denied { resolved: Some(resolved), reason: "outside the allowed roots".into() }),
         }
     }
 }
@@ -202,7 +276,7 @@ mod tests {
         Fixture { _dir: dir, base, root, policy }
     }
 
-    fn denied(result: Result<PathBuf, PathRefusal>) -> Option<PathBuf> {
+    fn denied(result: Result<AllowedPath, PathRefusal>) -> Option<PathBuf> {
         match result {
             Err(PathRefusal::Denied { resolved, .. }) => resolved,
             other => panic!("expected a denial, got {other:?}"),
@@ -212,9 +286,9 @@ mod tests {
     #[test]
     fn relative_paths_resolve_against_the_project_root() {
         let f = fixture();
-        assert_eq!(f.policy.check("a.txt", None).unwrap(), f.root.join("a.txt"));
-        assert_eq!(f.policy.check("sub/new.txt", None).unwrap(), f.root.join("sub/new.txt"));
-        assert_eq!(f.policy.check(".", None).unwrap(), f.root);
+        assert_eq!(f.policy.check("a.txt", None).unwrap().resolved(), f.root.join("a.txt"));
+        assert_eq!(f.policy.check("sub/new.txt", None).unwrap().resolved(), f.root.join("sub/new.txt"));
+        assert_eq!(f.policy.check(".", None).unwrap().resolved(), f.root);
     }
 
     #[test]
@@ -228,8 +302,8 @@ mod tests {
     #[test]
     fn dotdot_inside_a_root_is_fine_and_out_of_it_is_denied() {
         let f = fixture();
-        assert_eq!(f.policy.check("sub/../a.txt", None).unwrap(), f.root.join("a.txt"));
-        assert_eq!(f.policy.check("nonexistent/../a.txt", None).unwrap(), f.root.join("a.txt"));
+        assert_eq!(f.policy.check("sub/../a.txt", None).unwrap().resolved(), f.root.join("a.txt"));
+        assert_eq!(f.policy.check("nonexistent/../a.txt", None).unwrap().resolved(), f.root.join("a.txt"));
         assert_eq!(denied(f.policy.check("../outside/secret", None)), Some(f.base.join("outside/secret")));
         assert!(denied(f.policy.check("sub/../../outside/new", None)).is_some());
         assert!(denied(f.policy.check("nothere/../../outside", None)).is_some());
@@ -249,7 +323,7 @@ mod tests {
         symlink(f.base.join("outside/secret"), f.root.join("leak")).unwrap();
         symlink(f.root.join("a.txt"), f.root.join("alias")).unwrap();
         assert_eq!(denied(f.policy.check("leak", None)), Some(f.base.join("outside/secret")));
-        assert_eq!(f.policy.check("alias", None).unwrap(), f.root.join("a.txt"));
+        assert_eq!(f.policy.check("alias", None).unwrap().resolved(), f.root.join("a.txt"));
     }
 
     #[test]
@@ -286,17 +360,17 @@ mod tests {
         // What config.rs does with a root given through a symlink (macOS /tmp).
         let policy = PathPolicy::new(AllowedRoots::Only(vec![]), std::fs::canonicalize(&link).unwrap());
         let through_link = link.join("a.txt");
-        assert_eq!(policy.check(through_link.to_str().unwrap(), None).unwrap(), f.root.join("a.txt"));
-        assert_eq!(policy.check("new.txt", None).unwrap(), f.root.join("new.txt"));
+        assert_eq!(policy.check(through_link.to_str().unwrap(), None).unwrap().resolved(), f.root.join("a.txt"));
+        assert_eq!(policy.check("new.txt", None).unwrap().resolved(), f.root.join("new.txt"));
     }
 
     #[test]
     fn a_workspace_is_an_extra_root_and_the_base_of_relative_paths() {
         let f = fixture();
         let ws = f.base.join("outside");
-        assert_eq!(f.policy.check("secret", Some(&ws)).unwrap(), ws.join("secret"));
+        assert_eq!(f.policy.check("secret", Some(&ws)).unwrap().resolved(), ws.join("secret"));
         let in_root = f.root.join("a.txt");
-        assert_eq!(f.policy.check(in_root.to_str().unwrap(), Some(&ws)).unwrap(), in_root);
+        assert_eq!(f.policy.check(in_root.to_str().unwrap(), Some(&ws)).unwrap().resolved(), in_root);
         assert!(denied(f.policy.check("../rootbad", Some(&ws))).is_some());
     }
 
@@ -304,11 +378,69 @@ mod tests {
     fn the_root_itself_and_extra_roots_are_allowed() {
         let f = fixture();
         let policy = PathPolicy::new(AllowedRoots::Only(vec![f.base.join("rootbad")]), f.root.clone());
-        assert_eq!(policy.check(f.root.to_str().unwrap(), None).unwrap(), f.root);
+        assert_eq!(policy.check(f.root.to_str().unwrap(), None).unwrap().resolved(), f.root);
         assert!(policy.check("../rootbad/new", None).is_ok());
         assert!(denied(policy.check("../outside", None)).is_some());
         let anywhere = PathPolicy::new(AllowedRoots::Anywhere, f.root.clone());
         assert!(anywhere.check("/etc/passwd", None).is_ok());
+    }
+
+    #[test]
+    fn an_allowed_path_carries_its_root_and_the_rest_of_the_way() {
+        let f = fixture();
+        let allowed = f.policy.check("sub/new.txt", None).unwrap();
+        assert_eq!(allowed.beneath(), Path::new("sub/new.txt"));
+        assert_eq!(allowed.parent_and_name(), Some((Path::new("sub"), OsStr::new("new.txt"))));
+        let top = f.policy.check("a.txt", None).unwrap();
+        assert_eq!(top.parent_and_name(), Some((Path::new("."), OsStr::new("a.txt"))));
+        let root = f.policy.check(".", None).unwrap();
+        assert_eq!((root.beneath(), root.parent_and_name()), (Path::new("."), None));
+        let bytes = root.open_root().unwrap().read(top.beneath()).unwrap();
+        assert_eq!(bytes, b"a");
+        // Without a check, the root is `/`.
+        let anywhere = PathPolicy::new(AllowedRoots::Anywhere, f.root.clone());
+        let secret = f.base.join("outside/secret");
+        let allowed = anywhere.check(secret.to_str().unwrap(), None).unwrap();
+        assert_eq!(allowed.open_root().unwrap().read(allowed.beneath()).unwrap(), b"s");
+    }
+
+    #[test]
+    fn a_workspace_is_a_root_only_when_no_roots_were_named() {
+        let f = fixture();
+        assert!(f.policy.workspace_is_a_root());
+        let named = PathPolicy::new(AllowedRoots::Only(vec![f.base.join("rootbad")]), f.root.clone());
+        assert!(!named.workspace_is_a_root());
+        assert!(PathPolicy::new(AllowedRoots::Anywhere, f.root.clone()).workspace_is_a_root());
+    }
+
+    /// The race the handle closes, played out in order: the check passes on a
+    /// real directory, then the directory becomes a symlink to the outside.
+    #[test]
+    fn a_symlink_swapped_in_after_the_check_is_refused_at_the_open() {
+        let f = fixture();
+        std::fs::write(f.root.join("sub/f"), "inside").unwrap();
+        std::fs::write(f.base.join("outside/f"), "SECRET").unwrap();
+        let allowed = f.policy.check("sub/f", None).unwrap();
+        let root = allowed.open_root().unwrap();
+        assert_eq!(root.read(allowed.beneath()).unwrap(), b"inside");
+        std::fs::rename(f.root.join("sub"), f.base.join("moved")).unwrap();
+        symlink(f.base.join("outside"), f.root.join("sub")).unwrap();
+        let error = root.read(allowed.beneath()).unwrap_err();
+        assert!(is_escape(&error), "{error:?}");
+        let error = root.read_dir(Path::new("sub")).unwrap_err();
+        assert!(is_escape(&error), "{error:?}");
+        let error = root.create_dir_all(Path::new("sub/new/deeper")).unwrap_err();
+        assert!(is_escape(&error), "{error:?}");
+        assert!(!f.base.join("outside/new").exists());
+        // A relative symlink that stays inside the root is followed as usual.
+        std::fs::remove_file(f.root.join("sub")).unwrap();
+        symlink("../moved", f.root.join("sub")).unwrap();
+        assert!(is_escape(&root.read(allowed.beneath()).unwrap_err()), "../moved is outside the root");
+        std::fs::rename(f.base.join("moved"), f.root.join("moved")).unwrap();
+        std::fs::remove_file(f.root.join("sub")).unwrap();
+        symlink("moved", f.root.join("sub")).unwrap();
+        assert_eq!(root.read(allowed.beneath()).unwrap(), b"inside");
+        assert!(!is_escape(&root.read("missing").unwrap_err()));
     }
 
     #[test]

@@ -55,6 +55,7 @@ struct Welcome {
 
 async fn hello(app: Arc<App>, cx: Ctx<ReplConn>, params: Value) -> Result<Welcome, RpcError> {
     let handshake = &cx.state.handshake;
+    handshake.admit(&cx)?;
     let fields = HelloFields::new(params).map_err(|e| handshake.fail(&cx, e))?;
     if let Err(e) = auth::check_token(app.auth_token.as_deref(), fields.token()) {
         tracing::warn!(conn = cx.peer.conn_id(), "REPL authentication failed: invalid or missing token");

@@ -12,6 +12,7 @@ use super::BridgeConn;
 use crate::auth::{self, HelloFields};
 use crate::paths::resolve;
 use crate::server::App;
+use crate::tools::checked;
 
 #[derive(Serialize)]
 pub struct Welcome {
@@ -28,6 +29,7 @@ pub struct ServerInfo {
 
 pub async fn handle(app: Arc<App>, cx: Ctx<BridgeConn>, params: Value) -> Result<Welcome, RpcError> {
     let handshake = &cx.state.handshake;
+    handshake.admit(&cx)?;
     let fields = HelloFields::new(params).map_err(|e| handshake.fail(&cx, e))?;
     if let Err(e) = auth::check_token(app.auth_token.as_deref(), fields.token()) {
         tracing::warn!(conn = cx.peer.conn_id(), "bridge authentication failed: invalid or missing token");
@@ -61,15 +63,21 @@ pub async fn handle(app: Arc<App>, cx: Ctx<BridgeConn>, params: Value) -> Result
 }
 
 /// Checks a `workspace`: an existing directory (relative ones are taken from
-/// the project root), canonicalised. `/` is refused unless every path is
+/// the project root), canonicalised. With SUPEX_ALLOWED_ROOTS set it must lie
+/// inside them (-32002 otherwise, like any path outside); without, it becomes
+/// a root for this connection, but `/` is refused unless every path is
 /// allowed anyway: a client should not open the whole disk for itself.
 fn workspace(app: &App, dir: &str) -> Result<PathBuf, RpcError> {
     let invalid = |why: String| RpcError::invalid_params(format!("workspace: {why}"));
     if dir.contains('\0') {
         return Err(invalid("contains a NUL byte".into()));
     }
-    let path = app.policy.project_root().join(dir);
-    let resolved = resolve(&path).map_err(|e| invalid(format!("{dir}: {e}")))?;
+    let resolved = if app.policy.workspace_is_a_root() {
+        let path = app.policy.project_root().join(dir);
+        resolve(&path).map_err(|e| invalid(format!("{dir}: {e}")))?
+    } else {
+        checked(app, dir, None)?.resolved().to_owned()
+    };
     if !resolved.is_dir() {
         return Err(invalid(format!("{dir} is not an existing directory")));
     }

@@ -26,6 +26,8 @@
 #     Evaluations run one at a time, in the order they arrived, on the main
 #     thread. Everything the code prints, at the Ruby level or straight to fds 1
 #     and 2 (subprocesses included), is captured and returned as `output`.
+#     Each one starts with working standard streams, whatever the last one did
+#     to them (closed STDOUT/STDERR, reassigned $stdout/$stderr).
 #   {"id":2,"op":"complete","code":"def f(x)"}
 #     Whether the code is a complete expression (for continuation prompts).
 #     Answered at once by the reader thread, even while an evaluation runs.
@@ -160,7 +162,6 @@ module SupexDriver
       file = (request['file'] || '(eval)').to_s
       line = Integer(request['line'] || 1)
       scope = request['scope'] == 'repl' ? TOPLEVEL_BINDING : FRESH_BINDING.bind_call(TOPLEVEL_BINDING.receiver)
-      saved = [$stdout, $stderr]
       start_capture
       begin
         value = eval(code, scope, file, line) # rubocop:disable Security/Eval
@@ -171,7 +172,6 @@ module SupexDriver
         # able to end the runtime by accident (exit! still does, on purpose).
         result = { id: request['id'], ok: false, error: describe(e) }
       ensure
-        $stdout, $stderr = saved
         result ||= { id: request['id'], ok: false, error: protocol_error('evaluation was interrupted') }
         result[:output] = finish_capture
         reply(result)
@@ -187,14 +187,14 @@ module SupexDriver
     end
 
     def start_capture
-      STDOUT.reopen(@capture)
-      STDERR.reopen(@capture)
-    rescue StandardError
-      nil # a closed STDOUT cannot be redirected; its output is lost, not the runtime
+      standard_streams
+      restore(STDOUT, @capture)
+      restore(STDERR, @capture)
     end
 
     def finish_capture
-      [STDOUT, STDERR].each { |io| io.flush rescue nil } # rubocop:disable Style/RescueModifier
+      [$stdout, $stderr, STDOUT, STDERR].each { |io| io.flush rescue nil } # rubocop:disable Style/RescueModifier
+      standard_streams
       restore(STDOUT, @console_out)
       restore(STDERR, @console_err)
       size = @capture.size
@@ -206,6 +206,30 @@ module SupexDriver
       text = utf8(data)
       text << "\n[output truncated: #{size} bytes in all, #{OUTPUT_LIMIT} shown]\n" if size > OUTPUT_LIMIT
       text
+    end
+
+    # Puts back what an evaluation may have broken for every later one (and
+    # for every other client): `$stdout`/`$stderr` reassigned, or STDOUT and
+    # STDERR closed. A closed IO cannot be reopened, but Ruby leaves fds 0-2
+    # open when it closes their IO objects, so a new IO on the same fd takes
+    # the constant's place; the fd is then pointed at the capture or the
+    # console like any other time.
+    def standard_streams
+      { STDOUT: 1, STDERR: 2 }.each do |name, fd|
+        stream = Object.const_get(name)
+        next if stream.is_a?(IO) && !stream.closed?
+
+        replacement = IO.for_fd(fd, 'w', autoclose: false)
+        replacement.sync = true
+        Object.send(:remove_const, name)
+        Object.const_set(name, replacement)
+      rescue StandardError
+        nil # the fd itself is gone (closed below Ruby): that stream's output is lost, not the runtime
+      end
+      $stdout = STDOUT
+      $stderr = STDERR
+    rescue StandardError
+      nil
     end
 
     def restore(io, original)

@@ -5,15 +5,16 @@
 //! upstream). What the code prints is returned as `output`, also when it
 //! raises (then in the error's `data.output`).
 
-use std::path::Path;
+use std::io::Read;
 use std::time::Duration;
 
 use rpc_core::RpcError;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{ToolContext, ToolSpec, blocking};
+use super::{ToolContext, ToolSpec, blocking, files};
 use crate::errors;
+use crate::paths::AllowedPath;
 use crate::runtime::{Eval, Evaluated, Scope, Show};
 
 pub fn specs() -> Vec<ToolSpec> {
@@ -105,11 +106,12 @@ pub async fn eval_ruby_file(cx: &ToolContext, args: FileArgs) -> Result<FileResu
     // The daemon reads the file (after the path check) and hands Ruby its
     // source, so the check and the read concern the same file.
     let (path, source) = blocking(move || {
-        let path = super::files::checked(&policy_app, &given, workspace.as_deref())?;
+        let path = files::checked(&policy_app, &given, workspace.as_deref())?;
         let source = read_source(&given, &path, max)?;
         Ok((path, source))
     })
     .await?;
+    let path = path.resolved();
     let file_path = path.display().to_string();
     let evaluated = run(cx, source, file_path.clone(), timeout).await?;
     let (result, output) = value(evaluated)?;
@@ -122,21 +124,28 @@ pub async fn eval_ruby_file(cx: &ToolContext, args: FileArgs) -> Result<FileResu
     })
 }
 
-fn read_source(given: &str, path: &Path, max: usize) -> Result<String, RpcError> {
-    let meta = std::fs::metadata(path).map_err(|e| errors::file_operation("read", given, path, &e))?;
+fn read_source(given: &str, path: &AllowedPath, max: usize) -> Result<String, RpcError> {
+    let fail = |e: std::io::Error| files::io_error("read", given, path, e);
+    let root = path.open_root().map_err(fail)?;
+    let file = files::open_for_reading(&root, path).map_err(fail)?;
+    let meta = file.metadata().map_err(fail)?;
+    let shown = path.resolved().display();
     if !meta.is_file() {
-        return Err(RpcError::invalid_params(format!("file_path: {} is not a regular file", path.display())));
+        return Err(RpcError::invalid_params(format!("file_path: {shown} is not a regular file")));
     }
+    let too_big = |size: u64| {
+        RpcError::invalid_params(format!("file_path: {shown} is {size} bytes, more than SUPEX_MAX_MESSAGE ({max})"))
+    };
     if meta.len() > max as u64 {
-        return Err(RpcError::invalid_params(format!(
-            "file_path: {} is {} bytes, more than SUPEX_MAX_MESSAGE ({max})",
-            path.display(),
-            meta.len()
-        )));
+        return Err(too_big(meta.len()));
     }
-    let bytes = std::fs::read(path).map_err(|e| errors::file_operation("read", given, path, &e))?;
-    String::from_utf8(bytes)
-        .map_err(|_| RpcError::invalid_params(format!("file_path: {} is not UTF-8 text", path.display())))
+    // The file may grow between the stat and the read: never more than `max`.
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max as u64 + 1).read_to_end(&mut bytes).map_err(fail)?;
+    if bytes.len() > max {
+        return Err(too_big(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map_err(|_| RpcError::invalid_params(format!("file_path: {shown} is not UTF-8 text")))
 }
 
 /// The timeout of one call: the server's limit, or a shorter one it asked for.

@@ -1,25 +1,27 @@
 //! `read_file`, `write_file`, `list_dir`: file tools under the path policy.
 //!
-//! Every path goes through [`crate::paths::PathPolicy`] first, and the work is
-//! then done on the resolved path (symlinks already followed), off the async
-//! threads. Writes are atomic: a temporary file in the same directory, synced,
-//! renamed over the target, and the directory synced, so a reader sees the old
-//! content or the new, never half of it.
+//! Every path goes through [`crate::paths::PathPolicy`] first; the work is
+//! then done through a handle on the root the path lies under (see
+//! [`crate::paths::AllowedPath`]), off the async threads, so a symlink swapped
+//! in after the check cannot lead the open out of the root. Writes are
+//! atomic: a temporary file in the same directory (opened through that
+//! directory's handle), synced, renamed over the target, and the directory
+//! synced, so a reader sees the old content or the new, never half of it.
 
-use std::fs;
+use std::ffi::OsStr;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
 use rpc_core::RpcError;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::{ToolContext, ToolSpec, blocking};
 use crate::errors;
-use crate::paths::PathRefusal;
+use crate::paths::{self, AllowedPath, PathRefusal};
 use crate::server::App;
 
 /// Entries `list_dir` returns at most.
@@ -81,7 +83,7 @@ pub fn specs() -> Vec<ToolSpec> {
 }
 
 /// Resolves and checks a path argument: -32002 outside the roots.
-pub fn checked(app: &App, given: &str, workspace: Option<&Path>) -> Result<PathBuf, RpcError> {
+pub fn checked(app: &App, given: &str, workspace: Option<&std::path::Path>) -> Result<AllowedPath, RpcError> {
     app.policy.check(given, workspace).map_err(|refusal| match refusal {
         PathRefusal::Denied { resolved, reason } => {
             tracing::info!(path = given, resolved = ?resolved, "path access denied");
@@ -89,6 +91,27 @@ pub fn checked(app: &App, given: &str, workspace: Option<&Path>) -> Result<PathB
         }
         PathRefusal::Invalid(why) => RpcError::invalid_params(format!("path: {why}")),
     })
+}
+
+/// A failed file operation on an allowed path. One that the kernel stopped
+/// because the path now leads out of its root (a symlink swapped in since
+/// the check) is a denied path like any other (-32002), naming where it
+/// leads now.
+pub fn io_error(what: &str, given: &str, path: &AllowedPath, error: std::io::Error) -> RpcError {
+    if paths::is_escape(&error) {
+        let now = paths::resolve(path.resolved()).ok();
+        tracing::warn!(path = given, resolved = ?now, "path led out of its root when opened; denied");
+        return errors::path_denied(given, now.as_deref(), "led outside the allowed roots when opened");
+    }
+    errors::file_operation(what, given, path.resolved(), &error)
+}
+
+/// Opens a file for reading without blocking on a FIFO (whose open would
+/// wait for a writer forever).
+pub fn open_for_reading(root: &Dir, path: &AllowedPath) -> std::io::Result<std::fs::File> {
+    let mut options = OpenOptions::new();
+    options.read(true).custom_flags(nix::libc::O_NONBLOCK);
+    Ok(root.open_with(path.beneath(), &options)?.into_std())
 }
 
 #[derive(Deserialize)]
@@ -121,11 +144,16 @@ pub async fn read_file(cx: &ToolContext, args: ReadArgs) -> Result<ReadResult, R
     blocking(move || {
         let given = args.path.as_str();
         let path = checked(&app, given, workspace.as_deref())?;
-        let fail = |e: std::io::Error| errors::file_operation("read", given, &path, &e);
-        let mut file = fs::File::open(&path).map_err(fail)?;
+        let fail = |e: std::io::Error| io_error("read", given, &path, e);
+        let root = path.open_root().map_err(fail)?;
+        let mut file = open_for_reading(&root, &path).map_err(fail)?;
         let meta = file.metadata().map_err(fail)?;
+        let shown = path.resolved().display();
         if meta.is_dir() {
-            return Err(RpcError::invalid_params(format!("path: {} is a directory; use list_dir", path.display())));
+            return Err(RpcError::invalid_params(format!("path: {shown} is a directory; use list_dir")));
+        }
+        if !meta.is_file() {
+            return Err(RpcError::invalid_params(format!("path: {shown} is not a regular file")));
         }
         let size = meta.len();
         // Half the message limit, so that even base64 (4/3) or escaped text
@@ -146,7 +174,7 @@ pub async fn read_file(cx: &ToolContext, args: ReadArgs) -> Result<ReadResult, R
         };
         Ok(ReadResult {
             success: true,
-            path: path.display().to_string(),
+            path: path.resolved().display().to_string(),
             content,
             size,
             encoding,
@@ -199,51 +227,66 @@ pub async fn write_file(cx: &ToolContext, args: WriteArgs) -> Result<WriteResult
                 .map_err(|e| RpcError::invalid_params(format!("arguments.content: not valid base64: {e}")))?,
         };
         let path = checked(&app, given, workspace.as_deref())?;
-        let fail = |e: std::io::Error| errors::file_operation("write", given, &path, &e);
-        if path.is_dir() {
-            return Err(RpcError::invalid_params(format!("path: {} is a directory", path.display())));
-        }
-        let parent = path.parent().ok_or_else(|| RpcError::invalid_params("path: names no file"))?;
-        if !parent.is_dir() {
-            if !args.create_dirs {
-                return Err(RpcError::invalid_params(format!(
-                    "path: the directory {} does not exist (pass create_dirs: true to create it)",
-                    parent.display()
-                )));
+        let fail = |e: std::io::Error| io_error("write", given, &path, e);
+        let shown = path.resolved().display();
+        let root = path.open_root().map_err(fail)?;
+        let is_dir = |root: &Dir| root.metadata(path.beneath()).is_ok_and(|m| m.is_dir());
+        let Some((parent, name)) = path.parent_and_name().filter(|_| !is_dir(&root)) else {
+            return Err(RpcError::invalid_params(format!("path: {shown} is a directory")));
+        };
+        let parent = match root.open_dir(parent) {
+            Ok(dir) => dir,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if !args.create_dirs {
+                    let missing = path.resolved().parent().unwrap_or(path.resolved()).display();
+                    return Err(RpcError::invalid_params(format!(
+                        "path: the directory {missing} does not exist (pass create_dirs: true to create it)"
+                    )));
+                }
+                // Created through the root's handle: a component swapped for a
+                // symlink meanwhile cannot take the new directories outside.
+                root.create_dir_all(parent).map_err(fail)?;
+                root.open_dir(parent).map_err(fail)?
             }
-            // `parent` was resolved and checked with the file: it is inside a
-            // root, and none of its missing components can be a symlink.
-            fs::create_dir_all(parent).map_err(fail)?;
-        }
+            Err(e) => return Err(fail(e)),
+        };
         if args.append {
-            let mut file = fs::OpenOptions::new().append(true).create(true).open(&path).map_err(fail)?;
+            let mut options = OpenOptions::new();
+            options.append(true).create(true);
+            let mut file = parent.open_with(name, &options).map_err(fail)?.into_std();
             file.write_all(&bytes).map_err(fail)?;
             file.sync_data().map_err(fail)?;
         } else {
-            write_atomically(parent, &path, &bytes).map_err(fail)?;
+            write_atomically(&parent, name, &bytes).map_err(fail)?;
         }
-        tracing::debug!(path = %path.display(), bytes = bytes.len(), append = args.append, "file written");
-        Ok(WriteResult { success: true, path: path.display().to_string(), bytes_written: bytes.len() })
+        tracing::debug!(path = %shown, bytes = bytes.len(), append = args.append, "file written");
+        Ok(WriteResult { success: true, path: shown.to_string(), bytes_written: bytes.len() })
     })
     .await
 }
 
-/// Temporary file in the same directory, synced, renamed over the target,
-/// directory synced. An existing file keeps its permissions.
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let existing_mode = fs::metadata(path).ok().map(|m| m.permissions().mode() & 0o7777);
-    let mut temp = tempfile::Builder::new()
-        .prefix(".supex-write-")
-        // New files get the usual 0666 minus the umask, not tempfile's 0600.
-        .permissions(fs::Permissions::from_mode(0o666))
-        .tempfile_in(dir)?;
-    temp.write_all(bytes)?;
-    if let Some(mode) = existing_mode {
-        temp.as_file().set_permissions(fs::Permissions::from_mode(mode))?;
+/// Temporary file in `dir`, synced, renamed over `name`, `dir` synced; all
+/// through the directory's handle. An existing file keeps its permissions;
+/// a new one gets the usual 0666 minus the umask.
+fn write_atomically(dir: &Dir, name: &OsStr, bytes: &[u8]) -> std::io::Result<()> {
+    let existing_mode = dir.symlink_metadata(name).ok().filter(|m| m.is_file()).map(|m| m.mode() & 0o7777);
+    let temp = format!(".supex-write-{}", uuid::Uuid::new_v4().simple());
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true).mode(0o666);
+    let mut file = dir.open_with(&temp, &options)?.into_std();
+    let written = (|| {
+        file.write_all(bytes)?;
+        if let Some(mode) = existing_mode {
+            file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        }
+        file.sync_all()?;
+        dir.rename(&temp, dir, name)
+    })();
+    if written.is_err() {
+        let _ = dir.remove_file(&temp);
     }
-    temp.as_file().sync_all()?;
-    temp.persist(path).map_err(|e| e.error)?;
-    fs::File::open(dir)?.sync_all()
+    written?;
+    dir.open(".")?.into_std().sync_all()
 }
 
 #[derive(Deserialize)]
@@ -274,10 +317,11 @@ pub async fn list_dir(cx: &ToolContext, args: ListArgs) -> Result<Listing, RpcEr
     blocking(move || {
         let given = args.path.as_str();
         let path = checked(&app, given, workspace.as_deref())?;
-        let fail = |e: std::io::Error| errors::file_operation("list", given, &path, &e);
+        let fail = |e: std::io::Error| io_error("list", given, &path, e);
+        let root = path.open_root().map_err(fail)?;
         let mut entries = Vec::new();
         let mut truncated = false;
-        for entry in fs::read_dir(&path).map_err(fail)? {
+        for entry in root.read_dir(path.beneath()).map_err(fail)? {
             let entry = entry.map_err(fail)?;
             if entries.len() == MAX_ENTRIES {
                 truncated = true;
@@ -285,7 +329,7 @@ pub async fn list_dir(cx: &ToolContext, args: ListArgs) -> Result<Listing, RpcEr
             }
             // Not following symlinks: a link is reported as one, whatever it points at.
             let (kind, size) = match entry.metadata() {
-                Ok(meta) if meta.is_symlink() => ("symlink", meta.len()),
+                Ok(meta) if meta.file_type().is_symlink() => ("symlink", meta.len()),
                 Ok(meta) if meta.is_dir() => ("dir", meta.len()),
                 Ok(meta) if meta.is_file() => ("file", meta.len()),
                 Ok(meta) => ("other", meta.len()),
@@ -294,7 +338,7 @@ pub async fn list_dir(cx: &ToolContext, args: ListArgs) -> Result<Listing, RpcEr
             entries.push(Entry { name: entry.file_name().to_string_lossy().into_owned(), kind, size });
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(Listing { success: true, path: path.display().to_string(), entries, truncated })
+        Ok(Listing { success: true, path: path.resolved().display().to_string(), entries, truncated })
     })
     .await
 }

@@ -8,6 +8,8 @@ mod eval;
 mod files;
 mod runtime;
 
+pub use files::checked;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
