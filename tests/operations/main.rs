@@ -10,7 +10,7 @@ use std::time::Duration;
 use integration_tests::{bin_path, eventually, require_tool, run};
 
 /// The daemons that are implemented and ship service files.
-const DAEMONS: &[&str] = &["supex-bridge", "btcp-broker"];
+const DAEMONS: &[&str] = &["supex-bridge", "btcp-broker", "hermes-host", "ralph-server"];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
@@ -45,12 +45,26 @@ fn env_vars_in_help(daemon: &str) -> BTreeMap<String, Option<String>> {
                 .split("\n\n")
                 .next()
                 .and_then(|block| block.split("[default: ").nth(1))
-                .and_then(|rest| rest.split(']').next())
-                .map(str::to_owned);
+                .and_then(|rest| rest.lines().next())
+                .map(|line| {
+                    // Up to the `]` that closes it: the line's last, or the one
+                    // before a following `[possible values: ...]`.
+                    let end = line.find("] [").unwrap_or(line.len() - usize::from(line.ends_with(']')));
+                    unquote(&line[..end])
+                });
             vars.entry(name).or_insert(default);
         }
     }
     vars
+}
+
+/// A default as clap shows it: quoted, with `\\` and `\"` escaped, when it
+/// holds spaces or quotes; as it is otherwise.
+fn unquote(shown: &str) -> String {
+    match shown.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
+        Some(inner) => inner.replace("\\\"", "\"").replace("\\\\", "\\"),
+        None => shown.to_owned(),
+    }
 }
 
 /// Variables in an env file, set or commented out (`#NAME=default`), with
@@ -140,8 +154,9 @@ fn launchd_plists_have_what_launchd_needs() {
         }
         let args = dict["ProgramArguments"].as_array().unwrap();
         assert!(args[0].as_string().unwrap().ends_with(daemon), "{}: runs {:?}", path.display(), args[0]);
-        // `serve`, said or implied: no other subcommand.
-        assert!(args.len() == 1 || args[1].as_string() == Some("serve"), "{}: {args:?}", path.display());
+        // The daemon's own command, said or implied: `serve`, or `run TASK_DIR` for a Ralph loop.
+        let command = if *daemon == "ralph-server" { "run" } else { "serve" };
+        assert!(args.len() == 1 || args[1].as_string() == Some(command), "{}: {args:?}", path.display());
         // Every variable it sets is one the daemon knows.
         let known = env_vars_in_help(daemon);
         for name in dict["EnvironmentVariables"].as_dictionary().unwrap().keys() {

@@ -41,6 +41,9 @@ impl RunError {
 }
 
 pub async fn run(config: Config) -> Result<ExitCode, RunError> {
+    // Signals first: a SIGTERM that comes while the task is read (run-all's
+    // Ctrl-C right after start) must stop the loop, not kill the process.
+    let mut daemon = Daemon::start("ralph-server", DEFAULT_GRACE)?;
     // Checked before anything else: a bad PRD is bad configuration.
     let prd = Prd::load(&config.task_dir).map_err(|e| RunError::Refused(e.to_string()))?;
     let saved = SavedState::load(&config.task_dir).map_err(|e| RunError::Refused(e.to_string()))?;
@@ -58,7 +61,6 @@ pub async fn run(config: Config) -> Result<ExitCode, RunError> {
         Arc::new(Session::new(config.task_name.clone(), config.task_dir.clone(), config.max_iterations, agent, &saved));
 
     listen::raise_fd_limit();
-    let mut daemon = Daemon::start("ralph-server", DEFAULT_GRACE)?;
     let socket = config.socket_dir.join(format!("{}.sock", config.task_name));
     let listener = daemon.listen_unix(None, &socket, "RALPH_SOCKET_DIR")?;
     let router = methods::router(session.clone()).map_err(|e| RunError::Refused(e.to_string()))?;
