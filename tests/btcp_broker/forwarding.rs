@@ -207,3 +207,27 @@ async fn an_agent_leaving_forgets_its_calls_and_the_browser_carries_on() {
     let reply = browser.call(9, "ping", json!({})).await;
     assert_eq!(reply["result"]["pong"], true);
 }
+
+#[tokio::test]
+async fn an_answer_without_result_or_error_fails_the_call_at_once_and_is_not_bounced() {
+    let broker = Broker::start(&[]);
+    let mut browser = broker.browser("lacks").await;
+    browser.register(&["echo"]).await;
+    let mut agent = broker.agent("lacks").await;
+    agent
+        .send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {}, "timeout": 30000}}))
+        .await;
+    let forwarded = browser.request().await;
+    let answered = Instant::now();
+    browser.send(&json!({"jsonrpc": "2.0", "id": forwarded["id"]})).await;
+    let reply = agent.response(&json!(1)).await;
+    let waited = answered.elapsed();
+    assert_eq!(reply["error"]["code"], -32603, "{reply}");
+    assert_eq!(reply["error"]["data"]["reason"], "malformed_answer", "{reply}");
+    assert!(waited < Duration::from_secs(1), "the agent waited {waited:?}");
+    let bounced = browser.receives_within(Duration::from_millis(500), |v| v.get("error").is_some()).await;
+    assert!(!bounced, "the malformed answer was bounced back to the browser as an invalid request");
+    // The browser's connection carries on.
+    assert_eq!(browser.call(9, "ping", json!({})).await["result"]["pong"], true);
+}

@@ -14,4 +14,5 @@ mod sessions;
 mod settings;
 mod shutdown;
 mod sse;
+mod sse_fallback;
 mod support;

@@ -97,3 +97,59 @@ async fn an_agent_flooding_large_notifications_stays_within_the_backlog() {
     assert!(grown < 100, "grew by {grown} MiB");
     browser.abort();
 }
+
+/// A tools/register request of about `size` bytes: 200 tools with long descriptions.
+fn large_registration(size: usize) -> String {
+    let description = "d".repeat(size / 200);
+    let tools: Vec<serde_json::Value> = (0..200)
+        .map(|i| json!({"name": format!("tool_{i}"), "description": description, "inputSchema": {"type": "object"}}))
+        .collect();
+    json!({"jsonrpc": "2.0", "id": "reg", "method": "tools/register", "params": {"tools": tools}}).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn departed_browsers_tool_lists_stay_within_the_tools_budget() {
+    const BROWSERS: usize = 120;
+    const LIST: usize = 3 * MIB as usize;
+    let budget = (16 * MIB).to_string();
+    let broker = Broker::start(&[("BTCP_TOOLS_BUDGET", &budget)]);
+    let registration = large_registration(LIST);
+    let before = rss_bytes(broker.daemon.pid());
+    for i in 0..BROWSERS {
+        let mut browser = broker.browser(&format!("departed-{i}")).await;
+        browser.send_text(&registration).await;
+        let reply = browser.response(&json!("reg")).await;
+        assert_eq!(reply["result"]["registered"], 200, "{reply}");
+        browser.close().await;
+    }
+    let browsers = || broker.get("/health").json()["browsers"].as_u64();
+    assert!(integration_tests::eventually(Duration::from_secs(10), || browsers() == Some(0)));
+    let peak = peak(broker.daemon.pid(), Duration::from_secs(1)).await;
+    let grown = peak.saturating_sub(before) / MIB;
+    eprintln!(
+        "btcp-broker RSS: {} MiB before, {} MiB after (+{grown} MiB) for {BROWSERS} departed browsers \
+         with 3 MiB of tools each",
+        before / MIB,
+        peak / MIB
+    );
+    // Kept for the idle TTL, this is 360 MiB and more (+529 MiB measured). The
+    // budget keeps 16 MiB of them; the rest is one registration being parsed
+    // (a few times its 3 MiB) and the allocator's slack (+70 MiB measured).
+    assert!(grown < 120, "grew by {grown} MiB");
+
+    let metrics = broker.get("/metrics").body;
+    let evicted = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("btcp_tool_lists_evicted_total "))
+        .and_then(|n| n.trim().parse::<usize>().ok())
+        .unwrap_or_else(|| panic!("no eviction counter:\n{metrics}"));
+    assert!(evicted >= BROWSERS - 16 / 3, "{evicted} evicted");
+    // The most recent departures are kept for their browsers' return, the oldest are gone.
+    let sessions = broker.get("/sessions").json();
+    let kept: Vec<&str> = sessions.as_array().unwrap().iter().filter_map(|s| s["id"].as_str()).collect();
+    assert!(kept.contains(&format!("departed-{}", BROWSERS - 1).as_str()), "{kept:?}");
+    assert!(!kept.contains(&"departed-0"), "{kept:?}");
+    let mut returning = broker.agent(&format!("departed-{}", BROWSERS - 1)).await;
+    let tools = returning.call(1, "tools/list", json!({})).await;
+    assert_eq!(tools["result"]["tools"].as_array().map(Vec::len), Some(200));
+}

@@ -8,7 +8,8 @@
 
 use serde_json::json;
 
-use crate::support::{Broker, Ws};
+use crate::sse::SseClient;
+use crate::support::{Broker, Ws, http};
 
 #[tokio::test]
 async fn the_public_clients_websocket_behaviour_works_end_to_end() {
@@ -68,4 +69,43 @@ async fn the_public_clients_websocket_behaviour_works_end_to_end() {
     // Its keep-alive pings keep working in between.
     let pong = browser.call("ping-1700000030000", "ping", json!(null)).await;
     assert_eq!(pong["result"]["pong"], true);
+}
+
+/// `new URL("ws://127.0.0.1:8765")` has the path `/`, to which the client's
+/// WebSocketTransport appends `/ws`; its HTTP transport appends `/message` to
+/// a URL given with a trailing slash.
+#[tokio::test]
+async fn the_public_clients_documented_base_url_connects_despite_its_double_slash() {
+    let broker = Broker::start(&[]);
+    let url = format!("ws://127.0.0.1:{}//ws?sessionId=slashes&clientType=browser&version=1.0.0", broker.port);
+    let mut browser = Ws::connect(&url).await;
+    assert_eq!(browser.session_id(), "slashes");
+    browser.register(&["greet"]).await;
+    for path in ["/ws/?clientType=agent&sessionId=slashes", "///ws//?clientType=agent&sessionId=slashes"] {
+        let mut agent = Ws::connect(&broker.url(path)).await;
+        assert_eq!(agent.call(1, "tools/list", json!({})).await["result"]["tools"][0]["name"], "greet", "{path}");
+    }
+
+    let mut sse =
+        SseClient::connect_path(broker.port, "//events?sessionId=slashes-sse&clientType=browser&version=1.0.0").await;
+    assert_eq!(sse.session_id(), "slashes-sse");
+    let client_id = sse.client_id();
+    for path in ["//message", "/message/"] {
+        let ping = json!({"jsonrpc": "2.0", "id": path, "method": "ping"});
+        let port = broker.port;
+        let body = ping.to_string();
+        let id = client_id.clone();
+        let status = tokio::task::spawn_blocking(move || {
+            http(port, "POST", path, &[("X-Client-ID", &id), ("Content-Type", "application/json")], body.as_bytes())
+                .status
+        })
+        .await
+        .unwrap();
+        assert_eq!(status, 202, "POST {path}");
+        let reply = sse.next(|e| e.data["id"] == path).await;
+        assert_eq!(reply.data["result"]["pong"], true);
+    }
+    // Only slashes are forgiven: other paths stay unknown.
+    assert_eq!(broker.get("//wss").status, 404);
+    assert_eq!(broker.get("//health/").status, 200);
 }

@@ -6,29 +6,34 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use crate::support::{Broker, WAIT, http, scripted_browser, tool};
+use crate::support::{Broker, HttpResponse, WAIT, http, scripted_browser, tool};
 
 /// One server-sent event.
 #[derive(Debug)]
-struct SseEvent {
-    name: String,
-    data: Value,
+pub struct SseEvent {
+    pub name: String,
+    pub data: Value,
 }
 
 /// A client of `GET /events` that decodes the chunked stream into events.
-struct SseClient {
+pub struct SseClient {
     port: u16,
     events: mpsc::UnboundedReceiver<SseEvent>,
     backlog: Vec<SseEvent>,
-    welcome: Value,
+    pub welcome: Value,
     reader: tokio::task::JoinHandle<()>,
 }
 
 impl SseClient {
-    async fn connect(port: u16, query: &str) -> SseClient {
+    pub async fn connect(port: u16, query: &str) -> SseClient {
+        Self::connect_path(port, &format!("/events?{query}")).await
+    }
+
+    /// Connects to `path_and_query` as given (e.g. with the slashes a client library adds).
+    pub async fn connect_path(port: u16, path_and_query: &str) -> SseClient {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
         let request =
-            format!("GET /events?{query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n\r\n");
+            format!("GET {path_and_query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n\r\n");
         stream.write_all(request.as_bytes()).await.unwrap();
         let (tx, rx) = mpsc::unbounded_channel();
         let reader = tokio::spawn(async move {
@@ -94,7 +99,21 @@ impl SseClient {
         client
     }
 
-    async fn next(&mut self, matches: impl Fn(&SseEvent) -> bool) -> SseEvent {
+    /// Closes the event stream and waits until its socket is gone.
+    pub async fn close(mut self) {
+        self.reader.abort();
+        let _ = (&mut self.reader).await;
+    }
+
+    pub fn client_id(&self) -> String {
+        self.welcome["clientId"].as_str().unwrap().to_owned()
+    }
+
+    pub fn session_id(&self) -> String {
+        self.welcome["sessionId"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn next(&mut self, matches: impl Fn(&SseEvent) -> bool) -> SseEvent {
         if let Some(i) = self.backlog.iter().position(&matches) {
             return self.backlog.remove(i);
         }
@@ -110,30 +129,45 @@ impl SseClient {
         }
     }
 
-    /// POSTs a message as this client; returns the HTTP status.
-    fn post(&self, message: &Value) -> u16 {
-        let client_id = self.welcome["clientId"].as_str().unwrap().to_owned();
-        let body = message.to_string();
-        let port = self.port;
-        std::thread::spawn(move || {
-            http(
-                port,
-                "POST",
-                "/message",
-                &[("X-Client-ID", &client_id), ("Content-Type", "application/json")],
-                body.as_bytes(),
-            )
-            .status
-        })
-        .join()
-        .unwrap()
+    /// Whether an event matching `matches` arrives within `within`.
+    pub async fn receives_within(&mut self, within: Duration, matches: impl Fn(&SseEvent) -> bool) -> bool {
+        if self.backlog.iter().any(&matches) {
+            return true;
+        }
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Ok(Some(event)) if matches(&event) => return true,
+                Ok(Some(event)) => self.backlog.push(event),
+                Ok(None) | Err(_) => return false,
+            }
+        }
     }
 
-    async fn call(&mut self, id: Value, method: &str, params: Value) -> SseEvent {
+    /// POSTs a message as this client; returns the HTTP status.
+    pub fn post(&self, message: &Value) -> u16 {
+        let client_id = self.client_id();
+        post_message(self.port, &[("X-Client-ID", &client_id)], message).status
+    }
+
+    pub async fn call(&mut self, id: Value, method: &str, params: Value) -> SseEvent {
         let status = self.post(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         assert_eq!(status, 202);
         self.next(|e| e.data["id"] == id && e.data.get("method").is_none()).await
     }
+}
+
+/// `POST /message` with `headers` (off the async runtime: `http` blocks).
+pub fn post_message(port: u16, headers: &[(&str, &str)], message: &Value) -> HttpResponse {
+    let mut all: Vec<(String, String)> = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    all.push(("Content-Type".into(), "application/json".into()));
+    let body = message.to_string();
+    std::thread::spawn(move || {
+        let headers: Vec<(&str, &str)> = all.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        http(port, "POST", "/message", &headers, body.as_bytes())
+    })
+    .join()
+    .unwrap()
 }
 
 impl Drop for SseClient {
@@ -215,4 +249,87 @@ async fn closing_the_event_stream_ends_the_sse_peer() {
     agent.notification("session/browserDisconnected").await;
     let health = || broker.get("/health").json()["browsers"].as_u64();
     assert!(integration_tests::eventually(Duration::from_secs(5), || health() == Some(0)));
+}
+
+#[tokio::test]
+async fn an_sse_answer_without_result_or_error_fails_the_call_at_once_and_is_not_bounced() {
+    let broker = Broker::start(&[]);
+    let mut browser = SseClient::connect(broker.port, "clientType=browser&sessionId=sse-lacks").await;
+    browser.call(json!("r"), "tools/register", json!({"tools": [tool("echo")]})).await;
+    let mut agent = broker.agent("sse-lacks").await;
+    agent
+        .send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {}, "timeout": 30000}}))
+        .await;
+    let forwarded = browser.next(|e| e.data["method"] == "tools/call").await;
+    let answered = std::time::Instant::now();
+    assert_eq!(browser.post(&json!({"jsonrpc": "2.0", "id": forwarded.data["id"]})), 202);
+    let reply = agent.response(&json!(1)).await;
+    let waited = answered.elapsed();
+    assert_eq!(reply["error"]["code"], -32603, "{reply}");
+    assert_eq!(reply["error"]["data"]["reason"], "malformed_answer", "{reply}");
+    assert!(waited < Duration::from_secs(1), "the agent waited {waited:?}");
+    let bounced = browser.receives_within(Duration::from_millis(500), |e| e.data.get("error").is_some()).await;
+    assert!(!bounced, "the malformed answer was bounced back to the browser as an invalid request");
+}
+
+/// Sends only the request head of a POST and returns the status line and how
+/// long it took to come.
+fn post_head_only(port: u16, content_length: &str) -> (String, Duration) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let head = format!(
+        "POST /message HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+         X-Client-ID: somebody\r\nContent-Length: {content_length}\r\n\r\n"
+    );
+    let started = std::time::Instant::now();
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !raw.windows(2).any(|w| w == b"\r\n") {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("no reply within {:?}: {e}", started.elapsed()),
+        }
+    }
+    let text = String::from_utf8_lossy(&raw);
+    (text.lines().next().unwrap_or("").to_owned(), started.elapsed())
+}
+
+#[test]
+fn a_declared_length_over_the_limit_is_413_from_the_header_alone() {
+    let broker = Broker::start(&[]);
+    for length in ["99999999999", "4194305"] {
+        let (status, took) = post_head_only(broker.port, length);
+        assert!(status.starts_with("HTTP/1.1 413"), "Content-Length {length}: {status}");
+        assert!(took < Duration::from_secs(1), "Content-Length {length}: 413 after {took:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_chunked_post_over_the_limit_is_413() {
+    let broker = Broker::start(&[("BTCP_MAX_MESSAGE", "2048")]);
+    let client = SseClient::connect(broker.port, "clientType=agent").await;
+    let (port, client_id) = (broker.port, client.client_id());
+    let status = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(WAIT)).unwrap();
+        let chunk = " ".repeat(1500);
+        let request = format!(
+            "POST /message HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Client-ID: {client_id}\r\n\
+             Transfer-Encoding: chunked\r\n\r\n{n:x}\r\n{chunk}\r\n{n:x}\r\n{chunk}\r\n0\r\n\r\n",
+            n = chunk.len()
+        );
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut reply = [0u8; 64];
+        let n = stream.read(&mut reply).unwrap();
+        String::from_utf8_lossy(&reply[..n]).into_owned()
+    })
+    .await
+    .unwrap();
+    assert!(status.starts_with("HTTP/1.1 413"), "{status}");
+    drop(client);
 }

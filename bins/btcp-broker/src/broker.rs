@@ -2,7 +2,7 @@
 //! whatever its transport: attach to a session, welcome, serve, detach.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -24,6 +24,18 @@ pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// WebSocket close code sent to a browser replaced by a newer one.
 pub const CLOSE_REPLACED: u16 = 4001;
 
+/// Chosen session ids shorter than this (nanoid's default length, about 126
+/// random bits) are warned about when the SSE session fallback is on.
+const GUESSABLE_SESSION_ID: usize = 21;
+
+/// 128 random bits as 32 hex digits: the ids the broker gives sessions and
+/// clients, which with the SSE fallback are what a POST must show.
+pub fn unguessable_id() -> String {
+    let mut bits = [0u8; 16];
+    getrandom::fill(&mut bits).expect("the operating system's random source");
+    bits.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Everything the connections share.
 pub struct Broker {
     pub config: Config,
@@ -32,7 +44,7 @@ pub struct Broker {
     pub router: Arc<Router<ConnState>>,
     pub shutdown: Shutdown,
     /// Inbound queues of SSE peers, by client id, fed by `POST /message`.
-    pub sse_inboxes: Mutex<HashMap<Arc<str>, mpsc::Sender<Frame>>>,
+    pub sse_inboxes: Mutex<HashMap<Arc<str>, SseInbox>>,
     started: Instant,
     peers: AtomicUsize,
 }
@@ -40,7 +52,7 @@ pub struct Broker {
 impl Broker {
     pub fn new(config: Config, shutdown: Shutdown) -> Arc<Broker> {
         Arc::new(Broker {
-            sessions: SessionRegistry::new(config.max_sessions, config.max_agents_per_session),
+            sessions: SessionRegistry::new(config.max_sessions, config.max_agents_per_session, config.tools_budget),
             metrics: Metrics::new(),
             router: crate::methods::router(),
             shutdown,
@@ -64,16 +76,28 @@ impl Broker {
             .map(|_| PeerSlot { broker: self.clone() })
     }
 
-    fn peer_config(&self) -> PeerConfig {
+    fn peer_config(&self, client_type: ClientType) -> PeerConfig {
         let config = &self.config;
         PeerConfig {
             keepalive: config.keepalive,
             request_timeout: config.call_timeout,
             write_budget: config.write_budget,
             backlog_bytes: config.backlog_bytes,
+            // Answers to forwarded calls may come through the SSE session
+            // fallback, where the id is the only secret an answer shows.
+            unguessable_ids: client_type == ClientType::Browser,
             ..PeerConfig::default()
         }
     }
+}
+
+/// Where `POST /message` delivers an SSE client's messages.
+#[derive(Clone)]
+pub struct SseInbox {
+    pub sender: mpsc::Sender<Frame>,
+    /// Whether the client's event stream is still open: posts speak for a
+    /// listening client only.
+    pub stream_open: Arc<AtomicBool>,
 }
 
 /// One reserved connection place, given back when dropped.
@@ -94,6 +118,8 @@ pub struct PeerSpec {
     pub client_id: Arc<str>,
     pub version: String,
     pub transport: TransportKind,
+    /// SSE clients: whether the event stream is still open.
+    pub event_stream: Option<Arc<AtomicBool>>,
     pub slot: PeerSlot,
 }
 
@@ -106,6 +132,8 @@ pub struct ConnState {
     pub joined: Mutex<Option<Joined>>,
     /// tools/call admission for agents.
     pub rate: Mutex<TokenBucket>,
+    /// SSE clients: whether the event stream is still open.
+    pub event_stream: Option<Arc<AtomicBool>>,
 }
 
 pub struct Joined {
@@ -117,6 +145,11 @@ pub struct Joined {
 impl ConnState {
     pub fn session(&self) -> Option<Arc<Session>> {
         self.joined.lock().unwrap().as_ref().map(|j| j.session.clone())
+    }
+
+    /// False once an SSE client's event stream has closed (WebSocket: always true).
+    pub fn is_listening(&self) -> bool {
+        self.event_stream.as_ref().is_none_or(|open| open.load(Ordering::Acquire))
     }
 
     /// Makes this agent a member of `session` (already counted there) and
@@ -170,19 +203,29 @@ struct Replaced<'a> {
 
 /// Serves one browser or agent until it goes: attach, welcome, run, detach.
 pub async fn serve_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpec) {
-    let PeerSpec { client_type, session_id, client_id, version, transport: transport_kind, slot } = spec;
+    let PeerSpec { client_type, session_id, client_id, version, transport: transport_kind, event_stream, slot } = spec;
     let state = Arc::new(ConnState {
         broker: broker.clone(),
         client_type,
         client_id: client_id.clone(),
         joined: Mutex::new(None),
         rate: Mutex::new(TokenBucket::new(broker.config.rate_limit, broker.config.rate_burst)),
+        event_stream,
     });
-    let (peer, conn) = Connection::new(transport, broker.router.clone(), state.clone(), broker.peer_config());
+    let (peer, conn) =
+        Connection::new(transport, broker.router.clone(), state.clone(), broker.peer_config(client_type));
     let attached = match client_type {
         ClientType::Browser => {
-            let id = session_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-            attach_browser(&broker, &state, &peer, &id).map(Some)
+            let chosen = session_id.is_some();
+            let id = session_id.unwrap_or_else(unguessable_id);
+            let attached = attach_browser(&broker, &state, &peer, &id);
+            if let Ok((session, _)) = &attached
+                && chosen
+                && transport_kind == TransportKind::Sse
+            {
+                warn_if_guessable(&broker, session);
+            }
+            attached.map(Some)
         }
         ClientType::Agent => match session_id {
             Some(id) => broker.sessions.attach_agent(&id, true).map(|session| Some((session, peer.clone()))),
@@ -234,6 +277,8 @@ pub async fn serve_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpe
                 if session.detach_browser(peer.conn_id()) {
                     session.notify_agents("session/browserDisconnected", &SessionEvent { session_id: &session.id });
                 }
+                let evicted = broker.sessions.evict_over_budget();
+                broker.metrics.tool_lists_evicted(evicted);
             }
         }
         ClientType::Agent => {
@@ -249,6 +294,22 @@ pub async fn serve_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpe
         "peer disconnected"
     );
     drop(slot);
+}
+
+/// With the SSE session fallback on, a browser's session id is what a POST
+/// needs to speak for it: say so once per session when the id is short enough
+/// to guess.
+fn warn_if_guessable(broker: &Broker, session: &Session) {
+    if broker.config.sse_session_fallback && session.id.len() < GUESSABLE_SESSION_ID && session.first_short_id_warning()
+    {
+        tracing::warn!(
+            session = %session.id,
+            "session id {:?} is short and the SSE session fallback is on: whoever knows or guesses it can \
+             speak as this session's browser (register tools); use a long random id, or set \
+             BTCP_SSE_SESSION_FALLBACK=false and post with the clientId",
+            session.id
+        );
+    }
 }
 
 fn attach_browser(

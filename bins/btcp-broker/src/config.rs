@@ -9,7 +9,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Args, Parser, Subcommand};
 use rpc_core::cli::LogArgs;
 use rpc_core::config::{self, ConfigError, Unit, ValueError};
 
@@ -137,7 +138,28 @@ pub struct ServeArgs {
     /// run; past it requests are answered `overloaded` and notifications dropped.
     #[arg(long, env = "BTCP_BACKLOG_BYTES", default_value_t = rpc_core::peer::DEFAULT_BACKLOG_BYTES)]
     pub backlog_bytes: usize,
+    /// Bytes of tool lists kept for browsers that have left (until they return
+    /// or the idle TTL); past it the lists of the browsers that left longest
+    /// ago are dropped first.
+    #[arg(long, env = "BTCP_TOOLS_BUDGET", default_value_t = DEFAULT_TOOLS_BUDGET)]
+    pub tools_budget: usize,
+    /// Let a POST to /message that names only a session (`X-Session-ID` or
+    /// `sessionId`, as the public client's HTTP transport does) speak for that
+    /// session's SSE browser. Whoever knows the session id can then act as that
+    /// browser; `false` requires the client id from the welcome.
+    #[arg(
+        long,
+        env = "BTCP_SSE_SESSION_FALLBACK",
+        default_value = "true",
+        value_name = "BOOL",
+        action = ArgAction::Set,
+        value_parser = BoolishValueParser::new()
+    )]
+    pub sse_session_fallback: bool,
 }
+
+/// Default of `BTCP_TOOLS_BUDGET`: 64 MiB.
+pub const DEFAULT_TOOLS_BUDGET: usize = 64 * 1024 * 1024;
 
 /// A duration in milliseconds when it is a bare number, else humantime (`30s`).
 fn millis(text: &str) -> Result<Duration, ValueError> {
@@ -177,6 +199,8 @@ pub struct Config {
     pub shutdown_grace: Duration,
     pub write_budget: usize,
     pub backlog_bytes: usize,
+    pub tools_budget: usize,
+    pub sse_session_fallback: bool,
 }
 
 impl Config {
@@ -250,6 +274,8 @@ impl Config {
             shutdown_grace: serve.shutdown_grace,
             write_budget: serve.write_budget,
             backlog_bytes: serve.backlog_bytes,
+            tools_budget: serve.tools_budget,
+            sse_session_fallback: serve.sse_session_fallback,
         })
     }
 }
@@ -294,5 +320,16 @@ mod tests {
         let cli = Cli::try_parse_from(["btcp-broker", "--port", "9", "call", "s", "t", "--arg", "a=1"]).unwrap();
         assert_eq!(cli.endpoint.port, 9);
         assert!(matches!(cli.command, Some(Command::Call { ref args, .. }) if args.len() == 1));
+    }
+
+    #[test]
+    fn the_session_fallback_is_on_unless_turned_off() {
+        assert!(config_of(&["btcp-broker"]).unwrap().sse_session_fallback);
+        for off in ["false", "0", "no", "off"] {
+            let config = config_of(&["btcp-broker", "--sse-session-fallback", off]).unwrap();
+            assert!(!config.sse_session_fallback, "{off}");
+        }
+        assert!(Cli::try_parse_from(["btcp-broker", "--sse-session-fallback", "maybe"]).is_err());
+        assert_eq!(config_of(&["btcp-broker"]).unwrap().tools_budget, DEFAULT_TOOLS_BUDGET);
     }
 }

@@ -102,6 +102,8 @@ pub struct Metrics {
     sessions: Gauge,
     browsers: Gauge,
     agents: Gauge,
+    cached_tool_bytes: Gauge,
+    tool_lists_evicted: Counter,
 }
 
 impl Metrics {
@@ -138,7 +140,31 @@ impl Metrics {
         registry.register("browsers", "Sessions with a browser", browsers.clone());
         let agents = Gauge::default();
         registry.register("agents", "Agents joined to a session", agents.clone());
-        Metrics { registry, calls, latency, connections, connections_opened, rejected, sessions, browsers, agents }
+        let cached_tool_bytes = Gauge::default();
+        registry.register(
+            "cached_tool_bytes",
+            "Bytes of tool lists kept for browsers that have left (BTCP_TOOLS_BUDGET)",
+            cached_tool_bytes.clone(),
+        );
+        let tool_lists_evicted = Counter::default();
+        registry.register(
+            "tool_lists_evicted",
+            "Tool lists of departed browsers dropped to stay within BTCP_TOOLS_BUDGET",
+            tool_lists_evicted.clone(),
+        );
+        Metrics {
+            registry,
+            calls,
+            latency,
+            connections,
+            connections_opened,
+            rejected,
+            sessions,
+            browsers,
+            agents,
+            cached_tool_bytes,
+            tool_lists_evicted,
+        }
     }
 
     pub fn call(&self, outcome: Outcome) {
@@ -162,6 +188,12 @@ impl Metrics {
         self.connections.get_or_create(&labels).dec();
     }
 
+    pub fn tool_lists_evicted(&self, count: usize) {
+        if count > 0 {
+            self.tool_lists_evicted.inc_by(count as u64);
+        }
+    }
+
     pub fn rejected(&self, reason: &'static str) {
         self.rejected.get_or_create(&ReasonLabel { reason }).inc();
     }
@@ -171,6 +203,7 @@ impl Metrics {
         self.sessions.set(counts.sessions as i64);
         self.browsers.set(counts.browsers as i64);
         self.agents.set(counts.agents as i64);
+        self.cached_tool_bytes.set(i64::try_from(counts.cached_tool_bytes).unwrap_or(i64::MAX));
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
@@ -245,12 +278,15 @@ mod tests {
         metrics.call(Outcome::Timeout);
         metrics.call_latency(Duration::from_millis(3));
         metrics.peer_opened(ClientType::Browser, TransportKind::WebSocket);
-        let text = metrics.render(Counts { sessions: 2, browsers: 1, agents: 0 });
+        metrics.tool_lists_evicted(3);
+        let text = metrics.render(Counts { sessions: 2, browsers: 1, agents: 0, cached_tool_bytes: 42 });
         assert!(text.contains("btcp_tool_calls_total{outcome=\"ok\"} 1"), "{text}");
         assert!(text.contains("btcp_tool_calls_total{outcome=\"timeout\"} 1"), "{text}");
         assert!(text.contains("btcp_tool_call_duration_seconds_bucket{le=\"0.005\"} 1"), "{text}");
         assert!(text.contains("btcp_tool_call_duration_seconds_count 1"), "{text}");
         assert!(text.contains("btcp_sessions 2"), "{text}");
+        assert!(text.contains("btcp_tool_lists_evicted_total 3"), "{text}");
+        assert!(text.contains("btcp_cached_tool_bytes 42"), "{text}");
         assert!(text.contains("btcp_connections{client_type=\"browser\",transport=\"websocket\"} 1"), "{text}");
     }
 }

@@ -6,12 +6,17 @@
 //! leaves its session (agents and cached tools) behind for its return; a session
 //! nobody is attached to is removed after the idle TTL.
 //!
+//! The lists of browsers that left are kept within a byte budget shared by all
+//! sessions ([`CachedTools`]): a list costs nothing while its browser is
+//! connected (its connection's limits bound it), and past the budget the lists
+//! whose browsers left longest ago are dropped first.
+//!
 //! Locking: the registry map is locked only to find, create or remove a
 //! session, never on the tools/call path (an agent holds its `Arc<Session>`).
 //! Lock order is map, then session.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -58,6 +63,9 @@ pub struct BrowserSlot {
 pub struct Session {
     pub id: Arc<str>,
     created_at: SystemTime,
+    /// Whether the short-id warning was logged for this session.
+    short_id_warned: AtomicBool,
+    cache: Arc<CachedTools>,
     /// Milliseconds since the Unix epoch of the last call, registration or
     /// connection change; an atomic so the call path takes no lock for it.
     last_activity: AtomicU64,
@@ -66,12 +74,37 @@ pub struct Session {
     events: Fanout<Bytes>,
 }
 
+/// Invariant: a session's tool list is counted in [`CachedTools`] exactly
+/// while it has no browser; every change of `browser` or `tools` keeps it.
 struct SessionState {
     browser: Option<BrowserSlot>,
     tools: Arc<ToolSet>,
     agents: usize,
     /// When the session last became unattended (no browser, no agents).
     idle_since: Option<Instant>,
+    /// When its browser last left (the eviction order of its tool list).
+    browser_left: Option<Instant>,
+}
+
+/// The bytes of tool lists held for browsers that have left, and the budget
+/// they must fit in.
+pub struct CachedTools {
+    bytes: AtomicUsize,
+    budget: usize,
+}
+
+impl CachedTools {
+    fn add(&self, bytes: usize) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn remove(&self, bytes: usize) {
+        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    fn over_budget(&self) -> bool {
+        self.bytes.load(Ordering::Relaxed) > self.budget
+    }
 }
 
 /// What a browser arriving at a session found there.
@@ -113,16 +146,19 @@ fn rfc3339(time: SystemTime) -> String {
 }
 
 impl Session {
-    fn new(id: Arc<str>) -> Session {
+    fn new(id: Arc<str>, cache: Arc<CachedTools>) -> Session {
         Session {
             id,
             created_at: SystemTime::now(),
+            short_id_warned: AtomicBool::new(false),
+            cache,
             last_activity: AtomicU64::new(now_ms()),
             state: Mutex::new(SessionState {
                 browser: None,
                 tools: Arc::new(ToolSet::empty()),
                 agents: 0,
                 idle_since: Some(Instant::now()),
+                browser_left: None,
             }),
             events: Fanout::new(fanout::DEFAULT_QUEUE, fanout::DEFAULT_QUEUE_BYTES),
         }
@@ -146,9 +182,23 @@ impl Session {
         self.state.lock().unwrap().browser.clone()
     }
 
-    pub fn set_tools(&self, tools: Arc<ToolSet>) {
-        self.state.lock().unwrap().tools = tools;
+    /// Replaces the tool list, if `conn_id` is still this session's browser
+    /// (a replaced browser's late registration must not overwrite its
+    /// successor's). Returns whether it was.
+    pub fn register_tools(&self, conn_id: u64, tools: Arc<ToolSet>) -> bool {
+        let mut state = self.state.lock().unwrap();
+        if state.browser.as_ref().is_none_or(|b| b.peer.conn_id() != conn_id) {
+            return false;
+        }
+        state.tools = tools;
+        drop(state);
         self.touch();
+        true
+    }
+
+    /// True the first time it is asked: the short-id warning is logged once.
+    pub fn first_short_id_warning(&self) -> bool {
+        !self.short_id_warned.swap(true, Ordering::Relaxed)
     }
 
     /// Sends a notification to every agent of the session; never waits.
@@ -167,12 +217,15 @@ impl Session {
     }
 
     /// Detaches a browser if it is still this session's browser. Returns whether
-    /// it was (a replaced browser leaving must not unseat its successor).
+    /// it was (a replaced browser leaving must not unseat its successor). Its
+    /// tool list is then kept for its return, counted against the budget.
     pub fn detach_browser(&self, conn_id: u64) -> bool {
         let mut state = self.state.lock().unwrap();
         let ours = state.browser.as_ref().is_some_and(|b| b.peer.conn_id() == conn_id);
         if ours {
             state.browser = None;
+            state.browser_left = Some(Instant::now());
+            self.cache.add(state.tools.bytes());
             if state.agents == 0 {
                 state.idle_since = Some(Instant::now());
             }
@@ -216,6 +269,8 @@ pub struct Counts {
     pub sessions: usize,
     pub browsers: usize,
     pub agents: usize,
+    /// Bytes of tool lists held for browsers that have left.
+    pub cached_tool_bytes: usize,
 }
 
 /// Every session of the broker, by id.
@@ -223,11 +278,17 @@ pub struct SessionRegistry {
     sessions: Mutex<HashMap<Arc<str>, Arc<Session>>>,
     max_sessions: usize,
     max_agents: usize,
+    cache: Arc<CachedTools>,
 }
 
 impl SessionRegistry {
-    pub fn new(max_sessions: usize, max_agents: usize) -> SessionRegistry {
-        SessionRegistry { sessions: Mutex::new(HashMap::new()), max_sessions, max_agents }
+    pub fn new(max_sessions: usize, max_agents: usize, tools_budget: usize) -> SessionRegistry {
+        SessionRegistry {
+            sessions: Mutex::new(HashMap::new()),
+            max_sessions,
+            max_agents,
+            cache: Arc::new(CachedTools { bytes: AtomicUsize::new(0), budget: tools_budget }),
+        }
     }
 
     /// Puts a browser in its session, creating the session if it is new, and
@@ -237,6 +298,10 @@ impl SessionRegistry {
         let session = self.get_or_create(&mut sessions, id)?;
         let mut state = session.state.lock().unwrap();
         let replaced = state.browser.replace(slot);
+        if replaced.is_none() {
+            // Its list is live again: its connection answers for it now.
+            self.cache.remove(state.tools.bytes());
+        }
         state.idle_since = None;
         drop(state);
         drop(sessions);
@@ -278,7 +343,7 @@ impl SessionRegistry {
             return Err(AttachError::TooManySessions(self.max_sessions));
         }
         let id: Arc<str> = id.into();
-        let session = Arc::new(Session::new(id.clone()));
+        let session = Arc::new(Session::new(id.clone(), self.cache.clone()));
         sessions.insert(id, session.clone());
         tracing::info!(session = %session.id, "session created");
         Ok(session)
@@ -318,7 +383,11 @@ impl SessionRegistry {
 
     pub fn counts(&self) -> Counts {
         let sessions = self.sessions.lock().unwrap();
-        let mut counts = Counts { sessions: sessions.len(), ..Counts::default() };
+        let mut counts = Counts {
+            sessions: sessions.len(),
+            cached_tool_bytes: self.cache.bytes.load(Ordering::Relaxed),
+            ..Counts::default()
+        };
         for session in sessions.values() {
             let state = session.state.lock().unwrap();
             counts.browsers += usize::from(state.browser.is_some());
@@ -336,11 +405,60 @@ impl SessionRegistry {
             let expired =
                 state.browser.is_none() && state.agents == 0 && state.idle_since.is_some_and(|t| t.elapsed() >= ttl);
             if expired {
+                self.cache.remove(state.tools.bytes());
                 tracing::info!(session = %id, "idle session removed");
             }
             !expired
         });
         before - sessions.len()
+    }
+
+    /// Drops the tool lists kept for departed browsers, those that left
+    /// longest ago first, until the rest fit the budget. A session nobody is
+    /// attached to goes with its list; one with agents waiting stays, empty,
+    /// and its agents are told. Returns how many lists were dropped.
+    pub fn evict_over_budget(&self) -> usize {
+        if !self.cache.over_budget() {
+            return 0;
+        }
+        let mut sessions = self.sessions.lock().unwrap();
+        let mut departed: Vec<(Instant, Arc<Session>)> = sessions
+            .values()
+            .filter_map(|session| {
+                let state = session.state.lock().unwrap();
+                let cached = state.browser.is_none() && state.tools.bytes() > 0;
+                cached.then(|| (state.browser_left.unwrap_or_else(Instant::now), session.clone()))
+            })
+            .collect();
+        departed.sort_unstable_by_key(|(left, _)| *left);
+        let mut evicted = 0;
+        let mut emptied = Vec::new();
+        for (_, session) in departed {
+            if !self.cache.over_budget() {
+                break;
+            }
+            let mut state = session.state.lock().unwrap();
+            // Browsers attach under the map lock, which is held: still departed.
+            let bytes = state.tools.bytes();
+            self.cache.remove(bytes);
+            evicted += 1;
+            tracing::info!(session = %session.id, bytes, agents = state.agents, "tool list evicted (BTCP_TOOLS_BUDGET)");
+            if state.agents == 0 {
+                drop(state);
+                sessions.remove(&session.id);
+            } else {
+                state.tools = Arc::new(ToolSet::empty());
+                drop(state);
+                emptied.push(session);
+            }
+        }
+        drop(sessions);
+        for session in emptied {
+            let tools = session.tools();
+            session.notify_agents("tools/updated", &ToolsUpdated { session_id: &session.id, tools: tools.json() });
+            session.notify_agents("notifications/tools/list_changed", &());
+        }
+        evicted
     }
 }
 
@@ -365,7 +483,7 @@ mod tests {
 
     #[test]
     fn idle_sessions_expire_only_when_nobody_is_attached() {
-        let registry = SessionRegistry::new(10, 2);
+        let registry = SessionRegistry::new(10, 2, 0);
         let session = registry.attach_agent("s1", true).unwrap();
         assert_eq!(registry.remove_idle(Duration::ZERO), 0, "an agent holds it");
         session.remove_agent();
@@ -376,11 +494,75 @@ mod tests {
 
     #[test]
     fn agents_and_sessions_are_capped_and_join_needs_an_existing_session() {
-        let registry = SessionRegistry::new(1, 1);
+        let registry = SessionRegistry::new(1, 1, 0);
         assert!(matches!(registry.attach_agent("nope", false), Err(AttachError::NotFound(_))));
         registry.attach_agent("s1", true).unwrap();
         assert!(matches!(registry.attach_agent("s1", false), Err(AttachError::TooManyAgents { .. })));
         assert!(matches!(registry.attach_agent("s2", true), Err(AttachError::TooManySessions(1))));
         assert!(registry.can_hold(Some("s1")) && !registry.can_hold(Some("s2")));
+    }
+
+    fn browser() -> BrowserSlot {
+        let (_inbound, inbound_rx) = tokio::sync::mpsc::channel(1);
+        let (outbound, _outbound_rx) = tokio::sync::mpsc::channel(1);
+        let transport = rpc_core::Transport::channels(inbound_rx, outbound);
+        let router = rpc_core::Router::<()>::new().build().unwrap();
+        let (peer, _) = rpc_core::Connection::new(transport, router, Arc::new(()), rpc_core::PeerConfig::default());
+        BrowserSlot { peer, client_id: "c".into() }
+    }
+
+    fn tools(bytes: usize) -> Arc<ToolSet> {
+        let tool = serde_json::json!({"name": "t", "description": "d".repeat(bytes), "inputSchema": {}});
+        Arc::new(ToolSet::validate(vec![tool], 1).unwrap())
+    }
+
+    /// A browser attaches to `id`, registers `bytes` of tools and leaves.
+    fn depart(registry: &SessionRegistry, id: &str, bytes: usize) -> Arc<Session> {
+        let slot = browser();
+        let conn = slot.peer.conn_id();
+        let cached = registry.counts().cached_tool_bytes;
+        let session = registry.attach_browser(id, slot).unwrap().session;
+        assert!(session.register_tools(conn, tools(bytes)));
+        assert_eq!(registry.counts().cached_tool_bytes, cached, "a live list is not cached");
+        assert!(session.detach_browser(conn));
+        session
+    }
+
+    #[test]
+    fn departed_lists_past_the_budget_go_oldest_first_and_live_ones_stay() {
+        let registry = SessionRegistry::new(100, 4, 2500);
+        let live = registry.attach_browser("live", browser()).unwrap().session;
+        let conn = live.browser().unwrap().peer.conn_id();
+        assert!(live.register_tools(conn, tools(5000)));
+        depart(&registry, "old", 1000);
+        let waited_for = depart(&registry, "waited-for", 1000);
+        registry.attach_agent("waited-for", false).unwrap();
+        assert_eq!(registry.evict_over_budget(), 0, "within the budget");
+        depart(&registry, "new", 1000);
+        assert!(registry.counts().cached_tool_bytes > 2500);
+        assert_eq!(registry.evict_over_budget(), 1);
+        assert!(registry.get("old").is_none(), "the oldest departure went, with its idle session");
+        assert!(registry.get("new").is_some_and(|s| s.tools().len() == 1));
+        assert_eq!(live.tools().len(), 1, "a connected browser's list is never evicted");
+
+        depart(&registry, "newer", 1000);
+        assert_eq!(registry.evict_over_budget(), 1);
+        assert!(registry.get("waited-for").is_some(), "a session with an agent stays...");
+        assert_eq!(waited_for.tools().len(), 0, "...without its list");
+        assert!(registry.counts().cached_tool_bytes <= 2500);
+        assert_eq!(registry.remove_idle(Duration::ZERO), 2);
+        assert_eq!(registry.counts().cached_tool_bytes, 0, "removal gives the bytes back");
+    }
+
+    #[test]
+    fn a_replaced_browser_cannot_overwrite_its_successors_tools() {
+        let registry = SessionRegistry::new(10, 1, 0);
+        let old = browser();
+        let old_conn = old.peer.conn_id();
+        registry.attach_browser("s", old).unwrap();
+        let attached = registry.attach_browser("s", browser()).unwrap();
+        assert!(attached.replaced.is_some());
+        assert!(!attached.session.register_tools(old_conn, tools(10)));
+        assert_eq!(attached.session.tools().len(), 0);
     }
 }

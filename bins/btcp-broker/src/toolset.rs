@@ -15,11 +15,13 @@ use serde_json::value::RawValue;
 pub struct ToolSet {
     names: HashSet<Box<str>>,
     json: Box<RawValue>,
+    /// What the list holds in memory (its JSON and its names), for the budget.
+    bytes: usize,
 }
 
 impl ToolSet {
     pub fn empty() -> ToolSet {
-        ToolSet { names: HashSet::new(), json: RawValue::from_string("[]".into()).expect("[] is JSON") }
+        ToolSet { names: HashSet::new(), json: RawValue::from_string("[]".into()).expect("[] is JSON"), bytes: 0 }
     }
 
     /// Checks a `tools/register` list: at most `max` tools, each an object with
@@ -55,13 +57,18 @@ impl ToolSet {
         if !problems.is_empty() {
             return Err(problems);
         }
-        let names = seen.keys().map(|n| Box::from(*n)).collect();
+        let names: HashSet<Box<str>> = seen.keys().map(|n| Box::from(*n)).collect();
         let json = serde_json::value::to_raw_value(&tools).map_err(|e| vec![e.to_string()])?;
-        Ok(ToolSet { names, json })
+        let bytes = json.get().len() + names.iter().map(|n| n.len()).sum::<usize>();
+        Ok(ToolSet { names, json, bytes })
     }
 
     pub fn len(&self) -> usize {
         self.names.len()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     pub fn contains(&self, name: &str) -> bool {

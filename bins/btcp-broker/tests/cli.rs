@@ -6,7 +6,7 @@ use std::process::Command;
 const BIN: &str = env!("CARGO_BIN_EXE_btcp-broker");
 
 /// Every environment variable the broker reads.
-pub const ENV_VARS: [&str; 20] = [
+pub const ENV_VARS: [&str; 22] = [
     "BTCP_HOST",
     "BTCP_PORT",
     "BTCP_AUTH_TOKEN",
@@ -25,6 +25,8 @@ pub const ENV_VARS: [&str; 20] = [
     "BTCP_SHUTDOWN_GRACE",
     "BTCP_WRITE_BUDGET",
     "BTCP_BACKLOG_BYTES",
+    "BTCP_TOOLS_BUDGET",
+    "BTCP_SSE_SESSION_FALLBACK",
     "RUST_LOG",
     "LOG_FORMAT",
 ];

@@ -184,9 +184,10 @@ pub fn reserve(
     Ok(PeerSpec {
         client_type,
         session_id,
-        client_id: uuid::Uuid::new_v4().to_string().into(),
+        client_id: crate::broker::unguessable_id().into(),
         version,
         transport,
+        event_stream: None,
         slot,
     })
 }

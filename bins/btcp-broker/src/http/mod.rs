@@ -8,7 +8,8 @@ mod websocket;
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::uri::PathAndQuery;
+use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -34,6 +35,37 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .layer(DefaultBodyLimit::max(broker.config.max_message))
         .layer(middleware::from_fn_with_state(broker.clone(), origin_policy))
         .with_state(broker)
+}
+
+/// Collapses repeated slashes in the request path and drops a trailing one,
+/// before routing: the public btcp-client builds `ws://host:port//ws` from the
+/// base URL its docs show, and `http://host:port//message` from one given with
+/// a trailing slash.
+pub fn normalize_path<B>(request: &mut axum::http::Request<B>) {
+    let path = request.uri().path();
+    if !path.contains("//") && (path.len() <= 1 || !path.ends_with('/')) {
+        return;
+    }
+    let mut clean = String::with_capacity(path.len());
+    for segment in path.split('/').filter(|s| !s.is_empty()) {
+        clean.push('/');
+        clean.push_str(segment);
+    }
+    if clean.is_empty() {
+        clean.push('/');
+    }
+    if let Some(query) = request.uri().query() {
+        clean.push('?');
+        clean.push_str(query);
+    }
+    let mut parts = request.uri().clone().into_parts();
+    let Ok(path_and_query) = PathAndQuery::try_from(clean) else {
+        return;
+    };
+    parts.path_and_query = Some(path_and_query);
+    if let Ok(uri) = Uri::from_parts(parts) {
+        *request.uri_mut() = uri;
+    }
 }
 
 /// Refuses requests from origins not allowed (403), answers CORS preflights,
@@ -141,7 +173,25 @@ async fn index() -> Response {
 
 #[cfg(test)]
 mod tests {
-    use super::origin_allowed;
+    use super::{normalize_path, origin_allowed};
+
+    #[test]
+    fn repeated_and_trailing_slashes_are_forgiven() {
+        for (given, routed) in [
+            ("//ws?sessionId=s&clientType=browser", "/ws?sessionId=s&clientType=browser"),
+            ("/ws/", "/ws"),
+            ("///events//?a=b//c", "/events?a=b//c"),
+            ("//message", "/message"),
+            ("/", "/"),
+            ("//", "/"),
+            ("/health", "/health"),
+            ("http://127.0.0.1:8765//ws?x=1", "http://127.0.0.1:8765/ws?x=1"),
+        ] {
+            let mut request = axum::http::Request::builder().uri(given).body(()).unwrap();
+            normalize_path(&mut request);
+            assert_eq!(request.uri().to_string(), routed, "{given}");
+        }
+    }
 
     #[test]
     fn default_origins_are_loopback_pages_only() {

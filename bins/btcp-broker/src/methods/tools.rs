@@ -42,7 +42,14 @@ pub async fn register(cx: Ctx<ConnState>, params: RegisterParams) -> Result<Regi
     })?;
     let tools = Arc::new(tools);
     let registered = tools.len();
-    session.set_tools(tools.clone());
+    // A registration posted just before an SSE browser's stream closed (or
+    // sent by a browser since replaced) would set tools nobody serves.
+    if !state.is_listening() || !session.register_tools(cx.peer.conn_id(), tools.clone()) {
+        return Err(RpcError::new(
+            codes::CONNECTION,
+            "this connection no longer serves the session (its event stream closed or another browser replaced it)",
+        ));
+    }
     session.notify_agents("tools/updated", &ToolsUpdated { session_id: &session.id, tools: tools.json() });
     session.notify_agents("notifications/tools/list_changed", &());
     tracing::info!(session = %session.id, registered, "tools registered");
