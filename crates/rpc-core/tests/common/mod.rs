@@ -229,11 +229,27 @@ impl RawClient {
 }
 
 /// A reply with error messages blanked, for comparing codes and ids only.
+/// A value's JSON text with object keys sorted, whatever serde_json's map keeps.
+fn canonical(v: &Value) -> String {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let members: Vec<String> = keys.iter().map(|k| format!("{k:?}:{}", canonical(&map[*k]))).collect();
+            format!("{{{}}}", members.join(","))
+        }
+        Value::Array(items) => format!("[{}]", items.iter().map(canonical).collect::<Vec<_>>().join(",")),
+        other => other.to_string(),
+    }
+}
+
 pub fn shape(v: &Value) -> Value {
     match v {
         Value::Array(items) => {
             let mut items: Vec<Value> = items.iter().map(shape).collect();
-            items.sort_by_key(|i| i.to_string());
+            // By a text with sorted keys: serde_json keeps insertion order when
+            // a dependency turns its preserve_order feature on.
+            items.sort_by_key(canonical);
             Value::Array(items)
         }
         Value::Object(map) => {
