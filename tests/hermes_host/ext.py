@@ -5,10 +5,16 @@ tests.
 
 EXT_MODE picks a behaviour: normal (default), silent (never answers
 initialize), crash (exits right after initialize), crash_on_command (exits
-when it gets a command), ignore_shutdown (answers shutdown but never exits).
+when it gets a command), ignore_shutdown (answers shutdown but never exits),
+early (sends editor/getMessage at once and answers initialize 0.5 s later;
+logs `EARLY {"afterInitialize": <was initialize answered when the response
+came>, "response": ...}`).
 EXT_COMMANDS: comma-separated commands to declare (default: test/ping).
 EXT_EVENTS: comma-separated events to subscribe to (`message/changed+json`
 asks for content in that format).
+EXT_READ=chars reads and writes like Hermes' own test extensions: text-mode
+stdin where `read(length)` counts characters, not bytes, and ASCII-only JSON
+out (`json.dumps` escapes non-ASCII). Correct only while what arrives is ASCII.
 
 Commands it understands (the test drives it through `command/execute`):
 - test/ping: logs "pong"
@@ -30,8 +36,13 @@ out_lock = threading.Lock()
 stdin = sys.stdin.buffer
 stdout = sys.stdout.buffer
 MODE = os.environ.get("EXT_MODE", "normal")
+CHARS = os.environ.get("EXT_READ") == "chars"
+if CHARS:
+    import io
+    stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", newline="\n")
 pending = {}
 pending_lock = threading.Lock()
+initialize_answered = threading.Event()
 next_id = [1000]
 
 
@@ -47,7 +58,7 @@ def write_raw(data):
 
 
 def send(msg):
-    body = json.dumps(msg, ensure_ascii=False).encode("utf-8")
+    body = json.dumps(msg, ensure_ascii=CHARS).encode("utf-8")
     write_raw(b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
 
 
@@ -57,15 +68,17 @@ def read_message():
         line = stdin.readline()
         if not line:
             return None
-        if line in (b"\r\n", b"\n"):
+        if isinstance(line, bytes):
+            line = line.decode("ascii", "replace")
+        if line in ("\r\n", "\n"):
             if length is not None:
                 break
             continue
-        key, _, value = line.decode("ascii", "replace").partition(":")
+        key, _, value = line.partition(":")
         if key.strip().lower() == "content-length":
             length = int(value.strip())
-    body = stdin.read(length)
-    return json.loads(body.decode("utf-8"))
+    body = stdin.read(length)  # in CHARS mode: characters
+    return json.loads(body if CHARS else body.decode("utf-8"))
 
 
 def request(method, params):
@@ -92,7 +105,10 @@ def initialize_result():
         "version": "1.2.3",
         "description": "Drives the hermes-host tests",
         "capabilities": {"commands": commands, "schemaProvider": True, "events": events},
-        "toolbarButtons": [{"id": "b1", "label": "Button", "icon": "<svg/>", "command": "test/button"}],
+        "toolbarButtons": [
+            {"id": "b1", "label": "Button", "icon": "<svg/>", "command": "test/button"},
+            {"id": "b2", "label": "Ping", "command": "test/ping"},
+        ],
         "schema": json.loads(os.environ.get("EXT_SCHEMA", "{}")),
     }
 
@@ -160,6 +176,20 @@ def main():
         method = msg["method"]
         if method == "initialize":
             if MODE == "silent":
+                continue
+            if MODE == "early":
+                def early():
+                    response = request("editor/getMessage", {"format": "hl7"})
+                    log("EARLY " + json.dumps({"afterInitialize": initialize_answered.is_set(), "response": response}))
+
+                def answer_later(rid):
+                    import time
+                    time.sleep(0.5)
+                    initialize_answered.set()
+                    send({"jsonrpc": "2.0", "id": rid, "result": initialize_result()})
+
+                threading.Thread(target=early, daemon=True).start()
+                threading.Thread(target=answer_later, args=(msg["id"],), daemon=True).start()
                 continue
             if MODE == "exit_during_init":
                 import time

@@ -1,7 +1,9 @@
 //! hermes-host over real processes and sockets: a Python test extension
-//! speaking raw Content-Length (ext.py), the daemon, its control socket and
-//! its client commands.
+//! speaking raw Content-Length (ext.py), one on Node's vscode-jsonrpc
+//! (node-ext/, in [`node`]), the daemon, its control socket and its client
+//! commands.
 
+mod node;
 mod support;
 
 use std::io::Write;
@@ -46,7 +48,9 @@ fn initialize_gets_the_documented_params_and_environment_and_its_result_is_kept(
     let listing = host.wait_state("py", "running", LONG);
     assert_eq!(listing["version"], "1.2.3");
     assert_eq!(listing["restarts"], 0);
-    assert!(listing["commands"].as_array().unwrap().contains(&json!("test/button")), "{listing}");
+    // Declared commands, then toolbar buttons' own, each once (button b2 runs test/ping).
+    let commands = ["test/ping", "test/call", "test/burst", "test/garbage", "test/stderr", "test/exit", "test/button"];
+    assert_eq!(listing["commands"], json!(commands), "{listing}");
     assert_eq!(listing["toolbarButtons"][0]["id"], "b1");
     assert!(pid_alive(listing["pid"].as_u64().unwrap()));
     let logs = host.logs("py").join("\n");
@@ -57,6 +61,23 @@ fn initialize_gets_the_documented_params_and_environment_and_its_result_is_kept(
     // The log file has the same lines, with levels.
     let file = std::fs::read_to_string(host.dir.path().join("data/logs/py.log")).unwrap();
     assert!(file.contains("[info] [INFO] starting"), "{file}");
+}
+
+/// A request an extension sends before its `initialize` is answered waits,
+/// and is served once the extension runs.
+#[test]
+fn requests_sent_before_initialize_completes_wait_and_are_served_after() {
+    if !require_tool("python3") {
+        return;
+    }
+    let files = tempfile::tempdir().unwrap();
+    let file = files.path().join("adt.hl7");
+    std::fs::write(&file, ADT).unwrap();
+    let host = Host::start_with(&one("early", &[("EXT_MODE", "early")]), &["--open", &file.display().to_string()]);
+    host.wait_state("early", "running", LONG);
+    let early: Value = serde_json::from_str(&host.wait_log("early", "EARLY ", 0, LONG)).unwrap();
+    assert_eq!(early["afterInitialize"], true, "answered before initialize completed: {early}");
+    assert_eq!(early["response"]["result"]["message"], ADT, "{early}");
 }
 
 #[test]
@@ -152,6 +173,44 @@ fn non_ascii_content_is_framed_by_bytes_both_ways() {
     assert!(back["result"]["message"].as_str().unwrap().contains("李雷"), "{back}");
     let back = ext_call(&host, "editor/getMessage", json!({"format": "hl7"}));
     assert_eq!(back["result"]["message"], message);
+}
+
+/// Hermes' own test extensions read a body with text-mode
+/// `sys.stdin.read(length)`, which counts characters, and send ASCII-only
+/// JSON. The host sends ASCII-only JSON too (non-ASCII as `\u` escapes), so
+/// both counts agree: non-ASCII content reaches them intact, frame after
+/// frame, and their escapes (surrogate pairs included) come back as UTF-8.
+#[test]
+fn extensions_that_count_characters_get_non_ascii_content_intact() {
+    if !require_tool("python3") {
+        return;
+    }
+    let host = host_with(&[("EXT_READ", "chars"), ("EXT_EVENTS", "message/changed+hl7")], "");
+    host.wait_state("py", "running", LONG);
+    let message = "MSH|^~\\&|ÄPP|FÄC\rPID|1||42||Müller^Zoë^李雷||19800101|F\rNTE|1||Ünïcödé ✓ 🚑";
+    host.result("message/set", json!({"message": message}));
+    // Twice: the first must not have eaten into the second.
+    for _ in 0..2 {
+        let got = ext_call(&host, "editor/getMessage", json!({"format": "hl7"}));
+        assert_eq!(got["result"]["message"], message, "{got}");
+    }
+    let tree = ext_call(&host, "editor/getMessage", json!({"format": "json"}));
+    assert!(tree["result"]["message"].as_str().unwrap().contains("李雷"), "{tree}");
+    let changed = message.replace("Zoë", "Chloë 🚒");
+    let set = ext_call(&host, "editor/setMessage", json!({"message": changed, "format": "hl7"}));
+    assert_eq!(set["result"]["success"], true, "{set}");
+    assert_eq!(host.result("message/get", json!({}))["message"], changed);
+    // The debounced message/changed, with the content.
+    let heard = || {
+        host.logs("py")
+            .iter()
+            .any(|l| l.starts_with("GOT ") && l.contains("\"message/changed\"") && l.contains("Chloë 🚒"))
+    };
+    assert!(eventually(Duration::from_secs(5), heard), "{:?}", host.logs("py"));
+    let after = ext_call(&host, "editor/getMessage", json!({"format": "hl7"}));
+    assert_eq!(after["result"]["message"], changed);
+    let listing = host.extension("py");
+    assert_eq!((listing["state"].as_str(), listing["restarts"].as_u64()), (Some("running"), Some(0)), "{listing}");
 }
 
 /// A 20 MiB message: in from an extension, out to it, and through the control socket.
@@ -508,6 +567,25 @@ fn schemas_are_merged_in_config_order() {
     host.wait_state("a", "running", LONG);
     host.wait_state("b", "running", LONG);
     assert_eq!(host.result("schema/get", json!({})), json!({"PID": {"3": {"note": "b", "x": 1}}}));
+}
+
+/// Schemas in Hermes' own shape (field lists): entries for the same field
+/// and component merge, the others are all kept.
+#[test]
+fn hermes_field_list_schemas_merge_entry_by_entry() {
+    if !require_tool("python3") {
+        return;
+    }
+    let a = r#"{"segments": {"PID": {"fields": [{"field": 3, "component": 1, "note": "a", "pattern": "x"}, {"field": 8, "note": "sex"}]}}}"#;
+    let b = r#"{"segments": {"PID": {"fields": [{"field": 3, "component": 1, "note": "b"}, {"field": 11, "note": "address"}]}}}"#;
+    let host = Host::start(&format!("{}{}", one("a", &[("EXT_SCHEMA", a)]), one("b", &[("EXT_SCHEMA", b)])));
+    host.wait_state("a", "running", LONG);
+    host.wait_state("b", "running", LONG);
+    let fields = host.result("schema/get", json!({}))["segments"]["PID"]["fields"].clone();
+    assert_eq!(
+        fields,
+        json!([{"field": 3, "component": 1, "note": "b", "pattern": "x"}, {"field": 8, "note": "sex"}, {"field": 11, "note": "address"}])
+    );
 }
 
 #[test]

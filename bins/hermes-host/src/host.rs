@@ -248,10 +248,21 @@ impl Host {
     }
 }
 
-/// Deep merge: objects property by property, `null` deletes, anything else replaces.
+/// Deep merge: objects property by property, `null` deletes, anything else
+/// replaces; except Hermes' field lists (`"fields": [{"field": 3,
+/// "component": 1, ...}]`), whose entries are matched by field and component
+/// and merged property by property, an unmatched one added.
 fn merge(base: &mut serde_json::Value, over: serde_json::Value) {
     use serde_json::Value;
     match (base, over) {
+        (Value::Array(base), Value::Array(over)) if is_field_list(base) && is_field_list(&over) => {
+            for entry in over {
+                match base.iter_mut().find(|b| same_field(b, &entry)) {
+                    Some(existing) => merge(existing, entry),
+                    None => base.push(entry),
+                }
+            }
+        }
         (Value::Object(base), Value::Object(over)) => {
             for (key, value) in over {
                 if value.is_null() {
@@ -263,6 +274,15 @@ fn merge(base: &mut serde_json::Value, over: serde_json::Value) {
         }
         (base, over) => *base = over,
     }
+}
+
+/// A list of Hermes schema field entries: objects, each with a `field` number.
+fn is_field_list(list: &[serde_json::Value]) -> bool {
+    list.iter().all(|e| e.get("field").is_some_and(serde_json::Value::is_u64))
+}
+
+fn same_field(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    a.get("field") == b.get("field") && a.get("component") == b.get("component")
 }
 
 impl ExtensionLog {
@@ -282,5 +302,33 @@ mod tests {
         merge(&mut merged, json!({"PID": {"3": {"note": "a", "pattern": "x"}}, "OBX": {"2": {"values": ["A"]}}}));
         merge(&mut merged, json!({"PID": {"3": {"note": "b", "pattern": null}}, "OBX": {"2": {"values": ["B", "C"]}}}));
         assert_eq!(merged, json!({"PID": {"3": {"note": "b"}}, "OBX": {"2": {"values": ["B", "C"]}}}));
+    }
+
+    /// Hermes' own shape: field entries are matched by field and component.
+    #[test]
+    fn hermes_field_lists_merge_entry_by_entry() {
+        let mut merged = json!({});
+        merge(
+            &mut merged,
+            json!({"segments": {"PID": {"fields": [
+                {"field": 3, "component": 1, "note": "MRN", "pattern": "^[0-9]{8}$"},
+                {"field": 8, "values": {"M": "Male"}}
+            ]}}}),
+        );
+        merge(
+            &mut merged,
+            json!({"segments": {"PID": {"fields": [
+                {"field": 3, "component": 1, "pattern": null, "maxlength": 8},
+                {"field": 3, "note": "whole field"}
+            ]}, "OBX": {"fields": [{"field": 2, "required": true}]}}}),
+        );
+        assert_eq!(
+            merged,
+            json!({"segments": {"PID": {"fields": [
+                {"field": 3, "component": 1, "note": "MRN", "maxlength": 8},
+                {"field": 8, "values": {"M": "Male"}},
+                {"field": 3, "note": "whole field"}
+            ]}, "OBX": {"fields": [{"field": 2, "required": true}]}}})
+        );
     }
 }

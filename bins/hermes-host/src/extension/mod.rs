@@ -6,6 +6,7 @@
 pub mod log;
 pub mod protocol;
 pub mod supervisor;
+pub mod wire;
 
 use std::sync::Mutex;
 
@@ -164,12 +165,14 @@ impl Extension {
             enabled: self.spec.enabled,
             version: info.map(|i| i.version.clone()),
             description: info.and_then(|i| i.description.clone()),
+            // Each once: a toolbar button usually runs a declared command.
             commands: info
                 .map(|i| {
                     let mut commands: Vec<String> = Vec::new();
-                    for command in i.commands().filter(|c| !commands.iter().any(|known| known == c)).collect::<Vec<_>>()
-                    {
-                        commands.push(command.to_owned());
+                    for command in i.commands() {
+                        if !commands.iter().any(|known| known == command) {
+                            commands.push(command.to_owned());
+                        }
                     }
                     commands
                 })

@@ -185,7 +185,7 @@ async fn run_once(
     };
     let connected = child::connect(
         &mut process,
-        |stdout, stdin| Transport::content_length(stdout, stdin, max),
+        |stdout, stdin| Transport::framed(stdout, stdin, super::wire::AsciiContentLength::new(max)),
         host.extension_router(),
         state,
         peer_config,
