@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use futures_util::{SinkExt, StreamExt};
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -33,7 +33,7 @@ pub struct Load {
     pub hello: Option<(String, String)>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Report {
     pub requests: u64,
     pub errors: u64,
@@ -50,6 +50,20 @@ impl Report {
             "{:>10.0} req/s  p50 {:>7.1} µs  p99 {:>8.1} µs  p99.9 {:>8.1} µs  ({} requests, {} errors)",
             self.per_second, self.p50_us, self.p99_us, self.p999_us, self.requests, self.errors
         )
+    }
+
+    /// Throughput over `seconds` and the percentiles of `hist` (nanoseconds).
+    pub fn from_histogram(hist: &Histogram<u64>, requests: u64, errors: u64, seconds: f64) -> Report {
+        let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+        Report {
+            requests,
+            errors,
+            seconds,
+            per_second: requests as f64 / seconds,
+            p50_us: us(0.5),
+            p99_us: us(0.99),
+            p999_us: us(0.999),
+        }
     }
 }
 
@@ -76,20 +90,10 @@ pub async fn run(load: &Load) -> Result<Report> {
         requests += stats.requests;
         errors += stats.errors;
     }
-    let seconds = load.duration.as_secs_f64();
-    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
-    Ok(Report {
-        requests,
-        errors,
-        seconds,
-        per_second: requests as f64 / seconds,
-        p50_us: us(0.5),
-        p99_us: us(0.99),
-        p999_us: us(0.999),
-    })
+    Ok(Report::from_histogram(&hist, requests, errors, load.duration.as_secs_f64()))
 }
 
-fn request(id: u64, method: &str, params: &str) -> String {
+pub(crate) fn request(id: u64, method: &str, params: &str) -> String {
     format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\",\"params\":{params}}}")
 }
 
@@ -104,17 +108,18 @@ fn is_error(text: &[u8]) -> bool {
     memchr::memmem::find(text, b"\"error\":").is_some()
 }
 
-/// Bookkeeping shared by both transports: ids, send times, the histogram.
-struct Flight {
+/// Bookkeeping shared by every transport (B6's Content-Length pipe too): ids,
+/// send times, the histogram.
+pub(crate) struct Flight {
     next_id: u64,
-    sent: HashMap<u64, Instant>,
+    pub(crate) sent: HashMap<u64, Instant>,
     stats: ConnStats,
     measure_from: Instant,
     stop_at: Instant,
 }
 
 impl Flight {
-    fn new(measure_from: Instant, stop_at: Instant) -> Result<Self> {
+    pub(crate) fn new(measure_from: Instant, stop_at: Instant) -> Result<Self> {
         Ok(Flight {
             next_id: 1_000,
             sent: HashMap::new(),
@@ -124,7 +129,7 @@ impl Flight {
         })
     }
 
-    fn issue(&mut self, now: Instant) -> u64 {
+    pub(crate) fn issue(&mut self, now: Instant) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.sent.insert(id, now);
@@ -132,7 +137,7 @@ impl Flight {
     }
 
     /// Records a reply; true if it was one of ours.
-    fn complete(&mut self, text: &[u8], now: Instant) -> bool {
+    pub(crate) fn complete(&mut self, text: &[u8], now: Instant) -> bool {
         let Some(sent) = reply_id(text).and_then(|id| self.sent.remove(&id)) else {
             return false;
         };
@@ -146,8 +151,18 @@ impl Flight {
         true
     }
 
-    fn running(&self, now: Instant) -> bool {
+    pub(crate) fn running(&self, now: Instant) -> bool {
         now < self.stop_at
+    }
+
+    /// Done: nothing more will be sent, and the replies are in or overdue.
+    pub(crate) fn finished(&self, now: Instant) -> bool {
+        !self.running(now) && self.sent.is_empty() || now > self.stop_at + Duration::from_secs(10)
+    }
+
+    pub(crate) fn report(&self, duration: Duration) -> Report {
+        let ConnStats { hist, requests, errors } = &self.stats;
+        Report::from_histogram(hist, *requests, *errors, duration.as_secs_f64())
     }
 }
 
@@ -202,7 +217,7 @@ async fn ndjson_connection(addr: &str, load: &Load, measure_from: Instant, stop_
         if !out.is_empty() {
             stream.write_all(out.as_bytes()).await?;
         }
-        if !flight.running(now) && flight.sent.is_empty() || now > stop_at + Duration::from_secs(10) {
+        if flight.finished(now) {
             return Ok(flight.stats);
         }
     }
@@ -263,7 +278,7 @@ async fn ws_connection(load: &Load, measure_from: Instant, stop_at: Instant) -> 
             let id = flight.issue(now);
             sink.feed(Message::text(request(id, &load.method, &load.params))).await?;
         }
-        if !flight.running(now) && flight.sent.is_empty() || now > stop_at + Duration::from_secs(10) {
+        if flight.finished(now) {
             break;
         }
     }

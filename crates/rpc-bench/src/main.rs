@@ -4,7 +4,10 @@
 //! performance.md targets were met.
 
 mod baseline;
+mod hermes;
 mod load;
+mod pin;
+mod ralph;
 mod suite;
 
 use std::net::SocketAddr;
@@ -83,13 +86,35 @@ enum Command {
     /// The whole performance.md table: starts the daemons and baselines, runs
     /// every benchmark, prints the table (and writes it with --write).
     Suite(suite::Options),
+    /// B6's extension, started by hermes-host (or wired to the echo).
+    #[command(hide = true)]
+    HermesExtension(hermes::ExtensionArgs),
+    /// B6's baseline: stdin back to stdout, unread.
+    #[command(hide = true)]
+    ContentLengthEcho {
+        #[arg(long)]
+        cpu: Option<usize>,
+    },
+    /// B7's agent, started by ralph-server.
+    #[command(hide = true)]
+    RalphAgent(ralph::AgentArgs),
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+fn main() -> Result<()> {
     // Inherited by the daemons the suite starts.
     rpc_core::listen::raise_fd_limit();
+    // The processes the daemons start pin themselves to a core first, so they
+    // run without an async runtime (whose threads would already be placed).
     match Cli::parse().command {
+        Command::HermesExtension(args) => hermes::extension(args),
+        Command::ContentLengthEcho { cpu } => hermes::echo(cpu),
+        Command::RalphAgent(args) => ralph::agent(args),
+        command => tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(command)),
+    }
+}
+
+async fn run(command: Command) -> Result<()> {
+    match command {
         Command::Load { target, method, params, window, connections, seconds, warmup, hello, json } => {
             let load = load::Load {
                 target,
@@ -134,6 +159,9 @@ async fn main() -> Result<()> {
             println!("{answered} of {count} connections answered ping");
         }
         Command::Suite(options) => suite::run(options).await?,
+        Command::HermesExtension(_) | Command::ContentLengthEcho { .. } | Command::RalphAgent(_) => {
+            unreachable!("run without a runtime")
+        }
     }
     Ok(())
 }

@@ -11,13 +11,14 @@
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::baseline;
 use crate::load::{self, Load, Report};
+use crate::ralph::Subscribers;
+use crate::{baseline, hermes, pin, ralph};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct Options {
@@ -31,7 +32,7 @@ pub struct Options {
     #[arg(long, default_value_t = 3)]
     repeat: usize,
     /// Which benchmarks to run.
-    #[arg(long, value_delimiter = ',', default_value = "b1,b2,b3,b4,b5,b8,b9")]
+    #[arg(long, value_delimiter = ',', default_value = "b1,b2,b3,b4,b5,b6,b7,b8,b9")]
     only: Vec<String>,
     /// Connections for B8.
     #[arg(long, default_value_t = 10_000)]
@@ -53,23 +54,45 @@ struct Row {
 
 /// A process started for the suite; stopped (SIGTERM, so it can stop its own
 /// children) when dropped.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
+}
+
+impl Daemon {
+    pub(crate) fn spawn(command: &mut Command, cpu: Option<usize>) -> Result<Daemon> {
+        let program = command.get_program().to_owned();
+        let child = pin::spawn_on(command, cpu).with_context(|| format!("starting {}", program.display()))?;
+        Ok(Daemon { child })
+    }
+
+    /// Its stdin and stdout, if they were piped, to wire to another process.
+    pub(crate) fn pipes(&mut self) -> Option<(Stdio, Stdio)> {
+        Some((self.child.stdin.take()?.into(), self.child.stdout.take()?.into()))
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself.
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if self.wait_exit(Duration::from_secs(10)).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -77,19 +100,29 @@ fn free_addr() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
-/// Starts a binary from the suite's own directory (the release build).
-fn start(bin: &str, env: &[(&str, String)], args: &[&str]) -> Result<Daemon> {
+/// A binary of the suite's own directory (the release build).
+pub(crate) fn sibling(bin: &str) -> Result<PathBuf> {
     let dir = std::env::current_exe()?.parent().context("binary directory")?.to_owned();
     let path = dir.join(bin);
     if !path.exists() {
         bail!("{} is not built (run `cargo build --release --workspace --bins`)", path.display());
     }
-    let mut cmd = Command::new(&path);
+    Ok(path)
+}
+
+/// Starts a binary from the suite's own directory.
+fn start(bin: &str, env: &[(&str, String)], args: &[&str]) -> Result<Daemon> {
+    start_on(bin, env, args, None)
+}
+
+/// [`start`], pinned to `cpu`.
+pub(crate) fn start_on(bin: &str, env: &[(&str, String)], args: &[&str], cpu: Option<usize>) -> Result<Daemon> {
+    let mut cmd = Command::new(sibling(bin)?);
     cmd.args(args).env("RUST_LOG", "warn").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
     for (k, v) in env {
         cmd.env(k, v);
     }
-    Ok(Daemon { child: cmd.spawn().with_context(|| format!("starting {}", path.display()))? })
+    Daemon::spawn(&mut cmd, cpu)
 }
 
 fn wait_for(addr: SocketAddr) -> Result<()> {
@@ -167,6 +200,30 @@ fn throughput_row(id: &'static str, what: String, base: &Report, got: &Report, m
         target,
         met: Some(ratio >= min && got.errors == 0),
     }
+}
+
+/// [`throughput_row`] from every run: each side's median with its spread.
+fn throughput_row_of_runs(
+    id: &'static str,
+    what: String,
+    base: &[Report],
+    got: &[Report],
+    min: f64,
+    target: &'static str,
+) -> Row {
+    let mut row = throughput_row(id, what, &median(base.to_vec()), &median(got.to_vec()), min, target);
+    row.baseline = spread(base, |r| r.per_second, 0, "/s");
+    row.measured = spread(got, |r| r.per_second, 0, "/s");
+    row
+}
+
+/// The median of one figure over the runs with `decimals`, then its range:
+/// `12.3 µs (11.8–13.0)`.
+fn spread(runs: &[Report], figure: fn(&Report) -> f64, decimals: usize, unit: &str) -> String {
+    let mut values: Vec<f64> = runs.iter().map(figure).collect();
+    values.sort_by(f64::total_cmp);
+    let (low, mid, high) = (values[0], values[values.len() / 2], values[values.len() - 1]);
+    format!("{mid:.decimals$}{unit} ({low:.decimals$}–{high:.decimals$})")
 }
 
 fn latency_row(id: &'static str, what: String, base: f64, got: f64, max: f64, target: &'static str) -> Row {
@@ -357,6 +414,94 @@ pub async fn run(options: Options) -> Result<()> {
                 met: Some(last >= 0.9 * peak),
             });
         }
+    }
+
+    // B6 and B7 pin the server to one core and the load to the other.
+    let cores = pin::Cores::pick();
+    let (seconds, warmup, repeat) = (options.seconds, options.warmup, options.repeat.max(1));
+
+    if options.wants("b6") {
+        eprintln!("B6: an extension's editor/getMessage through hermes-host vs the same loop on a Content-Length echo");
+        let window = 64;
+        let (echoed, hosted) = tokio::task::spawn_blocking(move || -> Result<(Vec<Report>, Vec<Report>)> {
+            let bench = hermes::HermesBench::start(window, seconds, warmup, cores)?;
+            let (mut echoed, mut hosted) = (Vec::new(), Vec::new());
+            for _ in 0..repeat {
+                let report = bench.echo_run().context("B6 against the echo")?;
+                eprintln!("  {:<40} {}", "extension <-> Content-Length echo", report.line());
+                echoed.push(report);
+                let report = bench.host_run().context("B6 in hermes-host")?;
+                eprintln!("  {:<40} {}", "extension <-> hermes-host getMessage", report.line());
+                hosted.push(report);
+            }
+            Ok((echoed, hosted))
+        })
+        .await??;
+        let what = format!("extension → hermes-host `editor/getMessage` (hl7), window {window}");
+        rows.push(throughput_row_of_runs("B6", what, &echoed, &hosted, 0.5, "≥ 0.5 × Content-Length echo"));
+    }
+
+    if options.wants("b7") {
+        eprintln!("B7: ralph-server, agent line in the PTY -> `output` event; loop pace with 1000 subscribers vs none");
+        let rounds = [
+            ("no subscribers", Subscribers { count: 0, one_stalled: false }),
+            ("1 subscriber", Subscribers { count: 1, one_stalled: false }),
+            ("1000 subscribers, one never reads", Subscribers { count: 1000, one_stalled: true }),
+        ];
+        let runs = tokio::task::spawn_blocking(move || -> Result<Vec<Vec<Report>>> {
+            let mut bench = ralph::RalphBench::new(seconds, warmup, cores)?;
+            let mut runs = vec![Vec::new(); rounds.len()];
+            for _ in 0..repeat {
+                for (i, (label, subscribers)) in rounds.iter().enumerate() {
+                    let report = bench.round(*subscribers).with_context(|| format!("B7 with {label}"))?;
+                    eprintln!(
+                        "  {label:<40} flood {:>8.0} lines/s  event latency p50 {:>7.1} µs  p99 {:>8.1} µs  \
+                         p99.9 {:>8.1} µs  ({} samples, {} events lost)",
+                        report.per_second, report.p50_us, report.p99_us, report.p999_us, report.requests, report.errors
+                    );
+                    runs[i].push(report);
+                }
+            }
+            Ok(runs)
+        })
+        .await??;
+        for (label, runs) in [("1 subscriber", &runs[1]), ("1000 subscribers, one never reads", &runs[2])] {
+            let p99 = median(runs.clone()).p99_us;
+            rows.push(Row {
+                id: "B7",
+                what: format!("agent line in the PTY → `output` event, {label}"),
+                baseline: "–".into(),
+                measured: format!(
+                    "p50 {}, p99 {}",
+                    spread(runs, |r| r.p50_us, 1, " µs"),
+                    spread(runs, |r| r.p99_us, 1, " µs")
+                ),
+                ratio: None,
+                target: "p99 ≤ 5 ms",
+                met: Some(p99 <= 5000.0),
+            });
+        }
+        let (none, one, thousand) = (median(runs[0].clone()), median(runs[1].clone()), median(runs[2].clone()));
+        // Not a target: how much of the drop a single subscriber already costs.
+        rows.push(Row {
+            id: "B7",
+            what: "loop pace (agent flooding its PTY), 1 subscriber".into(),
+            baseline: format!("{} with none", spread(&runs[0], |r| r.per_second, 0, " lines/s")),
+            measured: spread(&runs[1], |r| r.per_second, 0, " lines/s"),
+            ratio: Some(one.per_second / none.per_second),
+            target: "–",
+            met: None,
+        });
+        let ratio = thousand.per_second / none.per_second;
+        rows.push(Row {
+            id: "B7",
+            what: "loop pace (agent flooding its PTY), 1000 subscribers one of which never reads".into(),
+            baseline: format!("{} with none", spread(&runs[0], |r| r.per_second, 0, " lines/s")),
+            measured: spread(&runs[2], |r| r.per_second, 0, " lines/s"),
+            ratio: Some(ratio),
+            target: "≥ 0.9 × no subscribers",
+            met: Some(ratio >= 0.9),
+        });
     }
 
     let table = render(&rows);
