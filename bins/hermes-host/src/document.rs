@@ -8,7 +8,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
@@ -31,8 +31,13 @@ pub enum Change {
 
 #[derive(Default)]
 struct Held {
-    message: Option<Hl7Message>,
+    /// Shared with readers, who render it outside the lock: a read costs a
+    /// reference count, not a copy of every field (edits copy on write).
+    message: Option<Arc<Hl7Message>>,
     file: Option<PathBuf>,
+    /// The message as HL7 text, rendered once per version: `editor/getMessage`
+    /// in hl7 is the hot path of every extension (B6).
+    hl7: Option<Arc<str>>,
 }
 
 /// A snapshot for readers.
@@ -91,10 +96,22 @@ impl Document {
         let (message, file) = {
             let held = self.held.lock().unwrap();
             let message = held.message.clone().ok_or_else(errors::no_message)?;
+            if format == Format::Hl7
+                && let Some(text) = &held.hl7
+            {
+                return Ok((text.to_string(), held.file.clone()));
+            }
             (message, held.file.clone())
         };
         // Rendering a large message happens outside the lock.
         let text = tree::render(&message, format).map_err(|e| RpcError::new(errors::GENERAL, e))?;
+        if format == Format::Hl7 {
+            let mut held = self.held.lock().unwrap();
+            // Kept only if no edit came in between.
+            if held.message.as_ref().is_some_and(|now| Arc::ptr_eq(now, &message)) {
+                held.hl7 = Some(Arc::from(text.as_str()));
+            }
+        }
         Ok((text, file))
     }
 
@@ -107,7 +124,10 @@ impl Document {
     /// is not a message in `format`.
     pub fn set(&self, text: &str, format: Format, by: &str) -> Result<(), RpcError> {
         let message = tree::read(text, format).map_err(invalid)?;
-        self.held.lock().unwrap().message = Some(message);
+        let mut held = self.held.lock().unwrap();
+        held.message = Some(Arc::new(message));
+        held.hl7 = None;
+        drop(held);
         self.changed(Change::Edited { by: by.to_owned() });
         Ok(())
     }
@@ -118,7 +138,8 @@ impl Document {
         let mut outcome = PatchOutcome { success: true, patches_applied: 0, errors: Vec::new() };
         {
             let mut held = self.held.lock().unwrap();
-            let message = held.message.as_mut().ok_or_else(errors::no_message)?;
+            held.hl7 = None;
+            let message = Arc::make_mut(held.message.as_mut().ok_or_else(errors::no_message)?);
             for (index, p) in patches.iter().enumerate() {
                 match patch::apply(message, p) {
                     Ok(()) => outcome.patches_applied += 1,
@@ -134,7 +155,7 @@ impl Document {
     }
 
     pub fn new_message(&self) {
-        *self.held.lock().unwrap() = Held { message: Some(Hl7Message::new_empty()), file: None };
+        *self.held.lock().unwrap() = Held { message: Some(Arc::new(Hl7Message::new_empty())), ..Held::default() };
         self.changed(Change::Opened { file: None, is_new: true });
     }
 
@@ -152,7 +173,8 @@ impl Document {
         let text = String::from_utf8(bytes)
             .map_err(|_| RpcError::new(errors::INVALID_MESSAGE, format!("{}: not UTF-8 text", path.display())))?;
         let message = Hl7Message::parse(&text).map_err(invalid)?;
-        *self.held.lock().unwrap() = Held { message: Some(message), file: Some(path.clone()) };
+        *self.held.lock().unwrap() =
+            Held { message: Some(Arc::new(message)), file: Some(path.clone()), ..Held::default() };
         self.changed(Change::Opened { file: Some(path.clone()), is_new: false });
         Ok(path)
     }
