@@ -92,24 +92,26 @@ impl Document {
     }
 
     /// The message in `format`, or -32003 when none is open.
-    pub fn get(&self, format: Format) -> Result<(String, Option<PathBuf>), RpcError> {
+    /// The message as text in `format`, shared (the hl7 text is rendered once
+    /// per version), or -32003 when none is open.
+    pub fn get(&self, format: Format) -> Result<(Arc<str>, Option<PathBuf>), RpcError> {
         let (message, file) = {
             let held = self.held.lock().unwrap();
             let message = held.message.clone().ok_or_else(errors::no_message)?;
             if format == Format::Hl7
                 && let Some(text) = &held.hl7
             {
-                return Ok((text.to_string(), held.file.clone()));
+                return Ok((text.clone(), held.file.clone()));
             }
             (message, held.file.clone())
         };
         // Rendering a large message happens outside the lock.
-        let text = tree::render(&message, format).map_err(|e| RpcError::new(errors::GENERAL, e))?;
+        let text: Arc<str> = tree::render(&message, format).map_err(|e| RpcError::new(errors::GENERAL, e))?.into();
         if format == Format::Hl7 {
             let mut held = self.held.lock().unwrap();
             // Kept only if no edit came in between.
             if held.message.as_ref().is_some_and(|now| Arc::ptr_eq(now, &message)) {
-                held.hl7 = Some(Arc::from(text.as_str()));
+                held.hl7 = Some(text.clone());
             }
         }
         Ok((text, file))

@@ -21,10 +21,16 @@ fn hl7() -> Format {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Message {
-    pub message: String,
+    #[serde(serialize_with = "shared_str")]
+    pub message: std::sync::Arc<str>,
     pub has_file: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file_path: Option<String>,
+}
+
+/// Serialises the shared text without copying it first.
+fn shared_str<S: serde::Serializer>(text: &std::sync::Arc<str>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(text)
 }
 
 pub async fn get_message(ctx: Ctx<ExtConn>, params: GetParams) -> Result<Message, RpcError> {
