@@ -23,6 +23,7 @@ use std::process::ExitCode;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use rpc_core::cli;
+use rpc_core::daemon;
 
 use config::{Cli, Command, Config, EndpointArgs, ServeArgs};
 
@@ -62,11 +63,5 @@ fn serve(runtime: &tokio::runtime::Runtime, endpoint: &EndpointArgs, args: &Serv
         Ok(config) => config,
         Err(e) => return cli::bad_configuration(&e),
     };
-    match runtime.block_on(server::run(config)) {
-        Ok(stopped) => stopped.exit_code(),
-        Err(e) => {
-            eprintln!("btcp-broker: {e}");
-            e.exit_code()
-        }
-    }
+    daemon::exit_code_of("btcp-broker", runtime, server::run(config))
 }

@@ -21,6 +21,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use rpc_core::cli::{self, LogArgs};
+use rpc_core::daemon::{self, Threads};
 
 use crate::config::{Config, ServeArgs};
 
@@ -70,21 +71,7 @@ fn serve(args: ServeArgs, log: &LogArgs) -> ExitCode {
     };
     // One thread: an extension's request, its handler and its reply then run
     // on the thread that read it, with no wake-up of another (editor/getMessage
-    // from one extension: 447k/s on two workers, 462k/s on one). Children are spawned
-    // from it too, and it lives as long as the daemon, as their parent-death
-    // signal wants. Saving files goes to the blocking pool.
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("hermes-host: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(server::run(config)) {
-        Ok(stopped) => stopped.exit_code(),
-        Err(e) => {
-            eprintln!("hermes-host: {e}");
-            e.exit_code()
-        }
-    }
+    // from one extension: 447k/s on two workers, 462k/s on one). Saving files
+    // goes to the blocking pool.
+    daemon::run_to_exit("hermes-host", Threads::One, server::run(config))
 }

@@ -23,6 +23,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use rpc_core::cli::{self, LogArgs};
+use rpc_core::daemon::{self, Threads};
 
 use crate::config::{Config, RunArgs, SocketArgs};
 
@@ -88,18 +89,5 @@ fn run(args: RunArgs, sockets: &SocketArgs) -> ExitCode {
         Ok(config) => config,
         Err(e) => return cli::bad_configuration(&e),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("ralph-server: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(server::run(config)) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("ralph-server: {e}");
-            e.exit_code()
-        }
-    }
+    daemon::run_to_exit("ralph-server", Threads::Workers(2), server::run(config))
 }

@@ -31,8 +31,8 @@ pub enum RunError {
     Start(#[from] StartError),
 }
 
-impl RunError {
-    pub fn exit_code(&self) -> ExitCode {
+impl rpc_core::daemon::Failure for RunError {
+    fn exit_code(&self) -> ExitCode {
         match self {
             RunError::Refused(_) => ExitCode::from(2),
             RunError::Start(e) => e.exit_code(),

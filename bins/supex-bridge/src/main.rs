@@ -25,6 +25,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::{Parser, Subcommand};
 use rpc_core::cli::{self, LogArgs};
+use rpc_core::daemon::{self, Threads};
 
 use crate::config::{Config, ServeArgs};
 
@@ -79,18 +80,5 @@ fn serve(args: ServeArgs, log: &LogArgs) -> ExitCode {
     // worker only adds cross-thread wake-ups to every round trip (eval_ruby
     // of `1+1`, p50: 125 us on two workers, 100 us on one; ping throughput the
     // same). File tools run on tokio's blocking pool as before.
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("supex-bridge: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(server::run(config)) {
-        Ok(stopped) => stopped.exit_code(),
-        Err(e) => {
-            eprintln!("supex-bridge: {e}");
-            e.exit_code()
-        }
-    }
+    daemon::run_to_exit("supex-bridge", Threads::One, server::run(config))
 }

@@ -66,6 +66,75 @@ impl StartError {
     }
 }
 
+/// A daemon's error that ends the process with its own exit code.
+pub trait Failure: std::fmt::Display {
+    fn exit_code(&self) -> ExitCode;
+}
+
+impl Failure for StartError {
+    fn exit_code(&self) -> ExitCode {
+        StartError::exit_code(self)
+    }
+}
+
+/// The tokio runtime a daemon runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Threads {
+    /// One thread: a request, its handler and its reply run where it was read,
+    /// with no wake-up of another thread; children are spawned from it, and it
+    /// lives as long as the daemon, as their parent-death signal wants.
+    One,
+    /// A pool of this many workers.
+    Workers(usize),
+}
+
+impl Threads {
+    /// Builds the runtime.
+    pub fn runtime(self) -> io::Result<tokio::runtime::Runtime> {
+        match self {
+            Threads::One => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+            Threads::Workers(n) => tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build(),
+        }
+    }
+}
+
+/// Runs a daemon's `serve` on `runtime` and turns its outcome into the
+/// process's exit code; a failure is reported in one line naming the daemon.
+/// The binary returns this from `main`, so everything `serve` owns (socket
+/// files, child process groups) is dropped first.
+pub fn exit_code_of<T, E>(
+    name: &str,
+    runtime: &tokio::runtime::Runtime,
+    serve: impl Future<Output = Result<T, E>>,
+) -> ExitCode
+where
+    T: Into<ExitCode>,
+    E: Failure,
+{
+    match runtime.block_on(serve) {
+        Ok(outcome) => outcome.into(),
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+/// [`exit_code_of`] on a new runtime of `threads`.
+pub fn run_to_exit<T, E>(name: &str, threads: Threads, serve: impl Future<Output = Result<T, E>>) -> ExitCode
+where
+    T: Into<ExitCode>,
+    E: Failure,
+{
+    match threads.runtime() {
+        Ok(runtime) => exit_code_of(name, &runtime, serve),
+        Err(e) => {
+            eprintln!("{name}: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// The token rule for TCP listeners, whoever opened them.
 #[derive(Debug)]
 struct TokenRule {

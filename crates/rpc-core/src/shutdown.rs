@@ -55,6 +55,12 @@ impl Stopped {
     }
 }
 
+impl From<Stopped> for ExitCode {
+    fn from(stopped: Stopped) -> ExitCode {
+        stopped.exit_code()
+    }
+}
+
 impl Default for Shutdown {
     fn default() -> Self {
         Shutdown {
