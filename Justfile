@@ -20,7 +20,7 @@ lint:
 fmt:
     cargo fmt --all
 
-# The benchmark suite (performance.md); writes BENCHMARKS.md.
+# The benchmark suite (the project's targets, B1-B9); writes BENCHMARKS.md.
 bench:
     cargo build --release --workspace --bins
     ./target/release/rpc-bench suite --write BENCHMARKS.md

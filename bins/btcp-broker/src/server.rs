@@ -34,13 +34,18 @@ pub async fn run(config: Config) -> Result<Stopped, StartError> {
     let address = listener.local_addr();
     // Every connection is a file descriptor; a soft limit of 1024 (a common
     // default) would refuse connections long before BTCP_MAX_CONNECTIONS.
+    // Only a limit below the peers themselves is worth a warning on every
+    // start: the spare HTTP connections beyond them are a convenience.
     let wanted = (config.max_connections + EXTRA_HTTP_CONNECTIONS) as u64;
     match listen::raise_fd_limit() {
-        Some(limit) if limit < wanted => tracing::warn!(
+        Some(limit) if limit < config.max_connections as u64 => tracing::warn!(
             limit,
             wanted,
             "the open-file limit is below BTCP_MAX_CONNECTIONS; raise LimitNOFILE / ulimit -n"
         ),
+        Some(limit) if limit < wanted => {
+            tracing::debug!(limit, wanted, "fewer spare descriptors for HTTP requests than asked for")
+        }
         _ => {}
     }
     let broker = Broker::new(config, daemon.shutdown().clone());

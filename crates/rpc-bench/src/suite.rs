@@ -1,4 +1,4 @@
-//! The benchmark suite: every row of performance.md's table that has a daemon
+//! The benchmark suite: every benchmark target (B1-B9) that has a daemon
 //! to measure, each against its baseline from the same run.
 //!
 //! The machines here are shared and noisy, so every comparison runs its
@@ -543,7 +543,7 @@ fn document(table: &str, options: &Options) -> String {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!(
-        "# Benchmarks\n\nThe latest run of `rpc-bench suite` (performance.md). Client, daemons and baselines share \
+        "# Benchmarks\n\nThe latest run of `rpc-bench suite`. Client, daemons and baselines share \
          one machine; compare ratios, not absolute numbers. Each row is the median of {} alternating runs of \
          {} s (after {} s of warm-up) of its baseline and its target.\n\n\
          - machine: {cores} cores, {cpu}, Linux {}\n\

@@ -4,8 +4,8 @@
 //! Why the connection task writes, rather than a writer task of its own: a
 //! reply then goes out from the task that produced it, with no other task to
 //! wake. At one request in flight that hop was most of the round trip on top
-//! of the network's own (performance.md: "avoid a channel hop per message on
-//! the fast path"). What a writer task gave is kept: one writer at a time,
+//! of the network's own: a channel hop per message on the fast path is what
+//! the engine avoids. What a writer task gave is kept: one writer at a time,
 //! messages written in the order they were queued, flushed once per batch
 //! rather than once per message.
 //!
