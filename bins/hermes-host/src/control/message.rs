@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ControlConn;
 use crate::hl7::tree::Format;
-use crate::methods::editor::Message;
+use crate::methods::editor::{self, GetParams, Message};
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -32,25 +32,14 @@ pub async fn open(ctx: Ctx<ControlConn>, params: OpenParams) -> Result<Opened, R
     Ok(Opened { has_file: true, file_path: Some(path.display().to_string()) })
 }
 
-#[derive(Deserialize)]
-pub struct GetParams {
-    #[serde(default = "hl7")]
-    format: Format,
-}
-
-fn hl7() -> Format {
-    Format::Hl7
-}
-
 pub async fn get(ctx: Ctx<ControlConn>, params: GetParams) -> Result<Message, RpcError> {
-    let (message, file) = ctx.state.host.document.get(params.format)?;
-    Ok(Message { message, has_file: file.is_some(), file_path: file.map(|f| f.display().to_string()) })
+    editor::message_in(&ctx.state.host.document, params)
 }
 
 #[derive(Deserialize)]
 pub struct SetParams {
     message: String,
-    #[serde(default = "hl7")]
+    #[serde(default = "editor::hl7")]
     format: Format,
 }
 

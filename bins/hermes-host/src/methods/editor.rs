@@ -4,17 +4,18 @@ use rpc_core::{Ctx, RpcError};
 use serde::{Deserialize, Serialize};
 
 use super::ExtConn;
-use crate::document::PatchOutcome;
+use crate::document::{Document, PatchOutcome};
 use crate::hl7::patch::Patch;
 use crate::hl7::tree::Format;
 
+/// `editor/getMessage` and the control socket's `message/get`.
 #[derive(Deserialize)]
 pub struct GetParams {
     #[serde(default = "hl7")]
     format: Format,
 }
 
-fn hl7() -> Format {
+pub(crate) fn hl7() -> Format {
     Format::Hl7
 }
 
@@ -34,7 +35,12 @@ fn shared_str<S: serde::Serializer>(text: &std::sync::Arc<str>, serializer: S) -
 }
 
 pub async fn get_message(ctx: Ctx<ExtConn>, params: GetParams) -> Result<Message, RpcError> {
-    let (message, file) = ctx.state.host.document.get(params.format)?;
+    message_in(&ctx.state.host.document, params)
+}
+
+/// The open message in the asked format, with where it came from.
+pub fn message_in(document: &Document, params: GetParams) -> Result<Message, RpcError> {
+    let (message, file) = document.get(params.format)?;
     Ok(Message { message, has_file: file.is_some(), file_path: file.map(|f| f.display().to_string()) })
 }
 
