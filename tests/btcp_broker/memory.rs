@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use futures_util::SinkExt;
-use integration_tests::{peak_rss, rss_bytes};
+use integration_tests::{rss_bytes, rss_growth_mib};
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -46,8 +46,9 @@ async fn silent_agent(broker: &Broker, session: &str, messages: Vec<String>) {
     });
 }
 
-async fn peak(pid: u32, window: Duration) -> u64 {
-    tokio::task::spawn_blocking(move || peak_rss(pid, window)).await.unwrap()
+/// `rss_growth_mib` off the async runtime (it samples with sleeps).
+async fn growth(pid: u32, before: u64, window: Duration, what: &'static str) -> u64 {
+    tokio::task::spawn_blocking(move || rss_growth_mib(pid, before, window, what)).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,13 +60,8 @@ async fn an_agent_that_never_reads_large_answers_stays_within_the_budget() {
         .map(|id| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "big"}}).to_string())
         .collect();
     silent_agent(&broker, "mem-big", calls).await;
-    let peak = peak(broker.daemon.pid(), Duration::from_secs(4)).await;
-    let grown = peak.saturating_sub(before) / MIB;
-    eprintln!(
-        "btcp-broker RSS: {} MiB before, {} MiB peak (+{grown} MiB) for 400 unread 1 MiB answers",
-        before / MIB,
-        peak / MIB
-    );
+    let grown =
+        growth(broker.daemon.pid(), before, Duration::from_secs(4), "btcp-broker: 400 unread 1 MiB answers").await;
     // Unbounded, this is 400 MiB. The budget: 8 MiB of queued replies plus one
     // answer per running handler (32), plus the allocator's slack.
     assert!(grown < 150, "grew by {grown} MiB");
@@ -86,13 +82,9 @@ async fn an_agent_flooding_large_notifications_stays_within_the_backlog() {
         })
         .collect();
     silent_agent(&broker, "mem-notes", notes).await;
-    let peak = peak(broker.daemon.pid(), Duration::from_secs(5)).await;
-    let grown = peak.saturating_sub(before) / MIB;
-    eprintln!(
-        "btcp-broker RSS: {} MiB before, {} MiB peak (+{grown} MiB) for 200 flooded 1 MiB notifications",
-        before / MIB,
-        peak / MIB
-    );
+    let grown =
+        growth(broker.daemon.pid(), before, Duration::from_secs(5), "btcp-broker: 200 flooded 1 MiB notifications")
+            .await;
     // Unbounded, this is 200 MiB and more. The incoming backlog holds 16 MiB.
     assert!(grown < 100, "grew by {grown} MiB");
     browser.abort();
@@ -124,14 +116,13 @@ async fn departed_browsers_tool_lists_stay_within_the_tools_budget() {
     }
     let browsers = || broker.get("/health").json()["browsers"].as_u64();
     assert!(integration_tests::eventually(Duration::from_secs(10), || browsers() == Some(0)));
-    let peak = peak(broker.daemon.pid(), Duration::from_secs(1)).await;
-    let grown = peak.saturating_sub(before) / MIB;
-    eprintln!(
-        "btcp-broker RSS: {} MiB before, {} MiB after (+{grown} MiB) for {BROWSERS} departed browsers \
-         with 3 MiB of tools each",
-        before / MIB,
-        peak / MIB
-    );
+    let grown = growth(
+        broker.daemon.pid(),
+        before,
+        Duration::from_secs(1),
+        "btcp-broker: 120 departed browsers with 3 MiB of tools each",
+    )
+    .await;
     // Kept for the idle TTL, this is 360 MiB and more (+529 MiB measured). The
     // budget keeps 16 MiB of them; the rest is one registration being parsed
     // (a few times its 3 MiB) and the allocator's slack (+70 MiB measured).

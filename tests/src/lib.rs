@@ -387,3 +387,13 @@ pub fn peak_rss(pid: u32, window: Duration) -> u64 {
     }
     peak
 }
+
+/// How much `pid` grew, in MiB, at its peak over `window` from `before` bytes;
+/// prints the figures with `what` (the reading a test's closing note quotes).
+pub fn rss_growth_mib(pid: u32, before: u64, window: Duration, what: &str) -> u64 {
+    const MIB: u64 = 1024 * 1024;
+    let peak = peak_rss(pid, window);
+    let grown = peak.saturating_sub(before) / MIB;
+    eprintln!("RSS: {} MiB before, {} MiB peak (+{grown} MiB) for {what}", before / MIB, peak / MIB);
+    grown
+}

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use integration_tests::{peak_rss, rss_bytes};
+use integration_tests::{rss_bytes, rss_growth_mib};
 use serde_json::json;
 
 use crate::support::{Bridge, eval, hello_params};
@@ -45,13 +45,8 @@ fn pipelined_large_reads_that_are_never_read_stay_within_the_budget() {
         })
         .collect();
     let _stream = flood(&bridge, lines);
-    let peak = peak_rss(bridge.daemon.pid(), Duration::from_secs(4));
-    let grown = peak.saturating_sub(before) / MIB;
-    eprintln!(
-        "supex-bridge RSS: {} MiB before, {} MiB peak (+{grown} MiB) for 3000 unread 1 MiB replies",
-        before / MIB,
-        peak / MIB
-    );
+    let grown =
+        rss_growth_mib(bridge.daemon.pid(), before, Duration::from_secs(4), "supex-bridge: 3000 unread 1 MiB replies");
     // Unbounded, this is 3 GiB. The budget: 8 MiB of queued replies plus one
     // reply per running handler (32), plus the allocator's slack.
     assert!(grown < 160, "grew by {grown} MiB");
@@ -80,12 +75,11 @@ fn large_notifications_flooded_behind_a_slow_eval_stay_within_the_backlog() {
         lines.push(format!("{note}\n").into_bytes());
     }
     let _stream = flood(&bridge, lines);
-    let peak = peak_rss(bridge.daemon.pid(), Duration::from_secs(4));
-    let grown = peak.saturating_sub(before) / MIB;
-    eprintln!(
-        "supex-bridge RSS: {} MiB before, {} MiB peak (+{grown} MiB) for 500 flooded 1 MiB notifications",
-        before / MIB,
-        peak / MIB
+    let grown = rss_growth_mib(
+        bridge.daemon.pid(),
+        before,
+        Duration::from_secs(4),
+        "supex-bridge: 500 flooded 1 MiB notifications",
     );
     // Unbounded, this is 500 MiB and more. The incoming backlog holds 16 MiB.
     assert!(grown < 120, "grew by {grown} MiB");
