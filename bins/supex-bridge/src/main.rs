@@ -53,6 +53,9 @@ enum Command {
     Repl(client::repl::ReplArgs),
     /// Check that the bridge answers (exit 0) or not (exit 1), for health checks.
     Ping(client::ping::PingArgs),
+    /// A Model Context Protocol server on stdio for AI agents: the bridge's tools,
+    /// reached through the running bridge (same settings as `call`).
+    Mcp(client::mcp::McpArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
         Some(Command::Call(args)) => client::call::run(args),
         Some(Command::Repl(args)) => client::repl::run(args),
         Some(Command::Ping(args)) => client::ping::run(args),
+        Some(Command::Mcp(args)) => client::mcp::run(args),
     }
 }
 

@@ -3,6 +3,7 @@
 //! any other client.
 
 pub mod call;
+pub mod mcp;
 pub mod ping;
 pub mod repl;
 

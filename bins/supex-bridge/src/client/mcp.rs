@@ -1,0 +1,160 @@
+//! `supex-bridge mcp`: a Model Context Protocol server on stdio in front of
+//! the running bridge. It connects like `call` does (same host, port, token
+//! and workspace settings), says `hello` with the MCP client's name, and
+//! offers the bridge's tools one for one.
+//!
+//! A Ruby error, a denied path, the bridge being down: each is a tool result
+//! with `isError: true` and the bridge's message, so the model reads it. The
+//! next call after the bridge restarts connects again.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mcp_front::{
+    CallToolResult, Caller, Changes, Door, Failure, JsonObject, Link, McpError, ServerName, Tool, Upstream,
+};
+use rpc_core::PeerHandle;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::{address, connect, describe, request, tokio_runtime};
+use crate::config::parse_seconds;
+
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    /// Host of the bridge.
+    #[arg(long, env = "SUPEX_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port of the bridge.
+    #[arg(long, env = "SUPEX_PORT", default_value_t = 9876)]
+    pub port: u16,
+    /// Token for `hello`.
+    #[arg(long, env = "SUPEX_AUTH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Workspace for the agent: an extra allowed root (only when the bridge has
+    /// no SUPEX_ALLOWED_ROOTS, or inside them) and the base of relative paths.
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+    /// How long one tool call may take before the agent gets an error
+    /// (seconds or a duration such as 2m).
+    #[arg(long, default_value = "300", value_parser = parse_seconds)]
+    pub timeout: Duration,
+}
+
+pub fn run(args: McpArgs) -> ExitCode {
+    let workspace = match args.workspace.as_deref().map(std::path::absolute).transpose() {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("supex-bridge mcp: --workspace: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let bridge = Bridge {
+        addr: address(&args.host, args.port),
+        token: args.token,
+        workspace,
+        client: Mutex::new(Caller::default()),
+    };
+    let door = Arc::new(BridgeDoor { link: Link::new(bridge), timeout: args.timeout, changes: Changes::new() });
+    match tokio_runtime().block_on(mcp_front::serve_stdio(door)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("supex-bridge mcp: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The bridge as the agent's upstream: TCP, then `hello`.
+struct Bridge {
+    addr: String,
+    token: Option<String>,
+    workspace: Option<PathBuf>,
+    /// Who the agent is, for `hello`: the bridge logs it per connection.
+    client: Mutex<Caller>,
+}
+
+impl Upstream for Bridge {
+    async fn connect(&self) -> Result<PeerHandle, String> {
+        let unreachable = |why: String| {
+            format!("supex-bridge is not reachable at {}: {why}. Start it with `supex-bridge serve`.", self.addr)
+        };
+        let peer = connect(&self.addr, Duration::from_secs(10)).await.map_err(unreachable)?;
+        let caller = self.client.lock().unwrap().clone();
+        let mut hello = json!({
+            "name": caller.name(),
+            "version": caller.version(),
+            "agent": "mcp",
+            "pid": std::process::id(),
+        });
+        if let Some(token) = &self.token {
+            hello["token"] = json!(token);
+        }
+        if let Some(dir) = &self.workspace {
+            hello["workspace"] = json!(dir.to_string_lossy());
+        }
+        request(&peer, "hello", &hello, Duration::from_secs(10))
+            .await
+            .map_err(|e| format!("the bridge at {} refused hello: {}", self.addr, describe(&e)))?;
+        Ok(peer)
+    }
+}
+
+struct BridgeDoor {
+    link: Link<Bridge>,
+    timeout: Duration,
+    changes: Changes,
+}
+
+impl BridgeDoor {
+    fn remember(&self, caller: &Caller) {
+        if caller.client.is_some() {
+            *self.link.upstream().client.lock().unwrap() = caller.clone();
+        }
+    }
+}
+
+impl Door for BridgeDoor {
+    fn server_name(&self) -> ServerName {
+        ServerName {
+            name: "supex-bridge",
+            version: env!("CARGO_PKG_VERSION"),
+            instructions: "Tools of a live Ruby runtime behind supex-bridge: evaluate Ruby (state persists \
+                           between calls), read, write and list files inside the bridge's allowed roots, \
+                           reset the runtime. A Ruby exception comes back as a tool error with its backtrace."
+                .into(),
+        }
+    }
+
+    fn changes(&self) -> &Changes {
+        &self.changes
+    }
+
+    async fn list_tools(&self, caller: &Caller) -> Result<Vec<Tool>, McpError> {
+        self.remember(caller);
+        let never = CancellationToken::new();
+        let list = self
+            .link
+            .call("tools/list", &json!({}), Some(Duration::from_secs(30)), &never)
+            .await
+            .map_err(Failure::into_error)?;
+        Ok(list["tools"].as_array().into_iter().flatten().filter_map(mcp_front::tool_from_json).collect())
+    }
+
+    async fn call_tool(
+        &self,
+        caller: &Caller,
+        name: &str,
+        arguments: JsonObject,
+        cancel: CancellationToken,
+    ) -> CallToolResult {
+        self.remember(caller);
+        let params = json!({"name": name, "arguments": Value::Object(arguments)});
+        match self.link.call("tools/call", &params, Some(self.timeout), &cancel).await {
+            Ok(result) => mcp_front::success(result),
+            Err(failure) => failure.into_result(),
+        }
+    }
+}
