@@ -397,3 +397,110 @@ pub fn rss_growth_mib(pid: u32, before: u64, window: Duration, what: &str) -> u6
     eprintln!("RSS: {} MiB before, {} MiB peak (+{grown} MiB) for {what}", before / MIB, peak / MIB);
     grown
 }
+
+/// An MCP client from the official Python SDK (`tests/mcp/driver.py`), driven
+/// one JSON command per line. `None` (after a skip line) when python3 or the
+/// `mcp` package is missing; under `CI=true` that is a failure instead.
+pub struct McpClient {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl McpClient {
+    pub fn start() -> Option<McpClient> {
+        if !require_tool("python3") {
+            return None;
+        }
+        let has_sdk = Command::new("python3")
+            .args(["-c", "import mcp, mcp_types"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !has_sdk {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("the MCP Python SDK is required by this test and CI=true: `pip install mcp` (see .ci/run)");
+            }
+            eprintln!("SKIP: the MCP Python SDK is not installed; `pip install mcp` to run this test");
+            return None;
+        }
+        let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp/driver.py");
+        let mut child = Command::new("python3")
+            .arg(driver)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 starts");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Some(McpClient { child, stdin, stdout })
+    }
+
+    /// Sends one command and returns the driver's answer (`{"ok": ...}` or
+    /// `{"error": ...}`).
+    pub fn send(&mut self, command: Value) -> Value {
+        writeln!(self.stdin, "{command}").expect("the MCP driver reads commands");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("the MCP driver answers");
+        assert!(!line.is_empty(), "the MCP driver exited while answering {command}");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("driver answer {line:?}: {e}"))
+    }
+
+    /// Sends one command that must succeed; returns its result.
+    pub fn ok(&mut self, command: Value) -> Value {
+        let answer = self.send(command.clone());
+        match answer.get("ok") {
+            Some(result) => result.clone(),
+            None => panic!("{command} failed: {answer}"),
+        }
+    }
+
+    /// Starts an MCP server command (`[program, args...]`) over stdio with extra
+    /// environment, in `mode` (`auto`: the SDK probes `server/discover`;
+    /// `legacy`: the `initialize` handshake). Returns the negotiated session info.
+    pub fn open_stdio(&mut self, command: &[&str], env: &[(&str, &str)], mode: &str, listen: Value) -> Value {
+        let env: serde_json::Map<String, Value> =
+            env.iter().map(|(k, v)| ((*k).to_owned(), Value::String((*v).to_owned()))).collect();
+        let mut env = env;
+        // The SDK passes only a default environment to the server; PATH and HOME
+        // matter to the daemons' client commands.
+        for key in ["PATH", "HOME", "XDG_RUNTIME_DIR"] {
+            if let Ok(value) = std::env::var(key) {
+                env.entry(key.to_owned()).or_insert(Value::String(value));
+            }
+        }
+        self.ok(serde_json::json!({
+            "op": "open",
+            "server": {"command": command[0], "args": &command[1..], "env": env},
+            "mode": mode,
+            "listen": listen,
+        }))
+    }
+
+    /// The next change notification within `timeout`, or `None`.
+    pub fn next_change(&mut self, timeout: Duration) -> Option<Value> {
+        let change = self.ok(serde_json::json!({"op": "next_change", "timeout": timeout.as_secs_f64()}));
+        (!change["change"].is_null()).then_some(change)
+    }
+
+    /// The text of a tool result's first content block.
+    pub fn text(result: &Value) -> &str {
+        result["content"][0]["text"].as_str().unwrap_or_default()
+    }
+}
+
+impl Drop for McpClient {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "{}", serde_json::json!({"op": "close"}));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -7,6 +7,7 @@ mod eval;
 mod files;
 mod handshake;
 mod lifecycle;
+mod mcp;
 mod memory;
 mod repl;
 mod service;
