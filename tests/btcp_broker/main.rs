@@ -6,6 +6,7 @@ mod commands;
 mod forwarding;
 mod http;
 mod load;
+mod mcp;
 mod memory;
 mod messages;
 mod public_client;

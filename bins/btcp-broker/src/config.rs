@@ -65,6 +65,17 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A Model Context Protocol server on stdio for AI agents: the tools of one
+    /// session's browser page, through the running broker (as an agent).
+    Mcp {
+        /// The session whose browser tools to offer (`demo`: the demo page's).
+        #[arg(long)]
+        session: String,
+        /// Timeout of each forwarded tool call (ms, or a duration like `2m`);
+        /// default: the broker's BTCP_CALL_TIMEOUT. The broker caps it.
+        #[arg(long, value_parser = positive_millis)]
+        call_timeout: Option<Duration>,
+    },
 }
 
 fn parse_tool_arg(text: &str) -> Result<(String, serde_json::Value), String> {

@@ -7,6 +7,7 @@ mod broker;
 mod client;
 mod config;
 mod http;
+mod mcp;
 mod methods;
 mod metrics;
 mod rate_limit;

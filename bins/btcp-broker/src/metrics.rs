@@ -30,10 +30,12 @@ pub enum Outcome {
     RateLimited,
     Malformed,
     NotJoined,
+    /// The agent cancelled the call (`notifications/cancelled`) or went away.
+    Cancelled,
 }
 
 impl Outcome {
-    const ALL: [Outcome; 9] = [
+    const ALL: [Outcome; 10] = [
         Outcome::Ok,
         Outcome::ToolError,
         Outcome::Timeout,
@@ -43,6 +45,7 @@ impl Outcome {
         Outcome::RateLimited,
         Outcome::Malformed,
         Outcome::NotJoined,
+        Outcome::Cancelled,
     ];
 
     fn label(self) -> &'static str {
@@ -56,6 +59,7 @@ impl Outcome {
             Outcome::RateLimited => "rate_limited",
             Outcome::Malformed => "malformed",
             Outcome::NotJoined => "not_joined",
+            Outcome::Cancelled => "cancelled",
         }
     }
 }

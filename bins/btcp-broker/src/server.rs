@@ -49,7 +49,9 @@ pub async fn run(config: Config) -> Result<Stopped, StartError> {
         _ => {}
     }
     let broker = Broker::new(config, daemon.shutdown().clone());
-    let app = crate::http::router(broker.clone());
+    let mcp_doors = crate::mcp::HttpDoors::new(broker.clone());
+    let app = crate::http::router(broker.clone(), mcp_doors.clone());
+    mcp_doors.set_app(app.clone());
 
     tokio::spawn(sweep_idle_sessions(broker.clone()));
     let max_http = broker.config.max_connections + EXTRA_HTTP_CONNECTIONS;
@@ -68,6 +70,12 @@ async fn serve_http(stream: Stream, peer: String, app: Router, shutdown: Shutdow
         Stream::Tcp(s) => serve_io(TokioIo::new(s), peer, app, shutdown).await,
         Stream::Unix(s) => serve_io(TokioIo::new(s), peer, app, shutdown).await,
     }
+}
+
+/// Serves one in-memory connection made inside the broker (the `/mcp`
+/// endpoint's agent connections) exactly as a socket's.
+pub async fn serve_in_process(io: tokio::io::DuplexStream, app: Router, shutdown: Shutdown) {
+    serve_io(TokioIo::new(io), PeerAddr("in-process (mcp)".into()), app, shutdown).await
 }
 
 async fn serve_io<I>(io: TokioIo<I>, peer: PeerAddr, app: Router, shutdown: Shutdown)

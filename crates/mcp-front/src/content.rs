@@ -54,6 +54,20 @@ pub fn success(value: Value) -> CallToolResult {
     result
 }
 
+/// A result that is already MCP-shaped (`{content, isError?,
+/// structuredContent?}`, what BTCP browsers answer) passed on as it is;
+/// anything else is shown as [`success`] would.
+pub fn passed_on(result: Value) -> CallToolResult {
+    match serde_json::from_value::<CallToolResult>(result.clone()) {
+        Ok(mut shaped) => {
+            // The browser speaks an era without `resultType`; the client's may require it.
+            shaped.result_type = CallToolResult::default().result_type;
+            shaped
+        }
+        Err(_) => success(result),
+    }
+}
+
 /// A failed call the model should see: `isError: true` with the message,
 /// and the daemon's error data (a Ruby backtrace, the denied path) below it.
 pub fn failure(message: impl Into<String>, data: Option<&Value>) -> CallToolResult {
@@ -84,6 +98,15 @@ mod tests {
         assert_eq!(bare.input_schema["type"], "object");
         assert!(tool_from_json(&json!({"name": ""})).is_none());
         assert!(tool_from_json(&json!({"description": "no name"})).is_none());
+    }
+
+    #[test]
+    fn mcp_shaped_results_pass_on_with_a_result_type() {
+        let r = passed_on(json!({"content": [{"type": "text", "text": "hi"}], "isError": true}));
+        assert_eq!(r.is_error, Some(true));
+        assert!(r.result_type.is_some(), "2026-07-28 clients require resultType");
+        let other = passed_on(json!({"answer": 42}));
+        assert_eq!(other.structured_content, Some(json!({"answer": 42})));
     }
 
     #[test]

@@ -25,12 +25,14 @@ mod link;
 mod stdio;
 
 pub use changes::{Change, Changes};
-pub use content::{failure, resource_text, success, tool, tool_from_json};
+pub use content::{failure, passed_on, resource_text, success, tool, tool_from_json};
 pub use door::{Caller, Door, ServerName};
 pub use front::Front;
 pub use link::{Failure, Link, Upstream};
 pub use stdio::serve_stdio;
 
+/// The SDK itself, for a daemon that mounts the HTTP transport.
+pub use rmcp;
 /// The rmcp types a door needs, so daemons name one dependency.
 pub use rmcp::ErrorData as McpError;
 pub use rmcp::model::{CallToolResult, JsonObject, Tool};

@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use rpc_core::{CallError, PeerHandle, RpcError};
+use rpc_core::{CallError, CancelNotice, PeerHandle, RpcError};
 use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -22,6 +22,13 @@ pub trait Upstream: Send + Sync + 'static {
     /// token). The error is a sentence for the agent: what could not be
     /// reached and how to start it.
     fn connect(&self) -> impl Future<Output = Result<PeerHandle, String>> + Send;
+
+    /// How to tell the daemon that the agent abandoned a call, if its
+    /// protocol has a way (BTCP: `notifications/cancelled`). Without one the
+    /// call is only forgotten here, and the daemon's late answer dropped.
+    fn cancel_notice(&self) -> Option<CancelNotice> {
+        None
+    }
 }
 
 /// Why a call produced no result.
@@ -119,16 +126,14 @@ impl<U: Upstream> Link<U> {
             peer = self.peer() => peer?,
             _ = cancel.cancelled() => return Err(Failure::Cancelled),
         };
-        let reply = tokio::select! {
-            reply = peer.request_raw(method, params, timeout) => reply,
-            _ = cancel.cancelled() => return Err(Failure::Cancelled),
-        };
+        let reply = peer.request_cancellable(method, params, timeout, cancel, self.upstream.cancel_notice()).await;
         match reply {
             Ok(raw) => serde_json::from_str(raw.get()).map_err(|e| Failure::Malformed(e.to_string())),
             Err(CallError::Rpc(e)) => Err(Failure::Rpc(e)),
             Err(CallError::Timeout(limit)) => Err(Failure::Timeout(limit)),
             Err(CallError::Malformed(why)) => Err(Failure::Malformed(why)),
             Err(CallError::Disconnected) => Err(Failure::Lost),
+            Err(CallError::Cancelled) => Err(Failure::Cancelled),
         }
     }
 }

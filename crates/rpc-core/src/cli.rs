@@ -40,7 +40,13 @@ impl LogArgs {
     /// output. A second call in one process leaves the first subscriber.
     pub fn init(&self) -> Result<(), ConfigError> {
         use tracing_subscriber::EnvFilter;
-        let filter = EnvFilter::try_new(&self.log_level).map_err(|e| ConfigError::new("RUST_LOG (--log-level)", e))?;
+        let mut filter =
+            EnvFilter::try_new(&self.log_level).map_err(|e| ConfigError::new("RUST_LOG (--log-level)", e))?;
+        // The MCP SDK logs every message of a session at info; only its
+        // warnings belong in a daemon's log unless asked for by name.
+        if !self.log_level.contains("rmcp") {
+            filter = filter.add_directive("rmcp=warn".parse().expect("a valid directive"));
+        }
         // Colours only for a person at a terminal, never in journald or files.
         let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
         let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);

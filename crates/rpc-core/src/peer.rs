@@ -158,6 +158,24 @@ pub enum CallError {
     Disconnected,
     #[error("malformed response: {0}")]
     Malformed(String),
+    /// Our caller gave up on it ([`PeerHandle::request_cancellable`]).
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// How to tell the other side that we abandoned a request: a notification
+/// naming its id. The dialects differ: MCP sends `notifications/cancelled`
+/// with `requestId`, LSP `$/cancelRequest` with `id`.
+#[derive(Clone, Copy, Debug)]
+pub struct CancelNotice {
+    pub method: &'static str,
+    /// The params field that carries the request's id.
+    pub id_field: &'static str,
+}
+
+impl CancelNotice {
+    /// MCP's (and BTCP's) `notifications/cancelled {requestId}`.
+    pub const MCP: CancelNotice = CancelNotice { method: "notifications/cancelled", id_field: "requestId" };
 }
 
 /// The connection was closed; nothing more can be sent on it.
@@ -276,6 +294,31 @@ impl PeerHandle {
         params: &P,
         timeout: Option<Duration>,
     ) -> Reply {
+        self.request_inner(method, params, timeout, None).await
+    }
+
+    /// [`request_raw`](Self::request_raw) that our caller may abandon: when
+    /// `cancel` fires first, the call is forgotten (a late answer is dropped),
+    /// `notice` tells the other side which request to stop, and the result is
+    /// [`CallError::Cancelled`].
+    pub async fn request_cancellable<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: &P,
+        timeout: Option<Duration>,
+        cancel: &CancellationToken,
+        notice: Option<CancelNotice>,
+    ) -> Reply {
+        self.request_inner(method, params, timeout, Some((cancel, notice))).await
+    }
+
+    async fn request_inner<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: &P,
+        timeout: Option<Duration>,
+        cancel: Option<(&CancellationToken, Option<CancelNotice>)>,
+    ) -> Reply {
         let shared = &self.shared;
         let deadline = timeout.map(|limit| Instant::now() + limit);
         let mut n = shared.next_id.fetch_add(1, Ordering::Relaxed);
@@ -294,19 +337,36 @@ impl PeerHandle {
             shared.pending_len.store(pending.calls.len(), Ordering::Relaxed);
         }
         // Removes the entry however this future ends unanswered: timed out,
-        // failed to send, or dropped by its caller.
+        // failed to send, cancelled, or dropped by its caller.
         let mut forget = ForgetOnDrop { shared, id: Some(n) };
-        match shared.outbox.push(Outbound::message(Kind::Request, json), deadline).await {
-            Ok(()) => {}
-            Err(PushError::Closed) => return Err(CallError::Disconnected),
-            Err(PushError::TimedOut) => return Err(CallError::Timeout(timeout.unwrap_or_default())),
-        }
-        let answer = match deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline, rx).await {
-                Ok(answer) => answer,
-                Err(_) => return Err(CallError::Timeout(timeout.unwrap_or_default())),
+        let exchange = async {
+            match shared.outbox.push(Outbound::message(Kind::Request, json), deadline).await {
+                Ok(()) => {}
+                Err(PushError::Closed) => return Err(CallError::Disconnected),
+                Err(PushError::TimedOut) => return Err(CallError::Timeout(timeout.unwrap_or_default())),
+            }
+            let answer = match deadline {
+                Some(deadline) => match tokio::time::timeout_at(deadline, rx).await {
+                    Ok(answer) => answer,
+                    Err(_) => return Err(CallError::Timeout(timeout.unwrap_or_default())),
+                },
+                None => rx.await,
+            };
+            answer.map_err(|_| CallError::Disconnected)
+        };
+        let answer = match cancel {
+            None => exchange.await,
+            Some((token, notice)) => tokio::select! {
+                answer = exchange => answer,
+                _ = token.cancelled() => {
+                    drop(forget);
+                    if let Some(notice) = notice {
+                        let params = serde_json::json!({ notice.id_field: n });
+                        let _ = self.notify(notice.method, params).await;
+                    }
+                    return Err(CallError::Cancelled);
+                }
             },
-            None => rx.await,
         };
         match answer {
             Ok(reply) => {
@@ -314,7 +374,7 @@ impl PeerHandle {
                 forget.id = None;
                 reply
             }
-            Err(_) => Err(CallError::Disconnected),
+            Err(e) => Err(e),
         }
     }
 

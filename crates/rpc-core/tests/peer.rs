@@ -407,3 +407,49 @@ async fn an_answer_without_result_or_error_fails_our_call_at_once_and_is_not_bou
     let reply: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
     assert_eq!(reply["error"]["code"], -32600, "{reply}");
 }
+
+#[tokio::test]
+async fn an_abandoned_request_tells_the_other_side_which_call_to_stop() {
+    // The other side records the cancel notices it hears, and the ids it was asked with.
+    let heard: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let asked: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let (h, a) = (heard.clone(), asked.clone());
+    let client = Router::<()>::new()
+        .method("hang", move |cx: rpc_core::Ctx<()>, _: Value| {
+            let a = a.clone();
+            async move {
+                a.lock().unwrap().push(serde_json::to_value(cx.request_id()).unwrap());
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok("late")
+            }
+        })
+        .method("notifications/cancelled", move |_, p: Value| {
+            let h = h.clone();
+            async move {
+                h.lock().unwrap().push(p);
+                Ok(())
+            }
+        })
+        .method("echo", |_, p: Value| async move { Ok(p) })
+        .build()
+        .unwrap();
+    let (server, _client) = pair(Router::<()>::empty(), client, PeerConfig::default());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        trigger.cancel();
+    });
+    let started = Instant::now();
+    let result = server.request_cancellable("hang", &json!({}), None, &cancel, Some(rpc_core::CancelNotice::MCP)).await;
+    assert_eq!(result.unwrap_err(), CallError::Cancelled);
+    assert!(started.elapsed() < Duration::from_millis(250), "cancelling ends the wait at once");
+
+    // The late answer finds nobody; the connection goes on.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let echoed: Value = server.request("echo", json!({"after": "cancel"})).await.unwrap();
+    assert_eq!(echoed, json!({"after": "cancel"}));
+    let asked = asked.lock().unwrap().clone();
+    let heard = heard.lock().unwrap().clone();
+    assert_eq!(heard, vec![json!({"requestId": asked[0]})], "the notice names the abandoned request");
+}

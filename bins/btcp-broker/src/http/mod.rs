@@ -12,7 +12,7 @@ use axum::http::uri::PathAndQuery;
 use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
@@ -22,8 +22,9 @@ use admission::{PeerAddr, Rejection, reject};
 const BTCP_JS: &str = include_str!("../assets/btcp.js");
 const INDEX_HTML: &str = include_str!("../assets/index.html");
 
-pub fn router(broker: Arc<Broker>) -> Router {
+pub fn router(broker: Arc<Broker>, mcp_doors: Arc<crate::mcp::HttpDoors>) -> Router {
     Router::new()
+        .route("/mcp", any(move |request: Request| crate::mcp::endpoint(mcp_doors.clone(), request)))
         .route("/ws", get(websocket::upgrade))
         .route("/events", get(sse::events))
         .route("/message", post(sse::message))

@@ -20,6 +20,8 @@ pub mod codes {
     pub const TOOL_NOT_FOUND: i64 = -32004;
     pub const RATE_LIMITED: i64 = -32005;
     pub const WRONG_CLIENT_TYPE: i64 = -32006;
+    /// The agent cancelled the call; sent only to an agent that still waits.
+    pub const CANCELLED: i64 = -32800;
 }
 
 pub fn router() -> Arc<Router<ConnState>> {
@@ -31,6 +33,7 @@ pub fn router() -> Arc<Router<ConnState>> {
         .method("tools/register", tools::register)
         .method("tools/list", tools::list)
         .method("tools/call", tools::call)
+        .method("notifications/cancelled", tools::cancelled)
         .guard(|cx, method| allowed_for(cx.state.client_type, method))
         // The public btcp-client answers a failed tool with both `result`
         // (carrying isError: true) and `error`; the result is the answer. Only

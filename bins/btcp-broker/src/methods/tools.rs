@@ -9,7 +9,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use rpc_core::{CallError, Ctx, NoParams, RpcError};
+use rpc_core::{CallError, CancelNotice, Ctx, Id, NoParams, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -134,7 +134,11 @@ pub async fn call(cx: Ctx<ConnState>, params: CallParams) -> Result<Box<RawValue
     session.touch();
     let started = Instant::now();
     let forwarded = ForwardedCall { name: &params.name, arguments };
-    let answer = browser.request_raw("tools/call", &forwarded, Some(timeout)).await;
+    // Fires when the agent cancels this call or goes away: the browser is
+    // told which of its calls to stop, and its late answer is dropped.
+    let abandoned = cx.cancel_token();
+    let answer =
+        browser.request_cancellable("tools/call", &forwarded, Some(timeout), &abandoned, Some(CancelNotice::MCP)).await;
     match answer {
         Ok(result) => {
             metrics.call(Outcome::Ok);
@@ -161,10 +165,29 @@ pub async fn call(cx: Ctx<ConnState>, params: CallParams) -> Result<Box<RawValue
             RpcError::new(codes::NO_BROWSER, "browser disconnected")
                 .with_data(serde_json::json!({ "sessionId": &*session.id })),
         ),
+        Err(CallError::Cancelled) => refuse(
+            Outcome::Cancelled,
+            RpcError::new(codes::CANCELLED, "request cancelled").with_data(serde_json::json!({ "name": params.name })),
+        ),
         Err(CallError::Malformed(problem)) => refuse(
             Outcome::Malformed,
             RpcError::internal(format!("malformed answer from the browser: {problem}"))
                 .with_data(serde_json::json!({ "reason": "malformed_answer", "sessionId": &*session.id })),
         ),
     }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelledParams {
+    request_id: Id,
+}
+
+/// `notifications/cancelled {requestId}` from an agent: abandon that
+/// forwarded call (MCP's cancellation, which BTCP agents speak).
+pub async fn cancelled(cx: Ctx<ConnState>, params: CancelledParams) -> Result<(), RpcError> {
+    if cx.peer.cancel_call(&params.request_id) {
+        tracing::debug!(conn = cx.peer.conn_id(), "tools/call cancelled by the agent");
+    }
+    Ok(())
 }

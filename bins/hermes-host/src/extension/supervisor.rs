@@ -232,6 +232,8 @@ async fn run_once(
         Err(CallError::Timeout(limit)) => Some((format!("no answer to initialize within {}", humanise(limit)), true)),
         Err(CallError::Rpc(e)) => Some((format!("initialize failed: {} ({})", e.message, e.code), false)),
         Err(CallError::Malformed(e)) => Some((format!("its initialize answer is malformed: {e}"), false)),
+        // Only `request_cancellable` gives up on its own; this request is not one.
+        Err(CallError::Cancelled) => Some(("initialize was abandoned".into(), true)),
         Err(CallError::Disconnected) => {
             let _ = ready.send(Readiness::Failed);
             let exit = process.exited().await;

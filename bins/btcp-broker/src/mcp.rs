@@ -1,0 +1,424 @@
+//! The MCP front door: a session's browser tools as Model Context Protocol
+//! tools, for coding agents. `btcp-broker mcp --session ID` serves one
+//! session on stdio; `/mcp?sessionId=ID` serves any session over streamable
+//! HTTP on the broker's own port.
+//!
+//! Either way the MCP side is an ordinary BTCP *agent* of that session: it
+//! connects to `/ws` with the broker's token, so the broker's admission,
+//! limits and rate limit apply to it as to any agent. Over HTTP the agent's
+//! connection is made in process (an in-memory stream served by the same
+//! HTTP stack as a socket), not through the network.
+//!
+//! - The tools are the session browser's; with no browser, there are none.
+//! - `notifications/tools/list_changed` whenever the browser registers,
+//!   replaces or loses its tools, or the agent connection is made again.
+//! - An MCP cancellation (or the client's timeout) cancels the forwarded
+//!   call at the broker (`notifications/cancelled`), which tells the browser.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mcp_front::CancellationToken;
+use mcp_front::{
+    CallToolResult, Caller, Change, Changes, Door, Failure, JsonObject, Link, McpError, ServerName, Tool, Upstream,
+};
+use rpc_core::codec::websocket;
+use rpc_core::{CancelNotice, PeerHandle, Router};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+use crate::broker::Broker;
+use crate::methods::codes;
+
+/// How the agent connection reaches the broker.
+pub enum Dial {
+    /// Over TCP, from another process (`btcp-broker mcp`).
+    Tcp { authority: String },
+    /// Inside the broker (`/mcp`): an in-memory stream served by the broker's
+    /// own HTTP stack, so admission and auth are the same as over a socket.
+    InProcess { broker: Arc<Broker>, app: axum::Router },
+}
+
+/// What the agent connection has heard about its session.
+struct SessionView {
+    session: String,
+    browser: AtomicBool,
+    connected_before: AtomicBool,
+    changes: Changes,
+}
+
+impl SessionView {
+    fn browser(&self, present: bool) {
+        self.browser.store(present, Ordering::Release);
+        self.changes.send(Change::Tools);
+    }
+}
+
+/// The broker as seen by one session's agent.
+pub struct SessionAgent {
+    dial: Dial,
+    token: Option<String>,
+    view: Arc<SessionView>,
+}
+
+impl SessionAgent {
+    fn url(&self, authority: &str) -> String {
+        let session: String = form_urlencoded::byte_serialize(self.view.session.as_bytes()).collect();
+        format!("ws://{authority}/ws?clientType=agent&sessionId={session}&version=mcp")
+    }
+
+    /// The notifications the broker sends its agents that matter here.
+    fn router() -> Arc<Router<Arc<SessionView>>> {
+        Router::new()
+            .method("session/browserConnected", |cx: rpc_core::Ctx<Arc<SessionView>>, _: Value| async move {
+                cx.state.browser(true);
+                Ok(())
+            })
+            .method("session/browserDisconnected", |cx: rpc_core::Ctx<Arc<SessionView>>, _: Value| async move {
+                cx.state.browser(false);
+                Ok(())
+            })
+            .method("notifications/tools/list_changed", |cx: rpc_core::Ctx<Arc<SessionView>>, _: Value| async move {
+                cx.state.changes.send(Change::Tools);
+                Ok(())
+            })
+            // Events were dropped while we were slow: re-list to be sure.
+            .method("notifications/missed", |cx: rpc_core::Ctx<Arc<SessionView>>, _: Value| async move {
+                cx.state.changes.send(Change::Tools);
+                Ok(())
+            })
+            .build()
+            .expect("each notification is registered once")
+    }
+
+    async fn open(&self) -> Result<PeerHandle, String> {
+        let authority = match &self.dial {
+            Dial::Tcp { authority } => authority.clone(),
+            Dial::InProcess { broker, .. } => broker.config.listen.to_string(),
+        };
+        let url = self.url(&authority);
+        let mut request = url.as_str().into_client_request().map_err(|e| format!("{url}: {e}"))?;
+        if let Some(token) = &self.token {
+            let value = format!("Bearer {token}").parse().map_err(|_| "the token is not a valid header value")?;
+            request.headers_mut().insert("authorization", value);
+        }
+        let config = Some(websocket::config(websocket::DEFAULT_MAX_MESSAGE));
+        let refused = |e: tokio_tungstenite::tungstenite::Error| match e {
+            tokio_tungstenite::tungstenite::Error::Http(response) => {
+                let body =
+                    response.body().as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+                format!("the broker refused the agent connection: HTTP {}: {body}", response.status())
+            }
+            other => format!("the broker at {authority} is not reachable: {other}. Start it with `btcp-broker serve`."),
+        };
+        let transport = match &self.dial {
+            Dial::Tcp { .. } => {
+                let (ws, _) =
+                    tokio_tungstenite::connect_async_with_config(request, config, true).await.map_err(refused)?;
+                websocket::transport(ws)
+            }
+            Dial::InProcess { broker, app } => {
+                let (ours, theirs) = tokio::io::duplex(64 * 1024);
+                tokio::spawn(crate::server::serve_in_process(theirs, app.clone(), broker.shutdown.clone()));
+                let (ws, _) =
+                    tokio_tungstenite::client_async_with_config(request, ours, config).await.map_err(refused)?;
+                websocket::transport(ws)
+            }
+        };
+        Ok(rpc_core::client::spawn(transport, Self::router(), self.view.clone()))
+    }
+}
+
+impl Upstream for SessionAgent {
+    async fn connect(&self) -> Result<PeerHandle, String> {
+        let peer = self.open().await?;
+        let view = &self.view;
+        // Joined already by the URL; `session/join` of the same session tells
+        // whether its browser is there.
+        let joined: Value = peer
+            .request_raw("session/join", &json!({"sessionId": view.session}), Some(Duration::from_secs(10)))
+            .await
+            .map_err(|e| format!("joining session {}: {e}", view.session))
+            .and_then(|raw| serde_json::from_str(raw.get()).map_err(|e| e.to_string()))?;
+        view.browser.store(joined["hasBrowser"] == true, Ordering::Release);
+        if view.connected_before.swap(true, Ordering::AcqRel) {
+            view.changes.send(Change::Tools);
+        }
+        Ok(peer)
+    }
+
+    fn cancel_notice(&self) -> Option<CancelNotice> {
+        Some(CancelNotice::MCP)
+    }
+}
+
+/// One session's tools as an MCP server.
+pub struct SessionDoor {
+    link: Link<SessionAgent>,
+    /// Sent as the forwarded call's `timeout` (ms); none: the broker's default.
+    call_timeout: Option<Duration>,
+    /// Where a person opens the session in a browser (for error messages).
+    page: String,
+}
+
+impl SessionDoor {
+    pub fn new(dial: Dial, session: &str, token: Option<String>, call_timeout: Option<Duration>) -> Arc<Self> {
+        let page_authority = match &dial {
+            Dial::Tcp { authority } => authority.clone(),
+            Dial::InProcess { broker, .. } => broker.config.listen.to_string(),
+        };
+        let encoded: String = form_urlencoded::byte_serialize(session.as_bytes()).collect();
+        let view = Arc::new(SessionView {
+            session: session.to_owned(),
+            browser: AtomicBool::new(false),
+            connected_before: AtomicBool::new(false),
+            changes: Changes::new(),
+        });
+        Arc::new(SessionDoor {
+            link: Link::new(SessionAgent { dial, token, view }),
+            call_timeout,
+            page: format!("http://{page_authority}/?sessionId={encoded}"),
+        })
+    }
+
+    fn view(&self) -> &SessionView {
+        &self.link.upstream().view
+    }
+
+    /// Keeps the agent connection up so that tool changes reach MCP clients
+    /// between their requests: connects now, and again (with a growing pause)
+    /// whenever it drops, until `stop`.
+    pub fn keep_connected(self: &Arc<Self>, stop: CancellationToken) {
+        let door = self.clone();
+        tokio::spawn(async move {
+            let mut pause = Duration::from_millis(250);
+            loop {
+                let connected = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    peer = door.link.peer() => peer,
+                };
+                match connected {
+                    Ok(peer) => {
+                        pause = Duration::from_millis(250);
+                        let closed = peer.close_token();
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = closed.cancelled() => {}
+                        }
+                        // The browser's tools are out of reach until we are back.
+                        door.view().browser(false);
+                    }
+                    Err(why) => tracing::debug!(session = %door.view().session, "agent connection: {why:?}"),
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+        });
+    }
+}
+
+impl Door for SessionDoor {
+    fn server_name(&self) -> ServerName {
+        let session = &self.view().session;
+        ServerName {
+            name: "btcp-broker",
+            version: env!("CARGO_PKG_VERSION"),
+            instructions: format!(
+                "The tools of the browser page in BTCP session {session:?}: each call runs in that page. \
+                 The list changes when the page registers tools or goes away; with no page open the list is \
+                 empty (open {} to start one).",
+                self.page
+            ),
+        }
+    }
+
+    fn changes(&self) -> &Changes {
+        &self.view().changes
+    }
+
+    fn tools_change(&self) -> bool {
+        true
+    }
+
+    async fn list_tools(&self, _caller: &Caller) -> Result<Vec<Tool>, McpError> {
+        let never = CancellationToken::new();
+        let listed = match self.link.call("tools/list", &json!({}), Some(Duration::from_secs(10)), &never).await {
+            Ok(listed) => listed,
+            // The broker is down: no tools now; list_changed follows when it is back.
+            Err(Failure::Unreachable(why)) => {
+                tracing::warn!("{why}");
+                return Ok(Vec::new());
+            }
+            Err(failure) => return Err(failure.into_error()),
+        };
+        if !self.view().browser.load(Ordering::Acquire) {
+            return Ok(Vec::new());
+        }
+        Ok(listed["tools"].as_array().into_iter().flatten().filter_map(mcp_front::tool_from_json).collect())
+    }
+
+    async fn call_tool(
+        &self,
+        _caller: &Caller,
+        name: &str,
+        arguments: JsonObject,
+        cancel: CancellationToken,
+    ) -> CallToolResult {
+        let mut params = json!({"name": name, "arguments": Value::Object(arguments)});
+        if let Some(limit) = self.call_timeout {
+            params["timeout"] = json!(limit.as_millis() as u64);
+        }
+        match self.link.call("tools/call", &params, None, &cancel).await {
+            // The browser answers in MCP's own shape; anything else is shown as JSON.
+            Ok(result) => mcp_front::passed_on(result),
+            Err(Failure::Rpc(e)) if e.code == codes::NO_BROWSER => mcp_front::failure(
+                format!(
+                    "{}: no browser page has this session open. Open {} to provide its tools.",
+                    e.message, self.page
+                ),
+                None,
+            ),
+            Err(failure) => failure.into_result(),
+        }
+    }
+}
+
+/// The `/mcp` endpoint's doors, one per session id asked for. A door whose
+/// MCP clients are all gone is closed after a while, so its agent
+/// connection does not keep a session alive forever.
+pub struct HttpDoors {
+    broker: Arc<Broker>,
+    /// The broker's HTTP routes, which the in-process agent connections are
+    /// served by (set once, right after they are built).
+    app: std::sync::OnceLock<axum::Router>,
+    doors: Mutex<HashMap<String, HttpDoor>>,
+    /// Fires when the broker drains: every door closes its MCP sessions.
+    stop_all: CancellationToken,
+}
+
+struct HttpDoor {
+    door: Arc<SessionDoor>,
+    service: McpService,
+    last_used: Instant,
+    stop: CancellationToken,
+}
+
+type McpService = mcp_front::rmcp::transport::streamable_http_server::StreamableHttpService<
+    mcp_front::Front<SessionDoor>,
+    mcp_front::rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+>;
+
+/// At most this many sessions served over `/mcp` at once.
+const MAX_HTTP_DOORS: usize = 1024;
+/// A door with no MCP session or request for this long is closed.
+const HTTP_DOOR_IDLE: Duration = Duration::from_secs(600);
+
+impl HttpDoors {
+    pub fn new(broker: Arc<Broker>) -> Arc<Self> {
+        let stop_all = CancellationToken::new();
+        let doors = Arc::new(HttpDoors { broker, app: Default::default(), doors: Mutex::default(), stop_all });
+        tokio::spawn(doors.clone().close_idle());
+        doors
+    }
+
+    pub fn set_app(&self, app: axum::Router) {
+        let _ = self.app.set(app);
+    }
+
+    /// The MCP service for `session`, made on first use. `None` when too many
+    /// sessions are served already.
+    pub fn service(&self, session: &str) -> Option<McpService> {
+        let mut doors = self.doors.lock().unwrap();
+        if let Some(entry) = doors.get_mut(session) {
+            entry.last_used = Instant::now();
+            return Some(entry.service.clone());
+        }
+        if doors.len() >= MAX_HTTP_DOORS {
+            return None;
+        }
+        let app = self.app.get()?.clone();
+        let config = &self.broker.config;
+        let door = SessionDoor::new(
+            Dial::InProcess { broker: self.broker.clone(), app },
+            session,
+            config.auth_token.clone(),
+            None,
+        );
+        let stop = self.stop_all.child_token();
+        door.keep_connected(stop.clone());
+        let factory_door = door.clone();
+        // Host and Origin are the broker's business (its token and Origin
+        // policy run before this service); rmcp's own checks would only
+        // disagree with BTCP_HOST and BTCP_ALLOWED_ORIGINS.
+        let http = mcp_front::rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
+            .with_allowed_hosts(Vec::<String>::new())
+            .with_cancellation_token(stop.clone());
+        let service =
+            McpService::new(move || Ok(mcp_front::Front::new(factory_door.clone())), Default::default(), http);
+        doors.insert(session.to_owned(), HttpDoor { door, service: service.clone(), last_used: Instant::now(), stop });
+        Some(service)
+    }
+
+    async fn close_idle(self: Arc<Self>) {
+        let mut ticks = tokio::time::interval(Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                () = self.broker.shutdown.draining() => {
+                    self.stop_all.cancel();
+                    return;
+                }
+            }
+            self.doors.lock().unwrap().retain(|_, entry| {
+                // Only the map holds the door: no MCP session or stream uses it.
+                let unused = Arc::strong_count(&entry.door) <= 2 && entry.last_used.elapsed() > HTTP_DOOR_IDLE;
+                if unused {
+                    entry.stop.cancel();
+                }
+                !unused
+            });
+        }
+    }
+}
+
+/// `/mcp?sessionId=ID`: the broker's token applies (the Origin policy ran
+/// before), then the session's MCP service answers.
+pub async fn endpoint(doors: Arc<HttpDoors>, request: axum::extract::Request) -> axum::response::Response {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    use tower_service::Service as _;
+
+    use crate::http::admission::{self, PeerAddr, reject};
+
+    let broker = &doors.broker;
+    let query = match admission::query(request.uri()) {
+        Ok(query) => query,
+        Err(rejection) => return rejection.into_response(),
+    };
+    if let Err(rejection) =
+        admission::authorize(broker, request.headers(), &query, request.extensions().get::<PeerAddr>())
+    {
+        return rejection.into_response();
+    }
+    let Some(session) = query.get("sessionId").filter(|s| !s.is_empty()) else {
+        return reject(StatusCode::BAD_REQUEST, "session_id", "sessionId is required: /mcp?sessionId=ID")
+            .into_response();
+    };
+    let Some(mut service) = doors.service(session) else {
+        return reject(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "mcp_sessions",
+            format!("too many sessions served over /mcp (at most {MAX_HTTP_DOORS})"),
+        )
+        .into_response();
+    };
+    match service.call(request).await {
+        Ok(response) => response.map(axum::body::Body::new),
+        Err(never) => match never {},
+    }
+}
