@@ -232,3 +232,26 @@ async fn mcp_stdio_waits_for_a_stopped_broker_and_picks_the_tools_up_when_it_is_
         }
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_mcp_inspector_uses_the_broker_over_stdio_and_http() {
+    let broker = Broker::start(&[]);
+    let _browser = scripted_browser(broker.browser("inspected").await).await;
+    let bin = bin_path("btcp-broker");
+    let port = broker.port.to_string();
+    let stdio = [bin.to_str().unwrap(), "mcp", "--session", "inspected", "--port", &port];
+    let url = format!("http://127.0.0.1:{port}/mcp?sessionId=inspected");
+    let http_server = [url.as_str(), "--transport", "http"];
+    for server in [&stdio[..], &http_server[..]] {
+        let listed = blocking(|| integration_tests::mcp_inspector(&[server, &["--method", "tools/list"]].concat()));
+        let Some(listed) = listed else { return };
+        let names: Vec<&str> =
+            listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["echo", "slow", "fail", "bad", "silent"], "{server:?}");
+        let called = blocking(|| {
+            let call = ["--method", "tools/call", "--tool-name", "echo", "--tool-arg", "word=hi"];
+            integration_tests::mcp_inspector(&[server, &call[..]].concat()).unwrap()
+        });
+        assert_eq!(called["content"][0]["text"], r#"{"word":"hi"}"#, "{server:?}: {called}");
+    }
+}

@@ -504,3 +504,27 @@ impl Drop for McpClient {
         let _ = self.child.wait();
     }
 }
+
+/// Runs the official MCP Inspector's CLI (`npm ci --prefix tests/mcp`)
+/// headless with `args` (e.g. `[server command..., "--method", "tools/list"]`)
+/// and returns its JSON output. `None` (after a skip line) when it is not
+/// installed; under `CI=true` that is a failure instead.
+pub fn mcp_inspector(args: &[&str]) -> Option<Value> {
+    let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp/node_modules/.bin/mcp-inspector");
+    if !cli.exists() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("the MCP Inspector is required by this test and CI=true: `npm ci --prefix tests/mcp`");
+        }
+        eprintln!("SKIP: the MCP Inspector is not installed; `npm ci --prefix tests/mcp` to run this test");
+        return None;
+    }
+    let output = Command::new(cli).arg("--cli").args(args).stdin(Stdio::null()).output().expect("the inspector runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "mcp-inspector {args:?} failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Some(serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("mcp-inspector printed {stdout:?}: {e}")))
+}

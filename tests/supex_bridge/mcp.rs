@@ -146,3 +146,21 @@ fn mcp_cancellation_abandons_the_call_and_the_session_goes_on() {
     let next = call(&mut mcp, "eval_ruby", json!({"code": ":next"}));
     assert_eq!(next["structuredContent"]["result"], "next", "{next}");
 }
+
+#[test]
+fn the_official_mcp_inspector_lists_and_calls_the_bridge_tools() {
+    let Some(bridge) = Bridge::start() else { return };
+    let bin = bin_path(BIN);
+    let port = bridge.bridge.port().to_string();
+    let server = [bin.to_str().unwrap(), "mcp", "--port", &port];
+    let Some(listed) = integration_tests::mcp_inspector(&[&server[..], &["--method", "tools/list"]].concat()) else {
+        return;
+    };
+    assert!(listed["tools"].as_array().unwrap().iter().any(|t| t["name"] == "eval_ruby"), "{listed}");
+    let called = integration_tests::mcp_inspector(
+        &[&server[..], &["--method", "tools/call", "--tool-name", "eval_ruby", "--tool-arg", "code=6*7"]].concat(),
+    )
+    .unwrap();
+    assert_eq!(called["structuredContent"]["result"], "42", "{called}");
+    assert_eq!(called["isError"], false, "{called}");
+}
