@@ -1,8 +1,9 @@
 //! hermes-host over real processes and sockets: a Python test extension
 //! speaking raw Content-Length (ext.py), one on Node's vscode-jsonrpc
 //! (node-ext/, in [`node`]), the daemon, its control socket and its client
-//! commands.
+//! commands, and `hermes-host mcp` in front of it ([`mcp`]).
 
+mod mcp;
 mod node;
 mod support;
 

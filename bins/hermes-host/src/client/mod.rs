@@ -1,6 +1,8 @@
 //! `hermes-host ctl ...`: one command per control method, and `ctl ui`, a
-//! terminal that answers the extensions' dialogs ([`ui`]).
+//! terminal that answers the extensions' dialogs ([`ui`]); `hermes-host mcp`,
+//! the same methods as an MCP server for agents ([`mcp`]).
 
+pub mod mcp;
 mod ui;
 
 use std::io::Write;
