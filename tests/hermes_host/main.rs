@@ -1,8 +1,9 @@
 //! hermes-host over real processes and sockets: a Python test extension
 //! speaking raw Content-Length (ext.py), one on Node's vscode-jsonrpc
 //! (node-ext/, in [`node`]), the daemon, its control socket and its client
-//! commands.
+//! commands, and `hermes-host mcp` in front of it ([`mcp`]).
 
+mod mcp;
 mod node;
 mod support;
 
@@ -516,6 +517,64 @@ fn opening_patching_and_saving_reach_subscribers_and_extensions() {
     // Nothing open: save is -32003.
     let fresh = Host::start("");
     assert_eq!(fresh.call("message/save", json!({"path": saved_to}))["error"]["code"], -32003);
+}
+
+/// `message/patch` is `editor/patchMessage` for control clients, and
+/// `message/new {message}` opens text as a new message with no file, so a
+/// save never overwrites the file that was open before.
+#[test]
+fn control_clients_patch_and_open_text_as_a_new_message() {
+    let host = Host::start("");
+    let file = host.dir.path().join("in.hl7");
+    std::fs::write(&file, ADT).unwrap();
+    let mut events = host.client();
+    events.call("subscribe", json!({"events": ["message_changed"]}));
+    host.result("message/open", json!({"path": file}));
+    assert_eq!(events.recv()["params"]["change"], "opened");
+
+    let outcome = host.result(
+        "message/patch",
+        json!({"patches": [{"path": "PID.5.1", "value": "ROE"}, {"path": "PID.5x", "value": "?"}]}),
+    );
+    assert_eq!(outcome["success"], false, "{outcome}");
+    assert_eq!(outcome["patchesApplied"], 1, "{outcome}");
+    assert_eq!(outcome["errors"][0]["index"], 1, "{outcome}");
+    let edited = events.recv();
+    assert_eq!((&edited["params"]["change"], &edited["params"]["by"]), (&json!("edited"), &json!("control")));
+    assert!(host.result("message/get", json!({}))["message"].as_str().unwrap().contains("ROE^JOHN"));
+
+    let text = ADT.replace("DOE", "NEW").replace('\r', "\n");
+    assert_eq!(host.result("message/new", json!({"message": text})), json!({"hasFile": false}));
+    assert_eq!(events.recv()["params"], json!({"change": "opened", "isNew": true, "filePath": null}));
+    let got = host.result("message/get", json!({}));
+    assert!(got["message"].as_str().unwrap().contains("NEW^JOHN") && got["hasFile"] == false, "{got}");
+    assert_eq!(host.call("message/save", json!({}))["error"]["code"], -32005, "no file to overwrite");
+
+    // Text that is not a message: -32004, and the message stays.
+    assert_eq!(host.call("message/new", json!({"message": "PID|1"}))["error"]["code"], -32004);
+    assert!(host.result("message/get", json!({}))["message"].as_str().unwrap().contains("NEW^JOHN"));
+    let tree = host.result("message/get", json!({"format": "json"}))["message"].as_str().unwrap().to_owned();
+    host.result("message/new", json!({"message": tree, "format": "json"}));
+    assert!(host.result("message/get", json!({}))["message"].as_str().unwrap().contains("NEW^JOHN"));
+    // Without params: a bare header, as before.
+    host.result("message/new", json!({}));
+    assert_eq!(host.result("message/get", json!({}))["message"], "MSH|^~\\&");
+
+    // ctl patch: PATH=VALUE, +SEGMENT; exit 1 when a patch failed.
+    let ctl = |args: &[&str]| {
+        Command::new(bin_path("hermes-host"))
+            .args(["ctl", "--socket", &host.socket.display().to_string()])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let ok = ctl(&["patch", "MSH.3=APP", "+NTE", "NTE.3=hello"]);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert_eq!(String::from_utf8_lossy(&ok.stdout).trim(), "3 applied");
+    assert_eq!(host.result("message/get", json!({}))["message"], "MSH|^~\\&|APP\rNTE|||hello");
+    let bad = ctl(&["patch", "-MSH"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stdout).contains("MSH"), "{}", String::from_utf8_lossy(&bad.stdout));
 }
 
 #[test]

@@ -39,6 +39,10 @@ class Driver:
 
     async def on_message(self, message):
         # Initialize-era notifications arrive here (and exceptions, which we ignore).
+        # In the 2026-07-28 era the SDK tees listen-stream events here as well;
+        # those are counted once, from the stream (`pump`).
+        if self.client is not None and self.client.protocol_version >= "2026-07-28":
+            return
         root = getattr(message, "root", message)
         method = getattr(root, "method", None)
         if method == "notifications/tools/list_changed":

@@ -1,9 +1,11 @@
 //! ralph-server over a real PTY and its Unix socket, with a scripted fake
-//! agent (`fake-agent.sh`) standing in for claude.
+//! agent (`fake-agent.sh`) standing in for claude; `ralph-server mcp` in
+//! front of it ([`mcp`]).
 
 mod attach;
 mod control;
 mod fanout;
+mod mcp;
 mod run;
 mod socket;
 mod support;

@@ -156,9 +156,17 @@ impl Document {
         Ok(outcome)
     }
 
-    pub fn new_message(&self) {
-        *self.held.lock().unwrap() = Held { message: Some(Arc::new(Hl7Message::new_empty())), ..Held::default() };
+    /// Starts a new message, not saved to any file yet: a bare header, or
+    /// `content` (text in a format). -32004 when the content is not a
+    /// message; the message held before is then kept.
+    pub fn new_message(&self, content: Option<(&str, Format)>) -> Result<(), RpcError> {
+        let message = match content {
+            Some((text, format)) => tree::read(text, format).map_err(invalid)?,
+            None => Hl7Message::new_empty(),
+        };
+        *self.held.lock().unwrap() = Held { message: Some(Arc::new(message)), ..Held::default() };
         self.changed(Change::Opened { file: None, is_new: true });
+        Ok(())
     }
 
     /// Opens a file: -32006 when it cannot be read, -32004 when it is not a message.

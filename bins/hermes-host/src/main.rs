@@ -48,6 +48,8 @@ enum Command {
     Serve(ServeArgs),
     /// Talk to a running host over its control socket.
     Ctl(client::CtlArgs),
+    /// A Model Context Protocol server on stdio in front of the running host, for AI agents.
+    Mcp(client::mcp::McpArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
         None => serve(cli.serve, &cli.log),
         Some(Command::Serve(args)) => serve(args, &cli.log),
         Some(Command::Ctl(args)) => client::run(args),
+        Some(Command::Mcp(args)) => client::mcp::run(args),
     }
 }
 

@@ -60,6 +60,9 @@ enum Command {
     Inject(client::control::InjectArgs),
     /// Print a running task's output lines to stdout, for pipes.
     Tail(client::control::TaskArg),
+    /// A Model Context Protocol server on stdio for AI agents: status, output, inject, stop,
+    /// checkpoint of the running tasks, their progress.txt and prd.json as resources.
+    Mcp(client::mcp::McpArgs),
 }
 
 fn main() -> ExitCode {
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
         Command::Checkpoint(args) => client::run(client::control::checkpoint(args, cli.sockets)),
         Command::Inject(args) => client::run(client::control::inject(args, cli.sockets)),
         Command::Tail(args) => client::run(client::control::tail(args, cli.sockets)),
+        Command::Mcp(args) => client::run(client::mcp::run(args, cli.sockets)),
     }
 }
 

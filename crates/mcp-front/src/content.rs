@@ -68,6 +68,17 @@ pub fn passed_on(result: Value) -> CallToolResult {
     }
 }
 
+/// A successful result written for reading (a message, log lines) rather
+/// than as JSON: each text its own content block, and the whole value as
+/// `structuredContent` for clients that use it.
+pub fn success_text(texts: impl IntoIterator<Item = String>, structured: Value) -> CallToolResult {
+    let mut result = CallToolResult::success(texts.into_iter().map(ContentBlock::text).collect());
+    if structured.is_object() {
+        result.structured_content = Some(structured);
+    }
+    result
+}
+
 /// A failed call the model should see: `isError: true` with the message,
 /// and the daemon's error data (a Ruby backtrace, the denied path) below it.
 pub fn failure(message: impl Into<String>, data: Option<&Value>) -> CallToolResult {
@@ -117,6 +128,10 @@ mod tests {
         let s = success(json!("plain"));
         assert!(s.structured_content.is_none());
         assert_eq!(serde_json::to_value(&s.content[0]).unwrap()["text"], "plain");
+        let t = success_text(["MSH|^~\\&".to_owned(), "not saved".to_owned()], json!({"hasFile": false}));
+        assert_eq!(t.content.len(), 2);
+        assert_eq!(serde_json::to_value(&t.content[1]).unwrap()["text"], "not saved");
+        assert_eq!(t.structured_content, Some(json!({"hasFile": false})));
         let f = failure("Ruby error: boom", Some(&json!({"backtrace": ["x"]})));
         assert_eq!(f.is_error, Some(true));
         assert!(serde_json::to_value(&f.content[0]).unwrap()["text"].as_str().unwrap().contains("backtrace"));

@@ -42,9 +42,12 @@ fn caller(context: &RequestContext<RoleServer>) -> Caller {
     Caller { client: context.client_info() }
 }
 
-/// An rmcp model value built from its JSON form: the wire shape is the
-/// stable contract, while the Rust structs are `non_exhaustive`.
-fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, McpError> {
+/// An rmcp result built from its JSON form: the wire shape is the stable
+/// contract, while the Rust structs are `non_exhaustive`. It says
+/// `resultType: "complete"`, which 2026-07-28 clients require and rmcp's
+/// own constructors set (rmcp strips it for older peers).
+fn from_json<T: serde::de::DeserializeOwned>(mut value: Value) -> Result<T, McpError> {
+    value["resultType"] = json!("complete");
     serde_json::from_value(value).map_err(|e| McpError::internal_error(format!("building a reply: {e}"), None))
 }
 

@@ -25,7 +25,7 @@ mod link;
 mod stdio;
 
 pub use changes::{Change, Changes};
-pub use content::{failure, passed_on, resource_text, success, tool, tool_from_json};
+pub use content::{failure, passed_on, resource_text, success, success_text, tool, tool_from_json};
 pub use door::{Caller, Door, ServerName};
 pub use front::Front;
 pub use link::{Failure, Link, Upstream};

@@ -1,6 +1,8 @@
 //! `hermes-host ctl ...`: one command per control method, and `ctl ui`, a
-//! terminal that answers the extensions' dialogs ([`ui`]).
+//! terminal that answers the extensions' dialogs ([`ui`]); `hermes-host mcp`,
+//! the same methods as an MCP server for agents ([`mcp`]).
 
+pub mod mcp;
 mod ui;
 
 use std::io::Write;
@@ -26,8 +28,12 @@ pub struct CtlArgs {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum CtlCommand {
-    /// Start a new, empty message.
-    New,
+    /// Start a new message, not saved to a file yet: empty, or the contents of FILE (`-`: standard input).
+    New {
+        file: Option<PathBuf>,
+        #[arg(long, default_value = "hl7", value_parser = ["hl7", "json", "yaml", "toml"])]
+        format: String,
+    },
     /// Open an HL7 file.
     Open { file: PathBuf },
     /// Print the message (hl7 segments one per line, or the json/yaml/toml tree).
@@ -40,6 +46,12 @@ pub enum CtlCommand {
         file: PathBuf,
         #[arg(long, default_value = "hl7", value_parser = ["hl7", "json", "yaml", "toml"])]
         format: String,
+    },
+    /// Patch the message, in order: PATH=VALUE sets (PID.5.1=DOE), PATH= clears,
+    /// +SEGMENT adds a segment (+NTE), -SEGMENT removes one (-OBX[2]).
+    Patch {
+        #[arg(required = true, allow_hyphen_values = true)]
+        patches: Vec<String>,
     },
     /// Save the message (atomically) to its file, or to FILE.
     Save { file: Option<PathBuf> },
@@ -115,16 +127,16 @@ async fn ctl(args: CtlArgs) -> Result<ExitCode, String> {
         .map_err(|e| format!("cannot reach hermes-host at {}: {e}", socket.display()))?;
     let json_out = args.json;
     let (method, params) = match &args.command {
-        CtlCommand::New => ("message/new", json!({})),
+        CtlCommand::New { file: None, .. } => ("message/new", json!({})),
+        CtlCommand::New { file: Some(file), format } => {
+            ("message/new", json!({"message": read_input(file)?, "format": format}))
+        }
         CtlCommand::Open { file } => ("message/open", json!({"path": absolute(file)})),
         CtlCommand::Get { format } => ("message/get", json!({"format": format})),
-        CtlCommand::Set { file, format } => {
-            let text = if file.as_os_str() == "-" {
-                std::io::read_to_string(std::io::stdin()).map_err(|e| format!("reading standard input: {e}"))?
-            } else {
-                std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?
-            };
-            ("message/set", json!({"message": text, "format": format}))
+        CtlCommand::Set { file, format } => ("message/set", json!({"message": read_input(file)?, "format": format})),
+        CtlCommand::Patch { patches } => {
+            let patches: Vec<Value> = patches.iter().map(|p| patch_arg(p)).collect();
+            ("message/patch", json!({ "patches": patches }))
         }
         CtlCommand::Save { file } => ("message/save", json!({"path": file.as_ref().map(|f| absolute(f))})),
         CtlCommand::Run { command } => ("command/execute", json!({"command": command})),
@@ -152,10 +164,38 @@ async fn ctl(args: CtlArgs) -> Result<ExitCode, String> {
     };
     if json_out {
         println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
-        return Ok(ExitCode::SUCCESS);
+    } else {
+        print_result(&args.command, &result);
     }
-    print_result(&args.command, &result);
+    // A patch that failed is reported in the result, not as an error: a
+    // script still needs to know.
+    if result["success"] == false {
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The contents of FILE, or of standard input for `-`.
+fn read_input(file: &std::path::Path) -> Result<String, String> {
+    if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("reading standard input: {e}"))
+    } else {
+        std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))
+    }
+}
+
+/// One `ctl patch` argument as a patch: `PATH=VALUE`, `PATH=` (clear),
+/// `+SEGMENT`, `-SEGMENT`. Anything else goes to the host as a path to clear,
+/// whose error then names it.
+fn patch_arg(arg: &str) -> Value {
+    if let Some((path, value)) = arg.split_once('=') {
+        return if value.is_empty() { json!({"path": path}) } else { json!({"path": path, "value": value}) };
+    }
+    match arg.split_at_checked(1) {
+        Some(("+", segment)) => json!({"path": segment, "create": true}),
+        Some(("-", segment)) => json!({"path": segment, "remove": true}),
+        _ => json!({"path": arg}),
+    }
 }
 
 fn absolute(path: &std::path::Path) -> String {
@@ -213,6 +253,12 @@ fn print_result(command: &CtlCommand, result: &Value) {
         CtlCommand::Save { .. } => {
             let _ = writeln!(out, "saved {}", result["filePath"].as_str().unwrap_or(""));
         }
+        CtlCommand::Patch { .. } => {
+            let _ = writeln!(out, "{} applied", result["patchesApplied"]);
+            for e in result["errors"].as_array().into_iter().flatten() {
+                let _ = writeln!(out, "{}: {}", e["path"].as_str().unwrap_or(""), e["message"].as_str().unwrap_or(""));
+            }
+        }
         _ => {
             let _ = writeln!(out, "{}", serde_json::to_string_pretty(result).unwrap_or_default());
         }
@@ -242,5 +288,20 @@ async fn subscribe_raw(socket: &std::path::Path, params: &Value) -> Result<ExitC
             },
             _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patch_arguments_set_clear_create_and_remove() {
+        assert_eq!(patch_arg("PID.5.1=DOE"), json!({"path": "PID.5.1", "value": "DOE"}));
+        assert_eq!(patch_arg("PID.5.1=A=B"), json!({"path": "PID.5.1", "value": "A=B"}));
+        assert_eq!(patch_arg("PID.8="), json!({"path": "PID.8"}));
+        assert_eq!(patch_arg("+NTE"), json!({"path": "NTE", "create": true}));
+        assert_eq!(patch_arg("-OBX[2]"), json!({"path": "OBX[2]", "remove": true}));
+        assert_eq!(patch_arg("PID.5"), json!({"path": "PID.5"}));
     }
 }

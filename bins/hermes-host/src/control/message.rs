@@ -1,13 +1,15 @@
-//! `message/new`, `message/open`, `message/get`, `message/set`, `message/save`.
+//! `message/new`, `message/open`, `message/get`, `message/set`,
+//! `message/patch`, `message/save`.
 
 use std::path::PathBuf;
 
-use rpc_core::{Ctx, NoParams, RpcError};
+use rpc_core::{Ctx, RpcError};
 use serde::{Deserialize, Serialize};
 
 use super::ControlConn;
+use crate::document::PatchOutcome;
 use crate::hl7::tree::Format;
-use crate::methods::editor::{self, GetParams, Message};
+use crate::methods::editor::{self, GetParams, Message, PatchParams};
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -17,8 +19,18 @@ pub struct Opened {
     file_path: Option<String>,
 }
 
-pub async fn new(ctx: Ctx<ControlConn>, _: NoParams) -> Result<Opened, RpcError> {
-    ctx.state.host.document.new_message();
+/// `message/new {message?, format?}`: a bare header, or the given text as a
+/// new message with no file (so a later save asks for a path and never
+/// overwrites the file of the message open before).
+#[derive(Deserialize)]
+pub struct NewParams {
+    message: Option<String>,
+    #[serde(default = "editor::hl7")]
+    format: Format,
+}
+
+pub async fn new(ctx: Ctx<ControlConn>, params: NewParams) -> Result<Opened, RpcError> {
+    ctx.state.host.document.new_message(params.message.as_deref().map(|text| (text, params.format)))?;
     Ok(Opened { has_file: false, file_path: None })
 }
 
@@ -51,6 +63,12 @@ pub struct Done {
 pub async fn set(ctx: Ctx<ControlConn>, params: SetParams) -> Result<Done, RpcError> {
     ctx.state.host.document.set(&params.message, params.format, "control")?;
     Ok(Done { success: true })
+}
+
+/// `message/patch {patches}`: what `editor/patchMessage` does for an
+/// extension, for a control client; the change is reported as by `control`.
+pub async fn patch(ctx: Ctx<ControlConn>, params: PatchParams) -> Result<PatchOutcome, RpcError> {
+    ctx.state.host.document.patch(&params.patches, "control")
 }
 
 #[derive(Deserialize)]

@@ -41,6 +41,7 @@ pub fn router() -> Arc<Router<ControlConn>> {
         .method("message/open", message::open)
         .method("message/get", message::get)
         .method("message/set", message::set)
+        .method("message/patch", message::patch)
         .method("message/save", message::save)
         .method("extensions/list", extensions::list)
         .method("extensions/reload", extensions::reload)

@@ -44,9 +44,10 @@ pub fn message_in(document: &Document, params: GetParams) -> Result<Message, Rpc
     Ok(Message { message, has_file: file.is_some(), file_path: file.map(|f| f.display().to_string()) })
 }
 
+/// `editor/patchMessage` and the control socket's `message/patch`.
 #[derive(Deserialize)]
 pub struct PatchParams {
-    patches: Vec<Patch>,
+    pub patches: Vec<Patch>,
 }
 
 pub async fn patch_message(ctx: Ctx<ExtConn>, params: PatchParams) -> Result<PatchOutcome, RpcError> {

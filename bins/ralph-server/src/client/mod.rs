@@ -3,6 +3,7 @@
 
 pub mod attach;
 pub mod control;
+pub mod mcp;
 pub mod status;
 
 use std::future::Future;
@@ -30,15 +31,23 @@ pub fn run(command: impl Future<Output = ExitCode>) -> ExitCode {
 /// A task given as its name or as its directory (then its name is the directory's).
 pub fn socket_path(task: &str, sockets: &SocketArgs) -> Result<PathBuf, String> {
     let dir = sockets.dir().map_err(|e| e.to_string())?;
+    let (name, _) = task_name(task)?;
+    Ok(dir.join(format!("{name}.sock")))
+}
+
+/// The name of a task given as its name or as its directory, and the
+/// directory (canonical) when it was given as one.
+pub fn task_name(task: &str) -> Result<(String, Option<PathBuf>), String> {
     let path = std::path::Path::new(task);
-    let name = if task.contains('/') || path.join("prd.json").exists() {
+    let (name, dir) = if task.contains('/') || path.join("prd.json").exists() {
         let canonical = std::fs::canonicalize(path).map_err(|e| format!("{task}: {e}"))?;
-        canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+        let name = canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        (name, Some(canonical))
     } else {
-        task.to_owned()
+        (task.to_owned(), None)
     };
     crate::config::check_task_name(&name).map_err(|e| format!("task {e}"))?;
-    Ok(dir.join(format!("{name}.sock")))
+    Ok((name, dir))
 }
 
 /// A connection to a task and the events it sends (after `subscribe`).
