@@ -294,3 +294,34 @@ fn mcp_calls_to_a_host_that_does_not_answer_end_at_either_timeout() {
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
     assert_eq!(mcp.ok(json!({"op": "list_tools"}))["tools"].as_array().unwrap().len(), TOOLS.len());
 }
+
+#[test]
+fn the_official_mcp_inspector_lists_tools_reads_the_message_and_patches_it() {
+    let host = Host::start("");
+    let file = host.dir.path().join("adt.hl7");
+    std::fs::write(&file, ADT).unwrap();
+    host.result("message/open", json!({"path": file}));
+    let bin = bin_path("hermes-host");
+    let socket = host.socket.display().to_string();
+    let server = [bin.to_str().unwrap(), "mcp", "--socket", &socket];
+    let inspect = |args: &[&str]| integration_tests::mcp_inspector(&[&server[..], args].concat());
+    let Some(listed) = inspect(&["--method", "tools/list"]) else { return };
+    let names: Vec<&str> = listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, TOOLS);
+    let resources = inspect(&["--method", "resources/list"]).unwrap();
+    assert_eq!(resources["resources"].as_array().map(Vec::len), Some(2), "{resources}");
+    let read = inspect(&["--method", "resources/read", "--uri", HL7]).unwrap();
+    assert!(read["contents"][0]["text"].as_str().unwrap().contains("DOE^JOHN"), "{read}");
+    let patched = inspect(&[
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "patch_message",
+        "--tool-arg",
+        r#"patches=[{"path": "PID.5.2", "value": "JANE"}]"#,
+    ])
+    .unwrap();
+    assert_eq!(patched["isError"], false, "{patched}");
+    let now = host.result("message/get", json!({}))["message"].as_str().unwrap().to_owned();
+    assert!(now.contains("DOE^JANE"), "{now}");
+}

@@ -293,3 +293,27 @@ fn mcp_a_task_server_that_does_not_answer_ends_at_either_timeout() {
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
     assert_eq!(mcp.ok(json!({"op": "list_tools"}))["tools"].as_array().unwrap().len(), TOOLS.len());
 }
+
+#[test]
+fn the_official_mcp_inspector_lists_tools_and_reads_the_task_status() {
+    let task = Task::new("inspected", 3);
+    task.mode("slow 1000");
+    let daemon = task.run(&[]);
+    wait_output(&task, &daemon, "working 1");
+    let bin = bin_path("ralph-server");
+    let dir = task.socket_dir().display().to_string();
+    let env = format!("RALPH_SOCKET_DIR={dir}");
+    // The inspector's own options, then `--` and the server command.
+    let server = ["--", bin.to_str().unwrap(), "mcp"];
+    let inspect =
+        |args: &[&str]| integration_tests::mcp_inspector(&[&["-e", env.as_str()], args, &server[..]].concat());
+    let Some(listed) = inspect(&["--method", "tools/list"]) else { return };
+    let names: Vec<&str> = listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, TOOLS);
+    let status = inspect(&["--method", "tools/call", "--tool-name", "status"]).unwrap();
+    assert_eq!(status["structuredContent"]["task_name"], "inspected", "{status}");
+    let resources = inspect(&["--method", "resources/list"]).unwrap();
+    let uris: Vec<&str> =
+        resources["resources"].as_array().unwrap().iter().map(|r| r["uri"].as_str().unwrap()).collect();
+    assert!(uris.contains(&"ralph://inspected/prd.json"), "{resources}");
+}
