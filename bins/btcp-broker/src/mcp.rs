@@ -193,31 +193,13 @@ impl SessionDoor {
     pub fn keep_connected(self: &Arc<Self>, stop: CancellationToken) {
         let door = self.clone();
         tokio::spawn(async move {
-            let mut pause = Duration::from_millis(250);
-            loop {
-                let connected = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    peer = door.link.peer() => peer,
-                };
-                match connected {
-                    Ok(peer) => {
-                        pause = Duration::from_millis(250);
-                        let closed = peer.close_token();
-                        tokio::select! {
-                            _ = stop.cancelled() => return,
-                            _ = closed.cancelled() => {}
-                        }
-                        // The browser's tools are out of reach until we are back.
-                        door.view().browser(false);
-                    }
-                    Err(why) => tracing::debug!(session = %door.view().session, "agent connection: {why:?}"),
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(pause) => {}
-                }
-                pause = (pause * 2).min(Duration::from_secs(5));
-            }
+            let door = &door;
+            mcp_front::keep_connected(&door.link, &stop, Duration::from_millis(250), |peer| async move {
+                peer.closed().await;
+                // The browser's tools are out of reach until we are back.
+                door.view().browser(false);
+            })
+            .await;
         });
     }
 }

@@ -28,7 +28,7 @@ pub use changes::{Change, Changes};
 pub use content::{failure, passed_on, resource_text, success, success_text, tool, tool_from_json};
 pub use door::{Caller, Door, ServerName};
 pub use front::Front;
-pub use link::{Failure, Link, Upstream};
+pub use link::{Failure, Link, Upstream, keep_connected};
 pub use stdio::serve_stdio;
 
 /// The SDK itself, for a daemon that mounts the HTTP transport.

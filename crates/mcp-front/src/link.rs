@@ -137,3 +137,38 @@ impl<U: Upstream> Link<U> {
         }
     }
 }
+
+/// Keeps `link` connected in the background, so that the daemon's events
+/// reach the agent between its calls: connects (while the daemon is down,
+/// again after a pause that grows from `retry` to 5 s), runs
+/// `connected(peer)` (normally until the connection closes), and starts
+/// over, until `stop` fires.
+pub async fn keep_connected<U, F, Fut>(link: &Link<U>, stop: &CancellationToken, retry: Duration, mut connected: F)
+where
+    U: Upstream,
+    F: FnMut(PeerHandle) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut pause = retry;
+    loop {
+        let peer = tokio::select! {
+            _ = stop.cancelled() => return,
+            peer = link.peer() => peer,
+        };
+        match peer {
+            Ok(peer) => {
+                pause = retry;
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    () = connected(peer) => {}
+                }
+            }
+            Err(why) => tracing::debug!("the daemon is not reachable: {why:?}"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(Duration::from_secs(5).max(retry));
+    }
+}

@@ -67,26 +67,22 @@ pub fn run(args: McpArgs) -> ExitCode {
     };
     let door = Arc::new(HostDoor { link: Link::new(socket), timeout: args.timeout, changes });
     let served = runtime.block_on(async {
-        tokio::spawn(keep_connected(door.clone()));
-        mcp_front::serve_stdio(door).await
+        // Holds the connection while the server runs, so the host's change
+        // events reach the agent between tool calls too.
+        let (keeper, stop) = (door.clone(), mcp_front::CancellationToken::new());
+        let stopped = stop.clone();
+        tokio::spawn(async move {
+            mcp_front::keep_connected(&keeper.link, &stopped, RETRY, |peer| async move { peer.closed().await }).await
+        });
+        let served = mcp_front::serve_stdio(door).await;
+        stop.cancel();
+        served
     });
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("hermes-host mcp: {message}");
             ExitCode::FAILURE
-        }
-    }
-}
-
-/// Holds the connection while the server runs, so the host's change events
-/// reach the agent between tool calls too; while the host is down, tries
-/// again every [`RETRY`].
-async fn keep_connected(door: Arc<HostDoor>) {
-    loop {
-        match door.link.peer().await {
-            Ok(peer) => peer.closed().await,
-            Err(_) => tokio::time::sleep(RETRY).await,
         }
     }
 }

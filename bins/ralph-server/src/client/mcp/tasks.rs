@@ -146,16 +146,17 @@ impl Task {
     /// not running, trying again every [`RETRY`]) and reports its files'
     /// changes.
     async fn watch(self: Arc<Self>, changes: Changes) {
-        loop {
-            let Ok(peer) = self.link.peer().await else {
-                tokio::time::sleep(RETRY).await;
-                continue;
-            };
-            self.look(&changes);
-            self.follow(&peer, &changes).await;
-            // The loop writes its last block (STOPPED, COMPLETED...) before it goes.
-            self.look(&changes);
-        }
+        let never = mcp_front::CancellationToken::new();
+        mcp_front::keep_connected(&self.link, &never, RETRY, |peer| {
+            let (task, changes) = (&self, &changes);
+            async move {
+                task.look(changes);
+                task.follow(&peer, changes).await;
+                // The loop writes its last block (STOPPED, COMPLETED...) before it goes.
+                task.look(changes);
+            }
+        })
+        .await
     }
 
     /// Looks at the files as events come, until the connection closes.
