@@ -20,10 +20,12 @@ lint:
 fmt:
     cargo fmt --all
 
-# The benchmark suite (the project's targets, B1-B9); writes BENCHMARKS.md.
+# The benchmark suite (the project's targets, B1-B9), pinned: the table into
+# benchmarks/latest.md (copied into BENCHMARKS.md with its analysis), the
+# scaling picture into benchmarks/scaling.svg.
 bench:
     cargo build --release --workspace --bins
-    ./target/release/rpc-bench suite --write BENCHMARKS.md
+    ./target/release/rpc-bench suite --plot benchmarks/scaling.svg --write benchmarks/latest.md
 
 # Fuzz every decoder for `seconds` each (needs `cargo install cargo-fuzz`).
 fuzz seconds="60":

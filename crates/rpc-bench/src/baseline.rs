@@ -45,7 +45,9 @@ pub async fn echo_server(addr: SocketAddr) -> Result<SocketAddr> {
 
 /// B2 baseline: jsonrpsee's WebSocket server with a `ping` method.
 pub async fn jsonrpsee_server(addr: SocketAddr) -> Result<(SocketAddr, jsonrpsee::server::ServerHandle)> {
-    let server = jsonrpsee::server::Server::builder().build(addr).await?;
+    // Its default of 100 connections would refuse B9's 512.
+    let config = jsonrpsee::server::ServerConfig::builder().max_connections(10_000).build();
+    let server = jsonrpsee::server::Server::builder().set_config(config).build(addr).await?;
     let local = server.local_addr()?;
     let mut module = jsonrpsee::RpcModule::new(());
     module.register_method("ping", |_, _, _| json!({"pong": true}))?;
@@ -90,11 +92,19 @@ const SUPEX_DRIVER: &str = include_str!("../../../bins/supex-bridge/src/runtime/
 
 /// B5 baseline: `1+1` evaluated by supex-bridge's own driver over a bare pipe
 /// (requests on its stdin, replies on fd 3), one at a time, for `duration`.
-pub async fn ruby_pipe_eval(ruby: &str, duration: Duration, warmup: Duration) -> Result<load::Report> {
+pub async fn ruby_pipe_eval(
+    ruby: &str,
+    duration: Duration,
+    warmup: Duration,
+    cpu: Option<usize>,
+) -> Result<load::Report> {
     use tokio::io::{AsyncBufReadExt, BufReader};
     // fd 3 (replies) goes to our pipe; the driver's console output is dropped.
+    // Ruby runs on the servers' core, as the bridge's Ruby does.
+    let pin = cpu.map(|cpu| format!("taskset -c {cpu} ")).unwrap_or_default();
+    let script = format!("exec {pin}\"$0\" -e \"$SUPEX_DRIVER\" 3>&1 >/dev/null 2>&1");
     let mut child = tokio::process::Command::new("sh")
-        .args(["-c", "exec \"$0\" -e \"$SUPEX_DRIVER\" 3>&1 >/dev/null 2>&1", ruby])
+        .args(["-c", &script, ruby])
         .env("SUPEX_DRIVER", SUPEX_DRIVER)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

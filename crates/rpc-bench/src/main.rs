@@ -7,6 +7,7 @@ mod baseline;
 mod hermes;
 mod load;
 mod pin;
+mod plot;
 mod ralph;
 mod suite;
 
@@ -109,6 +110,20 @@ fn main() -> Result<()> {
         Command::HermesExtension(args) => hermes::extension(args),
         Command::ContentLengthEcho { cpu } => hermes::echo(cpu),
         Command::RalphAgent(args) => ralph::agent(args),
+        Command::Suite(options) => {
+            // The load side on one core, every server on the other: pinned
+            // before the runtime exists, so its thread inherits the core. One
+            // thread, since two workers on one core would only take turns.
+            let cores = pin::Cores::pick();
+            let runtime = match cores {
+                Some(cores) => {
+                    pin::pin_current_thread(cores.load)?;
+                    tokio::runtime::Builder::new_current_thread().enable_all().build()?
+                }
+                None => tokio::runtime::Builder::new_multi_thread().enable_all().build()?,
+            };
+            runtime.block_on(suite::run(options, cores))
+        }
         command => tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(command)),
     }
 }
@@ -158,10 +173,10 @@ async fn run(command: Command) -> Result<()> {
             let answered = idle.ping_all().await;
             println!("{answered} of {count} connections answered ping");
         }
-        Command::Suite(options) => suite::run(options).await?,
-        Command::HermesExtension(_) | Command::ContentLengthEcho { .. } | Command::RalphAgent(_) => {
-            unreachable!("run without a runtime")
-        }
+        Command::Suite(_)
+        | Command::HermesExtension(_)
+        | Command::ContentLengthEcho { .. }
+        | Command::RalphAgent(_) => unreachable!("run with a runtime of its own"),
     }
     Ok(())
 }

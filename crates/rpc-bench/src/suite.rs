@@ -40,6 +40,10 @@ pub struct Options {
     /// Also write the table, the machine and the command to this Markdown file.
     #[arg(long)]
     write: Option<PathBuf>,
+    /// Draw B9's scaling curves (throughput by connections, memory by idle
+    /// connections) into this SVG file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 struct Row {
@@ -110,12 +114,7 @@ pub(crate) fn sibling(bin: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Starts a binary from the suite's own directory.
-fn start(bin: &str, env: &[(&str, String)], args: &[&str]) -> Result<Daemon> {
-    start_on(bin, env, args, None)
-}
-
-/// [`start`], pinned to `cpu`.
+/// Starts a binary from the suite's own directory, pinned to `cpu`.
 pub(crate) fn start_on(bin: &str, env: &[(&str, String)], args: &[&str], cpu: Option<usize>) -> Result<Daemon> {
     let mut cmd = Command::new(sibling(bin)?);
     cmd.args(args).env("RUST_LOG", "warn").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
@@ -154,9 +153,9 @@ impl Options {
         }
     }
 
-    /// Runs each load in turn, `repeat` times over, and returns the median
-    /// report of each.
-    async fn compare(&self, loads: &[(&str, &Load)]) -> Result<Vec<Report>> {
+    /// Runs each load in turn, `repeat` times over (baseline and targets
+    /// alternating), and returns every run of each.
+    async fn compare(&self, loads: &[(&str, &Load)]) -> Result<Vec<Vec<Report>>> {
         let mut runs: Vec<Vec<Report>> = vec![Vec::new(); loads.len()];
         for _ in 0..self.repeat.max(1) {
             for (i, (label, load)) in loads.iter().enumerate() {
@@ -165,7 +164,7 @@ impl Options {
                 runs[i].push(report);
             }
         }
-        Ok(runs.into_iter().map(median).collect())
+        Ok(runs)
     }
 }
 
@@ -226,6 +225,26 @@ fn spread(runs: &[Report], figure: fn(&Report) -> f64, decimals: usize, unit: &s
     format!("{mid:.decimals$}{unit} ({low:.decimals$}–{high:.decimals$})")
 }
 
+/// [`latency_row`] from every run: each side's median with its spread.
+fn latency_row_of_runs(
+    id: &'static str,
+    what: String,
+    (base, got): (&[Report], &[Report]),
+    figure: fn(&Report) -> f64,
+    max: f64,
+    target: &'static str,
+) -> Row {
+    let mid = |runs: &[Report]| {
+        let mut values: Vec<f64> = runs.iter().map(figure).collect();
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    let mut row = latency_row(id, what, mid(base), mid(got), max, target);
+    row.baseline = spread(base, figure, 1, " µs");
+    row.measured = spread(got, figure, 1, " µs");
+    row
+}
+
 fn latency_row(id: &'static str, what: String, base: f64, got: f64, max: f64, target: &'static str) -> Row {
     let ratio = got / base;
     Row {
@@ -239,8 +258,16 @@ fn latency_row(id: &'static str, what: String, base: f64, got: f64, max: f64, ta
     }
 }
 
-pub async fn run(options: Options) -> Result<()> {
+pub async fn run(options: Options, cores: Option<pin::Cores>) -> Result<()> {
     let mut rows = Vec::new();
+    // Every server (daemon or baseline) on one core, this process (the load
+    // side, and B3's browser) on the other.
+    let server_cpu = cores.map(|c| c.server);
+    let start = |bin: &str, env: &[(&str, String)], args: &[&str]| start_on(bin, env, args, server_cpu);
+    match cores {
+        Some(c) => eprintln!("pinned: servers on CPU {}, load on CPU {}", c.server, c.load),
+        None => eprintln!("fewer than two cores: nothing pinned"),
+    }
 
     let echo = free_addr();
     let _echo = start("rpc-bench", &[], &["echo-server", "--addr", &echo.to_string()])?;
@@ -289,7 +316,7 @@ pub async fn run(options: Options) -> Result<()> {
             let got = options.load(&bridge, "ping", "{}", 64, conns);
             let m = options.compare(&[("echo", &base), ("supex-bridge ping", &got)]).await?;
             let what = format!("supex-bridge `ping`, window 64, {conns} conn");
-            rows.push(throughput_row("B1", what, &m[0], &m[1], 0.5, "≥ 0.5 × echo"));
+            rows.push(throughput_row_of_runs("B1", what, &m[0], &m[1], 0.5, "≥ 0.5 × echo"));
         }
     }
 
@@ -306,11 +333,11 @@ pub async fn run(options: Options) -> Result<()> {
                 .await?;
             if options.wants("b2") {
                 let what = format!("btcp-broker `ping` (WS), window 64, {conns} conn");
-                rows.push(throughput_row("B2", what, &m[0], &m[1], 4.0, "≥ 4 × jsonrpsee"));
+                rows.push(throughput_row_of_runs("B2", what, &m[0], &m[1], 4.0, "≥ 4 × jsonrpsee"));
             }
             if options.wants("b3") {
                 let what = format!("btcp-broker forwarded `tools/call`, {conns} conn");
-                rows.push(throughput_row("B3", what, &m[1], &m[2], 0.4, "≥ 0.4 × broker ping"));
+                rows.push(throughput_row_of_runs("B3", what, &m[1], &m[2], 0.4, "≥ 0.4 × broker ping"));
             }
         }
     }
@@ -324,20 +351,20 @@ pub async fn run(options: Options) -> Result<()> {
             .compare(&[("echo RTT", &base), ("supex-bridge RTT", &bridge_ping), ("btcp-broker RTT", &broker_ping)])
             .await?;
         for (name, got) in [("supex-bridge", &m[1]), ("btcp-broker", &m[2])] {
-            let (b, g) = (&m[0], got);
-            rows.push(latency_row(
+            let pair = (&m[0][..], &got[..]);
+            rows.push(latency_row_of_runs(
                 "B4",
                 format!("{name} `ping` RTT p50, window 1"),
-                b.p50_us,
-                g.p50_us,
+                pair,
+                |r| r.p50_us,
                 1.3,
                 "≤ 1.3 × echo",
             ));
-            rows.push(latency_row(
+            rows.push(latency_row_of_runs(
                 "B4",
                 format!("{name} `ping` RTT p99, window 1"),
-                b.p99_us,
-                g.p99_us,
+                pair,
+                |r| r.p99_us,
                 1.3,
                 "≤ 1.3 × echo",
             ));
@@ -352,7 +379,7 @@ pub async fn run(options: Options) -> Result<()> {
         let (seconds, warmup) = (Duration::from_secs_f64(options.seconds), Duration::from_secs_f64(options.warmup));
         let (mut pipe, mut bridged) = (Vec::new(), Vec::new());
         for _ in 0..options.repeat.max(1) {
-            match baseline::ruby_pipe_eval(&ruby, seconds, warmup).await {
+            match baseline::ruby_pipe_eval(&ruby, seconds, warmup, server_cpu).await {
                 Ok(report) => {
                     eprintln!("  {:<40} {}", "driver over a bare pipe", report.line());
                     pipe.push(report);
@@ -367,57 +394,74 @@ pub async fn run(options: Options) -> Result<()> {
             bridged.push(report);
         }
         if !pipe.is_empty() {
-            let (base, got) = (median(pipe), median(bridged));
             let what = "`eval_ruby` of `1+1`, p50 latency".into();
-            rows.push(latency_row("B5", what, base.p50_us, got.p50_us, 1.5, "≤ 1.5 × bare pipe"));
+            rows.push(latency_row_of_runs("B5", what, (&pipe, &bridged), |r| r.p50_us, 1.5, "≤ 1.5 × bare pipe"));
         }
     }
 
-    if options.wants("b8") {
-        eprintln!("B8: {} idle WebSocket connections", options.idle);
-        let pid = broker.child.id();
-        let before = baseline::rss_mib(pid).unwrap_or(0.0);
-        let idle = baseline::IdleConnections::open(&agent, options.idle).await?;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let rss = baseline::rss_mib(pid).unwrap_or(f64::NAN);
-        let answered = idle.ping_all().await;
-        eprintln!("  broker RSS {before:.1} MiB idle -> {rss:.1} MiB; {answered} answered ping");
-        rows.push(Row {
-            id: "B8",
-            what: format!("btcp-broker holding {} idle WS connections", options.idle),
-            baseline: format!("{before:.1} MiB at start"),
-            measured: format!("{rss:.1} MiB RSS, {answered}/{} answer ping", options.idle),
-            ratio: None,
-            target: "≤ 200 MiB, all answer",
-            met: Some(rss <= 200.0 && answered == options.idle),
-        });
-    }
-
-    if options.wants("b9") {
-        eprintln!("B9: cost curve");
-        for (name, target) in [("supex-bridge", &bridge), ("btcp-broker", &agent)] {
-            let loads: Vec<Load> = [1, 8, 64, 512].iter().map(|&c| options.load(target, "ping", "{}", 64, c)).collect();
-            let labels: Vec<String> = [1, 8, 64, 512].iter().map(|c| format!("{name} ping, {c} conn")).collect();
-            let pairs: Vec<(&str, &Load)> = labels.iter().map(String::as_str).zip(loads.iter()).collect();
-            let m = options.compare(&pairs).await?;
-            let points: Vec<(usize, f64)> = [1, 8, 64, 512].into_iter().zip(m.iter().map(|r| r.per_second)).collect();
-            let peak = points.iter().map(|p| p.1).fold(0.0, f64::max);
-            let last = points.last().unwrap().1;
+    if options.wants("b8") || options.wants("b9") {
+        let scaling = scaling(
+            &options,
+            [("supex-bridge", &echo, &bridge, "echo"), ("btcp-broker", &jsonrpsee, &agent, "jsonrpsee")],
+        )
+        .await?;
+        let memory = idle_memory(&options, &agent, broker.child.id()).await?;
+        if options.wants("b8") {
+            let last = memory.last().copied().unwrap_or_default();
             rows.push(Row {
-                id: "B9",
-                what: format!("{name} `ping` at 1/8/64/512 conns"),
-                baseline: "–".into(),
-                measured: points.iter().map(|(c, t)| format!("{c}: {t:.0}/s")).collect::<Vec<_>>().join(", "),
-                ratio: Some(last / peak),
-                target: "no fall as conns grow",
-                // "Does not fall": the 512-connection point keeps 90% of the best.
-                met: Some(last >= 0.9 * peak),
+                id: "B8",
+                what: format!("btcp-broker holding {} idle WS connections", last.connections),
+                baseline: format!("{:.1} MiB at start", memory[0].rss_mib),
+                measured: format!(
+                    "{:.1} MiB RSS ({:.1} KiB a connection), {}/{} answer ping",
+                    last.rss_mib,
+                    last.kib_per_connection(memory[0].rss_mib),
+                    last.answered,
+                    last.connections
+                ),
+                ratio: None,
+                target: "≤ 80 MiB (≤ 6 KiB a connection), all answer",
+                met: Some(
+                    last.rss_mib <= 80.0
+                        && last.kib_per_connection(memory[0].rss_mib) <= 6.0
+                        && last.answered == last.connections,
+                ),
             });
         }
+        if options.wants("b9") {
+            for curve in &scaling {
+                let medians: Vec<f64> = curve.target.iter().map(|runs| median(runs.clone()).per_second).collect();
+                let peak = medians.iter().copied().fold(0.0, f64::max);
+                let last = *medians.last().unwrap();
+                rows.push(Row {
+                    id: "B9",
+                    what: format!("{} `ping` at {} conns", curve.name, join(&SCALING_CONNECTIONS, "/")),
+                    baseline: curve
+                        .baseline
+                        .iter()
+                        .zip(SCALING_CONNECTIONS)
+                        .map(|(runs, c)| format!("{c}: {:.0}/s", median(runs.clone()).per_second))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    measured: medians
+                        .iter()
+                        .zip(SCALING_CONNECTIONS)
+                        .map(|(t, c)| format!("{c}: {t:.0}/s"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    ratio: Some(last / peak),
+                    target: "no fall as conns grow",
+                    // "Does not fall": the 512-connection point keeps 90% of the best.
+                    met: Some(last >= 0.9 * peak),
+                });
+            }
+        }
+        if let Some(path) = &options.plot {
+            crate::plot::scaling(path, &scaling, &memory)?;
+            eprintln!("drew {}", path.display());
+        }
     }
 
-    // B6 and B7 pin the server to one core and the load to the other.
-    let cores = pin::Cores::pick();
     let (seconds, warmup, repeat) = (options.seconds, options.warmup, options.repeat.max(1));
 
     if options.wants("b6") {
@@ -507,7 +551,8 @@ pub async fn run(options: Options) -> Result<()> {
     let table = render(&rows);
     println!("{table}");
     if let Some(path) = &options.write {
-        std::fs::write(path, document(&table, &options)).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, document(&table, &options, cores))
+            .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     let _ = std::fs::remove_dir_all(&project);
@@ -533,7 +578,7 @@ fn render(rows: &[Row]) -> String {
     out
 }
 
-fn document(table: &str, options: &Options) -> String {
+fn document(table: &str, options: &Options, pinned: Option<pin::Cores>) -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| {
@@ -542,13 +587,26 @@ fn document(table: &str, options: &Options) -> String {
         .unwrap_or_else(|| "unknown".into());
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let date = Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC").output().ok();
+    let date = date.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_default();
+    let pinning = match pinned {
+        Some(c) => format!(
+            "every server (daemon or baseline, and the processes it starts) pinned to CPU {}, the load \
+             generator (one thread, with B3's browser) to CPU {}",
+            c.server, c.load
+        ),
+        None => "not pinned (fewer than two cores)".into(),
+    };
+    let plot = options.plot.as_ref().map(|p| format!(" --plot {}", p.display())).unwrap_or_default();
     format!(
-        "# Benchmarks\n\nThe latest run of `rpc-bench suite`. Client, daemons and baselines share \
-         one machine; compare ratios, not absolute numbers. Each row is the median of {} alternating runs of \
-         {} s (after {} s of warm-up) of its baseline and its target.\n\n\
+        "# Benchmarks\n\nThe latest run of `rpc-bench suite`. Compare ratios, not absolute numbers. Each \
+         row gives the median of {} alternating runs of {} s (after {} s of warm-up) of its baseline and \
+         its target, with the range of the runs in brackets.\n\n\
          - machine: {cores} cores, {cpu}, Linux {}\n\
+         - date: {date}\n\
+         - pinning: {pinning}\n\
          - command: `cargo build --release --workspace --bins && ./target/release/rpc-bench suite --seconds {} \
-         --warmup {} --repeat {} --only {} --write BENCHMARKS.md`\n\n{table}",
+         --warmup {} --repeat {} --only {}{plot} --write BENCHMARKS.md`\n\n{table}",
         options.repeat,
         options.seconds,
         options.warmup,
@@ -558,4 +616,83 @@ fn document(table: &str, options: &Options) -> String {
         options.repeat,
         options.only.join(","),
     )
+}
+
+/// The connection counts of B9's throughput curves.
+pub const SCALING_CONNECTIONS: [usize; 4] = [1, 8, 64, 512];
+/// The idle connection counts of the memory curve (B8 is the last).
+const IDLE_STEPS: [usize; 5] = [0, 1000, 2500, 5000, 10_000];
+
+fn join(values: &[usize], separator: &str) -> String {
+    values.iter().map(usize::to_string).collect::<Vec<_>>().join(separator)
+}
+
+/// One daemon's throughput at each of [`SCALING_CONNECTIONS`], with its
+/// baseline's at the same counts: every run of each.
+pub struct Curve {
+    pub name: &'static str,
+    pub baseline_name: &'static str,
+    pub baseline: Vec<Vec<Report>>,
+    pub target: Vec<Vec<Report>>,
+}
+
+/// B1 and B2 at 1, 8, 64 and 512 connections, each point alternating with
+/// its baseline at the same count.
+async fn scaling(options: &Options, pairs: [(&'static str, &String, &String, &'static str); 2]) -> Result<Vec<Curve>> {
+    eprintln!("B9: throughput by connections, with the baselines at the same counts");
+    let mut curves = Vec::new();
+    for (name, baseline_target, target, baseline_name) in pairs {
+        let mut curve = Curve { name, baseline_name, baseline: Vec::new(), target: Vec::new() };
+        for conns in SCALING_CONNECTIONS {
+            let base = options.load(baseline_target, "ping", "{}", 64, conns);
+            let got = options.load(target, "ping", "{}", 64, conns);
+            let (base_label, got_label) =
+                (format!("{baseline_name} ping, {conns} conn"), format!("{name} ping, {conns} conn"));
+            let mut runs = options.compare(&[(&base_label, &base), (&got_label, &got)]).await?;
+            curve.target.push(runs.pop().unwrap());
+            curve.baseline.push(runs.pop().unwrap());
+        }
+        curves.push(curve);
+    }
+    Ok(curves)
+}
+
+/// The broker's resident memory holding a number of idle WebSocket agents.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MemoryPoint {
+    pub connections: usize,
+    pub rss_mib: f64,
+    pub answered: usize,
+}
+
+impl MemoryPoint {
+    pub fn kib_per_connection(&self, idle_mib: f64) -> f64 {
+        if self.connections == 0 { 0.0 } else { (self.rss_mib - idle_mib) * 1024.0 / self.connections as f64 }
+    }
+}
+
+/// Opens idle agents in steps up to 10 000 and reads the broker's RSS at
+/// each step (after a second to settle); at each step every connection
+/// opened so far must still answer `ping`.
+async fn idle_memory(options: &Options, agent: &str, pid: u32) -> Result<Vec<MemoryPoint>> {
+    eprintln!("B8/B9: broker memory by idle WebSocket connections");
+    let steps: Vec<usize> = IDLE_STEPS.iter().copied().filter(|&n| n <= options.idle).chain([options.idle]).collect();
+    let mut steps = steps;
+    steps.dedup();
+    let mut held = Vec::new();
+    let mut points = Vec::new();
+    let mut opened = 0;
+    for step in steps {
+        held.push(baseline::IdleConnections::open(agent, step - opened).await?);
+        opened = step;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let rss_mib = baseline::rss_mib(pid).unwrap_or(f64::NAN);
+        let mut answered = 0;
+        for idle in &held {
+            answered += idle.ping_all().await;
+        }
+        eprintln!("  {step:>6} idle connections: {rss_mib:.1} MiB RSS, {answered} answered ping");
+        points.push(MemoryPoint { connections: step, rss_mib, answered });
+    }
+    Ok(points)
 }
