@@ -9,6 +9,7 @@ mod handshake;
 mod lifecycle;
 mod memory;
 mod repl;
+mod repl_terminal;
 mod service;
 mod shutdown;
 mod support;

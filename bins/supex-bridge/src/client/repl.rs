@@ -6,6 +6,11 @@
 //! history entry. When the server goes away the client reconnects with
 //! backoff; an evaluation that was cut off is not sent again, since it may
 //! already have run.
+//!
+//! Lines typed during an evaluation or pasted several at once reach the
+//! editor in one read; rustyline keeps what it read past the first line for
+//! the next `readline` only with its `buffer-redux` feature (without it they
+//! were dropped), which the workspace turns on.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
