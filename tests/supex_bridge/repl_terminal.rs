@@ -112,3 +112,45 @@ async fn the_repl_keeps_every_line_typed_ahead_or_pasted() {
     let exit = tokio::time::timeout(Duration::from_secs(10), repl.exited()).await.expect("the REPL did not exit");
     assert_eq!(exit, Exit::Code(0), "{}", terminal.seen);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_a_terminal_the_repl_waits_for_a_server_that_is_not_up_yet() {
+    if !integration_tests::require_tool("ruby") {
+        return;
+    }
+    let repl_port = integration_tests::free_port();
+    let history = tempfile::tempdir().unwrap();
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let master = std::fs::File::from(pty.master);
+    let mut reader = master.try_clone().unwrap();
+    let (tx, output) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = reader.read(&mut buf) {
+            if tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let repl = ChildCommand::new(bin_path(BIN))
+        .args(["repl", "--history", history.path().join("h").to_str().unwrap()])
+        .env("SUPEX_REPL_PORT", repl_port.to_string())
+        .env("TERM", "xterm-256color")
+        .terminal(pty.slave)
+        .spawn()
+        .unwrap();
+    let mut terminal = Terminal { master, output, seen: String::new(), cursor: 0 };
+    terminal.expect(&format!("no supex-bridge is listening at 127.0.0.1:{repl_port}"));
+    terminal.expect("start it with `supex-bridge serve`");
+    terminal.expect("waiting up to 30 s for it");
+
+    let port = repl_port.to_string();
+    let _bridge = Bridge::start_unchecked(&[("SUPEX_REPL_PORT", &port)]);
+    terminal.expect("connected to");
+    terminal.expect("supex> ");
+    terminal.type_keys(b"6 * 7\r");
+    terminal.expect("=> 42");
+    terminal.type_keys(b"exit\r");
+    let exit = tokio::time::timeout(Duration::from_secs(10), repl.exited()).await.expect("the REPL did not exit");
+    assert_eq!(exit, Exit::Code(0), "{}", terminal.seen);
+}

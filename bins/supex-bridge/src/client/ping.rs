@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{address, connect, describe, request, tokio_runtime};
+use super::{Server, address, connect, describe, request, tokio_runtime};
 use crate::config::parse_seconds;
 
 #[derive(Debug, clap::Args)]
@@ -32,12 +32,17 @@ pub struct PingArgs {
 }
 
 pub fn run(args: PingArgs) -> ExitCode {
-    let addr = if args.repl { address(&args.repl_host, args.repl_port) } else { address(&args.host, args.port) };
+    let (server, addr) = if args.repl {
+        (Server::Repl, address(&args.repl_host, args.repl_port))
+    } else {
+        (Server::Bridge, address(&args.host, args.port))
+    };
     let started = Instant::now();
     let outcome = tokio_runtime().block_on(async {
-        let peer = connect(&addr, args.timeout).await?;
-        let reply = request(&peer, "ping", &json!({}), args.timeout).await.map_err(|e| describe(&e))?;
-        if reply["status"] == "ok" { Ok(()) } else { Err(format!("unexpected answer {reply}")) }
+        let peer = connect(server, &addr, args.timeout).await?;
+        let reply =
+            request(&peer, "ping", &json!({}), args.timeout).await.map_err(|e| format!("{addr}: {}", describe(&e)))?;
+        if reply["status"] == "ok" { Ok(()) } else { Err(format!("{addr}: unexpected answer {reply}")) }
     });
     match outcome {
         Ok(()) => {
@@ -45,7 +50,7 @@ pub fn run(args: PingArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(message) => {
-            eprintln!("supex-bridge ping: {addr}: {message}");
+            eprintln!("supex-bridge ping: {message}");
             ExitCode::FAILURE
         }
     }
