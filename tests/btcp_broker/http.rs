@@ -147,3 +147,21 @@ fn the_browser_client_and_the_demo_page_are_served() {
     assert!(page.body.contains("./btcp.js") && page.body.contains("page_title"));
     assert_eq!(broker.get("/nope").status, 404);
 }
+
+#[tokio::test]
+async fn metrics_count_a_tool_that_reported_an_error_apart_from_successes() {
+    let broker = Broker::start(&[]);
+    let browser = crate::support::scripted_browser(broker.browser("outcomes").await).await;
+    let mut agent = broker.agent("outcomes").await;
+    let answer = agent.call(1, "tools/call", json!({"name": "echo", "arguments": {}})).await;
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    // The public client's way: `result` with isError and `error` beside it.
+    let answer = agent.call(2, "tools/call", json!({"name": "fail", "arguments": {}})).await;
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+
+    let metrics = broker.get("/metrics").body;
+    for needle in ["btcp_tool_calls_total{outcome=\"ok\"} 1", "btcp_tool_calls_total{outcome=\"tool_error\"} 1"] {
+        assert!(metrics.contains(needle), "missing {needle}:\n{metrics}");
+    }
+    browser.abort();
+}

@@ -1,4 +1,4 @@
-//! What an agent can make the broker hold (rpc-core.md §8): answers it never
+//! What an agent can make the broker hold: answers it never
 //! reads and notifications it floods stay within its connection's byte
 //! budgets, measured as the broker's resident memory.
 

@@ -29,3 +29,49 @@ fn a_non_loopback_address_without_a_token_is_refused() {
     let stderr = refused(&[("BTCP_HOST", "no-such-host.invalid")]);
     assert!(stderr.contains("BTCP_HOST: cannot resolve no-such-host.invalid"), "{stderr}");
 }
+
+/// What the broker logs at start under `ulimit` settings given to `sh`, with
+/// `BTCP_MAX_CONNECTIONS=max`; stopped once it listens.
+fn start_log_under(ulimit: &str, max: u64) -> String {
+    use std::io::{BufRead, BufReader};
+    let port = integration_tests::free_port().to_string();
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", &format!("ulimit {ulimit} && exec \"$0\"")])
+        .arg(integration_tests::bin_path("btcp-broker"))
+        .env("BTCP_PORT", &port)
+        .env("BTCP_MAX_CONNECTIONS", max.to_string())
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = String::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok) {
+        log.push_str(&line);
+        log.push('\n');
+        if line.contains("listening on") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(log.contains("listening on"), "the broker did not start under `ulimit {ulimit}`:\n{log}");
+    log
+}
+
+#[test]
+fn the_open_file_limit_is_raised_and_warned_about_only_when_too_low() {
+    let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    // The usual default: a soft limit of 1024 under a higher hard one. The
+    // broker raises it to the hard limit, which holds the connections: quiet.
+    let fits = hard.min(20_000);
+    let log = start_log_under("-Sn 1024", fits);
+    assert!(!log.contains("open-file limit"), "warned although {hard} descriptors hold {fits} peers:\n{log}");
+    // Room for the peers but not for every spare HTTP connection: still quiet.
+    let log = start_log_under("-n 2048", 1500);
+    assert!(!log.contains("open-file limit"), "{log}");
+    // A hard limit below the configured connections: said once, with the fix.
+    let log = start_log_under("-n 512", 1000);
+    assert_eq!(log.matches("open-file limit").count(), 1, "{log}");
+    assert!(log.contains("BTCP_MAX_CONNECTIONS") && log.contains("LimitNOFILE"), "{log}");
+}

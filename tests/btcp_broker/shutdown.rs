@@ -1,4 +1,4 @@
-//! SIGTERM with work in flight (rpc-core.md §8 "Shutdown"): a forwarded call
+//! SIGTERM with work in flight: a forwarded call
 //! gets the grace period, what outlives it is answered `shutting_down`, and
 //! nothing an agent sent goes unanswered before its connection closes.
 

@@ -1,4 +1,4 @@
-//! operations.md, checked: service files parse, every setting a daemon reads is
+//! Operations, checked: service files parse, every setting a daemon reads is
 //! in its example env file, and the README's main job starts and stops cleanly.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! Idle sockets that never say `hello` (rpc-core.md §8 "Handshake deadline"):
+//! Idle sockets that never say `hello`:
 //! they are closed after SUPEX_HELLO_TIMEOUT and may hold only half of the
 //! connection slots, so a client with the right token always gets in.
 

@@ -310,9 +310,18 @@ fn the_console_log_keeps_what_ruby_printed_outside_evaluations() {
 fn without_ruby_the_daemon_starts_and_explains_how_to_get_it() {
     let bridge = Bridge::start_unchecked(&[("SUPEX_RUBY", "/nonexistent/bin/ruby")]);
     let mut client = bridge.client();
-    assert_eq!(client.call(1, "ping", json!({}))["result"]["status"], "ok");
+    let mut pong = json!(null);
+    let settled = integration_tests::eventually(Duration::from_secs(10), || {
+        pong = client.call(1, "ping", json!({}))["result"].clone();
+        pong["status"] != "starting"
+    });
+    assert!(settled, "{pong}");
+    // The health check does not say "ok" for a bridge that cannot evaluate.
+    assert_eq!(pong["status"], "unavailable", "{pong}");
+    assert!(pong["problem"].as_str().unwrap().contains("SUPEX_RUBY"), "{pong}");
     let pong = ok(&mut client, "ping", json!({}));
     assert_eq!(pong["ruby_version"], json!(null));
+    assert_eq!(pong["runtime"], "unavailable");
     let reply = tool(&mut client, "eval_ruby", json!({"code": "1"}));
     let err = error(&reply);
     assert_eq!(err["code"], -32000);
@@ -322,6 +331,16 @@ fn without_ruby_the_daemon_starts_and_explains_how_to_get_it() {
     let info = ok(&mut client, "runtime_info", json!({}));
     assert_eq!(info["state"], "unavailable");
     assert!(bridge.daemon.stderr().contains("Ruby is not available"));
+
+    // `supex-bridge ping`: up, but not healthy (exit 3, not 0 and not 1).
+    let port = bridge.bridge.port().to_string();
+    let (status, stdout, stderr) = integration_tests::run(crate::support::BIN, &["ping"], &[("SUPEX_PORT", &port)]);
+    assert_eq!(status.code(), Some(3), "{stdout}{stderr}");
+    assert!(stderr.contains("Ruby runtime is unavailable") && stderr.contains("SUPEX_RUBY"), "{stderr}");
+    let repl_port = bridge.repl.port().to_string();
+    let (status, _, _) =
+        integration_tests::run(crate::support::BIN, &["ping", "--repl"], &[("SUPEX_REPL_PORT", &repl_port)]);
+    assert_eq!(status.code(), Some(3));
 }
 
 #[test]

@@ -195,7 +195,8 @@ fn call_and_ping_commands_talk_to_the_bridge() {
     let dead = free_port().to_string();
     let (status, _, stderr) = run(BIN, &["ping", "--timeout", "1"], &[("SUPEX_PORT", &dead)]);
     assert_eq!(status.code(), Some(1));
-    assert!(stderr.contains("cannot connect"), "{stderr}");
+    assert!(stderr.contains(&format!("no supex-bridge is listening at 127.0.0.1:{dead}")), "{stderr}");
+    assert!(stderr.contains("supex-bridge serve"), "{stderr}");
 }
 
 #[test]

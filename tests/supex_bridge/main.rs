@@ -10,6 +10,7 @@ mod lifecycle;
 mod mcp;
 mod memory;
 mod repl;
+mod repl_terminal;
 mod service;
 mod shutdown;
 mod support;

@@ -107,7 +107,7 @@ fn mcp_reports_a_stopped_bridge_and_reconnects_when_it_is_back() {
     let down = call(&mut mcp, "eval_ruby", json!({"code": "1"}));
     assert_eq!(down["isError"], true, "{down}");
     let text = McpClient::text(&down);
-    assert!(text.contains("not reachable") && text.contains("supex-bridge serve"), "{text}");
+    assert!(text.contains("no supex-bridge is listening") && text.contains("supex-bridge serve"), "{text}");
 
     let dir = tempfile::tempdir().unwrap();
     let env = |port: u16, repl: u16| [("SUPEX_PORT", port.to_string()), ("SUPEX_REPL_PORT", repl.to_string())];

@@ -1,4 +1,4 @@
-//! What a client can make the daemon hold (rpc-core.md §8): replies it never
+//! What a client can make the daemon hold: replies it never
 //! reads and notifications it floods stay within the connection's byte
 //! budgets, measured as the daemon's resident memory.
 

@@ -206,3 +206,18 @@ fn the_repl_command_reconnects_when_the_server_comes_back() {
     assert!(out.status.success());
     drop(second);
 }
+
+#[test]
+fn the_repl_command_without_a_server_says_how_to_start_one_and_exits() {
+    // No Ruby needed: nothing listens. Input from a pipe (here: at EOF) cannot
+    // wait for someone to start the daemon, so this is said once, at once.
+    let port = integration_tests::free_port().to_string();
+    let started = Instant::now();
+    let (status, stdout, stderr) =
+        integration_tests::run(crate::support::BIN, &["repl"], &[("SUPEX_REPL_PORT", &port)]);
+    assert_eq!(status.code(), Some(1), "{stdout}{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(stderr.contains(&format!("no supex-bridge is listening at 127.0.0.1:{port}")), "{stderr}");
+    assert!(stderr.contains("start it with `supex-bridge serve`"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line, no retries: {stderr}");
+}

@@ -1,4 +1,4 @@
-//! SIGTERM with evaluations in flight (rpc-core.md §8 "Shutdown"): the running
+//! SIGTERM with evaluations in flight: the running
 //! one gets the grace period, the ones waiting for their turn are answered
 //! `shutting_down` at once, and nothing goes unanswered before the exit.
 

@@ -17,7 +17,7 @@ use crate::metrics::{Metrics, TransportKind};
 use crate::rate_limit::TokenBucket;
 use crate::session::{AttachError, BrowserSlot, ClientType, Session, SessionEvent, SessionRegistry};
 
-/// Version of the BTCP protocol spoken (the seed's default).
+/// Version of the BTCP protocol spoken (the public client's default).
 pub const PROTOCOL_VERSION: &str = "1.0.0";
 pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 

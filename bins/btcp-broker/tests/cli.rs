@@ -93,3 +93,18 @@ fn an_unparsable_value_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--port"));
 }
+
+#[test]
+fn durations_in_help_say_their_unit() {
+    let text = help(&["--help"]);
+    for flag in ["--keepalive <", "--shutdown-grace <", "--session-idle-ttl <"] {
+        let from = text.find(flag).unwrap_or_else(|| panic!("--help lacks {flag}"));
+        let entry = &text[from..from + text[from..].find("[env:").unwrap()];
+        assert!(entry.contains("(seconds"), "{flag} does not say its unit:\n{entry}");
+    }
+    for flag in ["--call-timeout <", "--max-call-timeout <"] {
+        let from = text.find(flag).unwrap();
+        let entry = &text[from..from + text[from..].find("[env:").unwrap()];
+        assert!(entry.contains("(ms"), "{flag} does not say its unit:\n{entry}");
+    }
+}

@@ -51,7 +51,7 @@ enum Command {
     Call(client::call::CallArgs),
     /// An interactive Ruby console on the REPL server.
     Repl(client::repl::ReplArgs),
-    /// Check that the bridge answers (exit 0) or not (exit 1), for health checks.
+    /// Health check: exit 0 when the bridge answers and runs Ruby, 3 when it answers without Ruby, 1 when nothing answers.
     Ping(client::ping::PingArgs),
     /// A Model Context Protocol server on stdio for AI agents: the bridge's tools,
     /// reached through the running bridge (same settings as `call`).

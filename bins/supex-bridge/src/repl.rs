@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use crate::auth::{self, Handshake, HelloFields};
 use crate::errors;
 use crate::runtime::{Eval, Scope, Show};
-use crate::server::{App, Pong};
+use crate::server::{self, App};
 
 /// Backtrace lines shown under an exception.
 const BACKTRACE_LINES: usize = 5;
@@ -30,11 +30,12 @@ pub struct ReplConn {
 pub fn router(app: Arc<App>) -> Arc<Router<ReplConn>> {
     let token_required = app.token_required();
     let hello_app = app.clone();
+    let ping_app = app.clone();
     let eval_app = app.clone();
     let complete_app = app;
     Router::new()
         .method("hello", move |cx, params| hello(hello_app.clone(), cx, params))
-        .method("ping", |_, _: NoParams| async { Ok(Pong::OK) })
+        .method("ping", move |_, _: NoParams| server::ping(&ping_app))
         .method("eval", move |_, params| eval(eval_app.clone(), params))
         .method("complete", move |_, params| complete(complete_app.clone(), params))
         .guard(move |cx, method| match method {

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rpc_core::PeerConfig;
 use rpc_core::daemon::{Daemon, StartError};
 use rpc_core::listen::NdjsonLimits;
 use rpc_core::shutdown::{DEFAULT_GRACE, Stopped};
+use rpc_core::{PeerConfig, RpcError};
 
 use crate::config::Config;
 use crate::paths::PathPolicy;
@@ -19,15 +19,38 @@ use crate::{bridge, repl};
 /// group is killed: the operator asked for an exit now.
 const FORCED_STOP: Duration = Duration::from_millis(500);
 
-/// The answer to `ping` on both servers, `{"status": "ok"}`, built without an
-/// allocation (health checks and benchmarks call it a lot).
+/// How long `ping` waits for a runtime that is starting to run or fail.
+const PING_SETTLE: Duration = Duration::from_secs(3);
+
+/// The answer to `ping` on both servers: `{"status": "ok"}` while Ruby runs,
+/// built without an allocation (health checks and benchmarks call it a lot).
+/// Otherwise the status is the runtime's state (`starting`, `unavailable`,
+/// `stopped`) with the `problem` when there is one: a bridge that cannot
+/// evaluate must not look healthy.
 #[derive(serde::Serialize)]
 pub struct Pong {
     status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problem: Option<String>,
 }
 
 impl Pong {
-    pub const OK: Pong = Pong { status: "ok" };
+    fn from_health((state, problem): (&'static str, Option<String>)) -> Pong {
+        Pong { status: if state == "running" { "ok" } else { state }, problem }
+    }
+}
+
+/// The `ping` method of both servers. Only a runtime that is starting makes
+/// it wait (up to [`PING_SETTLE`]); it never waits for an evaluation.
+pub fn ping(app: &Arc<App>) -> impl Future<Output = Result<Pong, RpcError>> + Send + use<> {
+    let now = app.runtime.health();
+    let starting = (now.0 == "starting").then(|| app.clone());
+    async move {
+        Ok(Pong::from_health(match starting {
+            Some(app) => app.runtime.settled_health(PING_SETTLE).await,
+            None => now,
+        }))
+    }
 }
 
 /// What every connection of both servers shares.

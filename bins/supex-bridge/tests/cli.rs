@@ -66,7 +66,10 @@ fn the_token_value_is_never_shown_in_help() {
 fn client_commands_document_their_settings() {
     assert!(help(&["call", "--help"]).contains("--arg <KEY=VALUE>"));
     assert!(help(&["repl", "--help"]).contains("SUPEX_REPL_HISTORY"));
-    assert!(help(&["ping", "--help"]).contains("--repl"));
+    let ping = help(&["ping", "--help"]);
+    assert!(ping.contains("--repl"));
+    // The exit codes a health check relies on, including Ruby's absence.
+    assert!(ping.contains("exit 0") && ping.contains("3 when it answers without Ruby"), "{ping}");
 }
 
 #[test]

@@ -34,7 +34,9 @@
 //! - The leader dies (any way) → the kernel SIGKILLs the program.
 //! - The program exits → the leader exits the same way (same code, or the same
 //!   signal re-raised on itself), so the daemon reaps the program's real status,
-//!   and then kills whatever is left of the group.
+//!   and then kills whatever is left of the group. The leader does that too,
+//!   first, after leaving the group: the daemon may be gone (the program often
+//!   exits *because* it died: its stdin closed).
 //! - The daemon's own stop sends SIGTERM to the group; the leader, whose parent
 //!   is still the daemon, ignores it and the program handles it.
 //!
@@ -527,7 +529,11 @@ mod leader {
             // SAFETY: `wake` is a valid signal set and `signal` a valid place
             // for the number (nix's `SigSet::wait` would unwrap it).
             unsafe { libc::sigwait(wake.as_ref(), &mut signal) };
-            match waitpid(program, Some(WaitPidFlag::WNOHANG)) {
+            let ended = waitpid(program, Some(WaitPidFlag::WNOHANG));
+            if matches!(ended, Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))) {
+                end_the_rest(daemon, program, group);
+            }
+            match ended {
                 Ok(WaitStatus::Exited(_, code)) => exit(code),
                 Ok(WaitStatus::Signaled(_, signal, _)) => die_like(signal),
                 Ok(_) => {}
@@ -540,6 +546,23 @@ mod leader {
             if getppid() != daemon {
                 let _ = killpg(group, Signal::SIGKILL);
             }
+        }
+    }
+
+    /// The program has ended: what it started goes with it. The daemon kills
+    /// the rest of the group after its reap, but it may be gone or going: the
+    /// program often ends *because* the daemon died (its stdin closed), and a
+    /// dying daemon can close its pipes before its death reaches the leader.
+    /// So the leader does it now. It leaves the group first, to outlive the
+    /// kill and report the program's status; on a terminal it leads the group
+    /// and the session and cannot leave, so there it acts only once orphaned.
+    fn end_the_rest(daemon: Pid, program: Pid, group: Pid) {
+        if group == program {
+            if setpgid(Pid::from_raw(0), Pid::from_raw(0)).is_ok() {
+                let _ = killpg(group, Signal::SIGKILL);
+            }
+        } else if getppid() != daemon {
+            let _ = killpg(group, Signal::SIGKILL);
         }
     }
 

@@ -12,7 +12,8 @@ use serde_json::Value;
 
 use crate::config::ConfigError;
 
-/// Exit code for bad configuration (operations.md).
+/// Exit code for bad configuration: every daemon stops at start with one
+/// line naming the setting, and this code, for a service manager to tell apart.
 pub const EXIT_BAD_CONFIG: u8 = 2;
 
 /// Log output format.

@@ -8,7 +8,7 @@
 //! connections that have not done it yet ([`Unproven`]): past a share of the
 //! limit (default half), the oldest of them is closed to admit a new one. So
 //! idle sockets that never authenticate can fill at most that share, and a
-//! real client always finds a way in (rpc-core.md §8).
+//! real client always finds a way in.
 
 use std::collections::VecDeque;
 use std::fs;

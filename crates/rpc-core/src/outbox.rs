@@ -9,7 +9,7 @@
 //! messages written in the order they were queued, flushed once per batch
 //! rather than once per message.
 //!
-//! The bound is in bytes as well as in messages (rpc-core.md §8): a peer that
+//! The bound is in bytes as well as in messages: a peer that
 //! pipelines requests with 1 MiB replies and never reads must not hold a
 //! thousand of them. Producers on other tasks (fan-out, a handler of another
 //! connection forwarding a call) wait for room; the connection task itself

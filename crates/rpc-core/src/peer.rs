@@ -9,7 +9,7 @@
 //! that reply from being read: that is the deadlock tower-lsp's
 //! `buffer_unordered(4)` walks into.
 //!
-//! Memory is bounded in bytes whatever the other side does (rpc-core.md §8):
+//! Memory is bounded in bytes whatever the other side does:
 //! replies wait in the outbox (a byte budget), requests and notifications that
 //! cannot run yet wait in the [`IncomingBacklog`] (a count and a byte budget),
 //! and past those, requests are refused (`overloaded`) and notifications
@@ -388,7 +388,7 @@ impl PeerHandle {
     /// Sends an already serialised message (fan-out serialises an event once for
     /// all subscribers), waiting for room in the outbox as long as the
     /// connection lives. Waiting never closes the connection: a paused reader
-    /// of events keeps it (rpc-core.md §5).
+    /// of events keeps it.
     pub async fn send_raw(&self, kind: Kind, json: Bytes) -> Result<(), Closed> {
         self.shared.outbox.push(Outbound::Message { kind, json }, None).await.map_err(|_| Closed)
     }

@@ -1,4 +1,4 @@
-//! Resource bounds (rpc-core.md section 8): nothing a peer sends grows memory
+//! Resource bounds: nothing a peer sends grows memory
 //! without limit. Every test runs over real TCP sockets and watches the
 //! engine's own counters (`PeerHandle::stats`) while the other side misbehaves.
 //!

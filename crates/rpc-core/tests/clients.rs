@@ -1,4 +1,4 @@
-//! The client side (rpc-core.md §10) and what handlers get to abandon work:
+//! The client side and what handlers get to abandon work:
 //! connecting over a Unix socket, explicit timeouts (`None` = no timeout), the
 //! cancellation token in `Ctx`, and a gate that holds messages without holding
 //! the reader. Over real sockets served by `serve_ndjson`.

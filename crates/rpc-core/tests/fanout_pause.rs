@@ -1,4 +1,4 @@
-//! Event fan-out over real connections (rpc-core.md section 5): one publisher,
+//! Event fan-out over real connections: one publisher,
 //! many subscribers each served by an engine connection and fed by
 //! `fanout::pump`. A subscriber that stops reading loses events, counted, not
 //! its connection, and slows neither the publisher nor the others.

@@ -1,5 +1,5 @@
 //! The handshake deadline and the admission share of connections that have not
-//! done it (rpc-core.md §8, "Handshake deadline"), over real TCP sockets
+//! done it, over real TCP sockets
 //! served by `serve_ndjson`.
 
 mod common;

@@ -1,4 +1,4 @@
-//! The peer (rpc-core.md section 3): correlation in both directions, timeouts,
+//! The peer: correlation in both directions, timeouts,
 //! disconnects, concurrency without deadlock, ordering, backpressure, shutdown.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Shutdown answers rather than drops (rpc-core.md §6 and §8, "Shutdown"):
+//! Shutdown answers rather than drops:
 //! queued requests are refused at once, running ones get the grace period and
 //! then the same error, our own calls in flight get the grace too, and the
 //! goodbye to a peer the daemon opened is a request it awaits. Over real TCP

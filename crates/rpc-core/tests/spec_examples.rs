@@ -1,5 +1,6 @@
-//! The JSON-RPC 2.0 specification's section 7 examples, and the edge cases of
-//! rpc-core.md section 1, each run on all three framings.
+//! The JSON-RPC 2.0 specification's section 7 examples, and the edge cases
+//! where the engine decides what the specification leaves open, each run on
+//! all three framings.
 
 mod common;
 
@@ -179,7 +180,7 @@ async fn rpc_call_batch_all_notifications_gets_nothing_back() {
     }
 }
 
-// ---- rpc-core.md section 1 edge cases ----
+// ---- the engine's edge cases ----
 
 #[tokio::test]
 async fn every_id_form_is_echoed_exactly() {

@@ -11,7 +11,7 @@ use rpc_core::{Router, RpcError};
 use crate::broker::ConnState;
 use crate::session::ClientType;
 
-/// The broker's own error codes (btcp-broker.md).
+/// The broker's own error codes (docs/btcp-broker.md lists them for users).
 pub mod codes {
     pub const CONNECTION: i64 = -32000;
     pub const TIMEOUT: i64 = -32001;

@@ -141,7 +141,7 @@ pub async fn call(cx: Ctx<ConnState>, params: CallParams) -> Result<Box<RawValue
         browser.request_cancellable("tools/call", &forwarded, Some(timeout), &abandoned, Some(CancelNotice::MCP)).await;
     match answer {
         Ok(result) => {
-            metrics.call(Outcome::Ok);
+            metrics.call(if reports_tool_error(&result) { Outcome::ToolError } else { Outcome::Ok });
             metrics.call_latency(started.elapsed());
             Ok(result)
         }
@@ -190,4 +190,38 @@ pub async fn cancelled(cx: Ctx<ConnState>, params: CancelledParams) -> Result<()
         tracing::debug!(conn = cx.peer.conn_id(), "tools/call cancelled by the agent");
     }
     Ok(())
+}
+
+/// Whether a browser's result says that its tool failed (`isError: true`, how
+/// the public client and MCP tools report it): a call that reached the tool
+/// and failed there is a `tool_error` in the metrics, not an `ok`. Only a
+/// result that names the key is parsed, and only its top level counts.
+fn reports_tool_error(result: &RawValue) -> bool {
+    #[derive(Deserialize)]
+    struct ToolResult {
+        #[serde(rename = "isError", default)]
+        is_error: bool,
+    }
+    let text = result.get();
+    text.contains("\"isError\"") && serde_json::from_str::<ToolResult>(text).is_ok_and(|r| r.is_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn only_a_top_level_is_error_true_is_a_tool_error() {
+        assert!(reports_tool_error(&raw(r#"{"content": [], "isError": true}"#)));
+        assert!(!reports_tool_error(&raw(r#"{"content": [], "isError": false}"#)));
+        assert!(!reports_tool_error(&raw(r#"{"content": []}"#)));
+        assert!(!reports_tool_error(&raw(r#"{"content": [{"type": "json", "isError": true}]}"#)));
+        assert!(!reports_tool_error(&raw(r#"{"isError": "yes"}"#)));
+        assert!(!reports_tool_error(&raw(r#""isError""#)));
+        assert!(!reports_tool_error(&raw("42")));
+    }
 }

@@ -12,7 +12,7 @@ use rpc_core::{NoParams, Router};
 use serde_json::json;
 
 use crate::auth::{self, Handshake};
-use crate::server::{App, Pong};
+use crate::server::{self, App};
 use crate::tools;
 
 /// Per-connection state of the bridge.
@@ -40,10 +40,11 @@ const HELLO_HINT: &str = "Send hello method with params: name, version, agent, p
 pub fn router(app: Arc<App>) -> Arc<Router<BridgeConn>> {
     let token_required = app.token_required();
     let hello_app = app.clone();
+    let ping_app = app.clone();
     let call_app = app;
     Router::new()
         .method("hello", move |cx, params| hello::handle(hello_app.clone(), cx, params))
-        .method("ping", |_, _: NoParams| async { Ok(Pong::OK) })
+        .method("ping", move |_, _: NoParams| server::ping(&ping_app))
         .method("tools/list", |_, _: NoParams| async { Ok(tools::list()) })
         .method("tools/call", move |cx, params| tools::call(call_app.clone(), cx, params))
         // The Supex driver asks for resources; this runtime has none to offer.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::{address, connect, describe, pretty, request, tokio_runtime};
+use super::{Server, address, connect, describe, pretty, request, tokio_runtime};
 use crate::config::parse_seconds;
 
 #[derive(Debug, clap::Args)]
@@ -73,7 +73,7 @@ async fn call(args: CallArgs) -> Result<Value, String> {
     }
 
     let addr = address(&args.host, args.port);
-    let peer = connect(&addr, Duration::from_secs(10)).await?;
+    let peer = connect(Server::Bridge, &addr, Duration::from_secs(10)).await?;
     let short = Duration::from_secs(10);
     let mut hello = json!({
         "name": "supex-bridge-cli",

@@ -19,7 +19,7 @@ use rpc_core::PeerHandle;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::{address, connect, describe, request, tokio_runtime};
+use super::{Server, address, connect, describe, request, tokio_runtime};
 use crate::config::parse_seconds;
 
 #[derive(Debug, clap::Args)]
@@ -78,10 +78,8 @@ struct Bridge {
 
 impl Upstream for Bridge {
     async fn connect(&self) -> Result<PeerHandle, String> {
-        let unreachable = |why: String| {
-            format!("supex-bridge is not reachable at {}: {why}. Start it with `supex-bridge serve`.", self.addr)
-        };
-        let peer = connect(&self.addr, Duration::from_secs(10)).await.map_err(unreachable)?;
+        // Says how to start the bridge when nothing listens.
+        let peer = connect(Server::Bridge, &self.addr, Duration::from_secs(10)).await?;
         let caller = self.client.lock().unwrap().clone();
         let mut hello = json!({
             "name": caller.name(),

@@ -22,10 +22,33 @@ pub fn tokio_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a current-thread tokio runtime starts")
 }
 
-/// Connects, giving up after `timeout`.
-pub async fn connect(addr: &str, timeout: Duration) -> Result<PeerHandle, String> {
+/// Which of the daemon's servers a client talks to: the settings that say
+/// where it listens differ.
+#[derive(Clone, Copy, Debug)]
+pub enum Server {
+    Bridge,
+    Repl,
+}
+
+impl Server {
+    fn settings(self) -> &'static str {
+        match self {
+            Server::Bridge => "SUPEX_HOST/SUPEX_PORT",
+            Server::Repl => "SUPEX_REPL_HOST/SUPEX_REPL_PORT",
+        }
+    }
+}
+
+/// Connects, giving up after `timeout`. Nothing listening is the common
+/// case (the daemon is not started): the error says how to start it.
+pub async fn connect(server: Server, addr: &str, timeout: Duration) -> Result<PeerHandle, String> {
     match tokio::time::timeout(timeout, rpc_core::client::connect_ndjson(addr)).await {
         Ok(Ok(peer)) => Ok(peer),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Err(format!(
+            "no supex-bridge is listening at {addr}: start it with `supex-bridge serve` \
+             (or set {} to where it listens)",
+            server.settings()
+        )),
         Ok(Err(e)) => Err(format!("cannot connect to {addr}: {e}")),
         Err(_) => Err(format!("cannot connect to {addr}: no answer within {timeout:?}")),
     }

@@ -3,23 +3,37 @@
 //! Line editing and history (in the data directory) come from rustyline. A
 //! line that is not a complete expression yet (the server's `complete` says
 //! so) gets a continuation prompt, and the whole expression becomes one
-//! history entry. When the server goes away the client reconnects with
-//! backoff; an evaluation that was cut off is not sent again, since it may
-//! already have run.
+//! history entry.
+//!
+//! With no server to talk to, it says so at once and how to start one; then
+//! a person at a terminal gets [`START_WAIT`] to start it, while input from a
+//! pipe or file ends the command with exit 1 (nothing in it could run). When
+//! the server goes away mid-session the client reconnects with backoff; an
+//! evaluation that was cut off is not sent again, since it may already have
+//! run.
+//!
+//! Lines typed during an evaluation or pasted several at once reach the
+//! editor in one read; rustyline keeps what it read past the first line for
+//! the next `readline` only with its `buffer-redux` feature (without it they
+//! were dropped), which the workspace turns on.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rpc_core::{CallError, PeerHandle};
 use rustyline::error::ReadlineError;
 use serde_json::{Value, json};
 
-use super::{address, connect, describe, request, tokio_runtime};
+use super::{Server, address, connect, describe, request, tokio_runtime};
 
 const PROMPT: &str = "supex> ";
 const CONTINUATION: &str = "  ...> ";
-/// Reconnection attempts before giving up, with doubling delays up to 2 s.
+/// How long a person at a terminal gets to start a server that is not up.
+const START_WAIT: Duration = Duration::from_secs(30);
+/// Reconnection attempts after the server went away mid-session, with
+/// doubling delays up to 2 s (about 11 s in all: a service restart).
 const RECONNECT_ATTEMPTS: u32 = 10;
 
 #[derive(Debug, clap::Args)]
@@ -40,8 +54,9 @@ pub struct ReplArgs {
 
 pub fn run(args: ReplArgs) -> ExitCode {
     let rt = tokio_runtime();
+    let interactive = std::io::stdin().is_terminal();
     let mut session = Session { addr: address(&args.host, args.port), token: args.token.clone(), peer: None };
-    if let Err(e) = rt.block_on(session.ensure_connected()) {
+    if let Err(e) = rt.block_on(session.connect_at_start(interactive)) {
         eprintln!("supex-bridge repl: {e}");
         return ExitCode::FAILURE;
     }
@@ -86,16 +101,24 @@ pub fn run(args: ReplArgs) -> ExitCode {
             buffer.clear();
             continue;
         }
-        match rt.block_on(session.complete(&buffer)) {
-            Ok(false) => continue,
-            Ok(true) => {}
-            // Cannot tell: let the evaluation say what is wrong.
-            Err(e) => tracing::debug!("complete failed: {e}"),
+        let complete = rt.block_on(session.complete(&buffer));
+        if matches!(complete, Ok(false)) {
+            continue;
         }
         let _ = editor.add_history_entry(buffer.trim_end());
-        match rt.block_on(session.eval(&buffer)) {
+        let evaluated = match complete {
+            Err(gone @ SessionError::Gone(_)) => Err(gone),
+            // Complete, or cannot tell: the evaluation says what is wrong.
+            _ => rt.block_on(session.eval(&buffer)),
+        };
+        match evaluated {
             Ok(output) => print!("{output}"),
-            Err(e) => eprintln!("{e}"),
+            // Piped input cannot wait for someone to restart the server.
+            Err(SessionError::Gone(e)) if !interactive => {
+                eprintln!("supex-bridge repl: {e}");
+                break ExitCode::FAILURE;
+            }
+            Err(e) => eprintln!("{}", e.message()),
         }
         buffer.clear();
     };
@@ -118,7 +141,41 @@ struct Session {
 }
 
 impl Session {
-    async fn ensure_connected(&mut self) -> Result<&PeerHandle, String> {
+    /// The first connection. Nothing listening: said at once, with how to
+    /// start the daemon; then waited for while a person can start it.
+    async fn connect_at_start(&mut self, interactive: bool) -> Result<(), String> {
+        let deadline = Instant::now() + START_WAIT;
+        let mut waiting = false;
+        loop {
+            match self.connect_once().await {
+                Ok(peer) => {
+                    if waiting {
+                        eprintln!("connected to {}", self.addr);
+                    }
+                    self.peer = Some(peer);
+                    return Ok(());
+                }
+                Err(Fatal(message)) => return Err(message),
+                Err(Retry(message)) if !interactive => return Err(message),
+                Err(Retry(message)) if Instant::now() >= deadline => {
+                    return Err(format!("{message}\ngave up after waiting {} s", START_WAIT.as_secs()));
+                }
+                Err(Retry(message)) => {
+                    if !waiting {
+                        eprintln!(
+                            "supex-bridge repl: {message}\nwaiting up to {} s for it (Ctrl-C to give up)...",
+                            START_WAIT.as_secs()
+                        );
+                        waiting = true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+
+    /// The connection, re-made with backoff if it dropped.
+    async fn ensure_connected(&mut self) -> Result<&PeerHandle, SessionError> {
         if self.peer.as_ref().is_some_and(|p| !p.is_closed()) {
             return Ok(self.peer.as_ref().expect("checked above"));
         }
@@ -126,8 +183,10 @@ impl Session {
         let mut delay = Duration::from_millis(100);
         let mut last_error = String::new();
         for attempt in 0..RECONNECT_ATTEMPTS {
-            if attempt > 0 {
+            if attempt == 1 {
                 eprintln!("reconnecting to {} ({last_error})...", self.addr);
+            }
+            if attempt > 0 {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(2));
             }
@@ -137,15 +196,15 @@ impl Session {
                     return Ok(self.peer.as_ref().expect("just set"));
                 }
                 // A refused token will not get better by retrying.
-                Err(Fatal(message)) => return Err(message),
+                Err(Fatal(message)) => return Err(SessionError::Failed(message)),
                 Err(Retry(message)) => last_error = message,
             }
         }
-        Err(format!("giving up on {}: {last_error}", self.addr))
+        Err(SessionError::Gone(format!("lost the REPL server: {last_error}")))
     }
 
     async fn connect_once(&self) -> Result<PeerHandle, ConnectError> {
-        let peer = connect(&self.addr, Duration::from_secs(5)).await.map_err(Retry)?;
+        let peer = connect(Server::Repl, &self.addr, Duration::from_secs(5)).await.map_err(Retry)?;
         let mut hello = json!({
             "name": "supex-bridge-repl",
             "version": env!("CARGO_PKG_VERSION"),
@@ -163,19 +222,19 @@ impl Session {
 
     /// Whether the code is complete; asked again after a reconnection, since
     /// asking twice is harmless.
-    async fn complete(&mut self, code: &str) -> Result<bool, String> {
+    async fn complete(&mut self, code: &str) -> Result<bool, SessionError> {
         for _ in 0..2 {
             let peer = self.ensure_connected().await?.clone();
             match request(&peer, "complete", &json!({"code": code}), Duration::from_secs(10)).await {
                 Ok(reply) => return Ok(reply["complete"].as_bool().unwrap_or(true)),
                 Err(CallError::Disconnected) => self.peer = None,
-                Err(e) => return Err(describe(&e)),
+                Err(e) => return Err(SessionError::Failed(describe(&e))),
             }
         }
-        Err("the connection keeps dropping".into())
+        Err(SessionError::Failed("the connection keeps dropping".into()))
     }
 
-    async fn eval(&mut self, code: &str) -> Result<String, String> {
+    async fn eval(&mut self, code: &str) -> Result<String, SessionError> {
         let peer = self.ensure_connected().await?.clone();
         // No client-side timeout: the server enforces SUPEX_EVAL_TIMEOUT.
         let wait = Duration::from_secs(24 * 3600);
@@ -185,9 +244,11 @@ impl Session {
             }
             Err(CallError::Disconnected) => {
                 self.peer = None;
-                Err("the connection dropped during the evaluation; it may or may not have run".into())
+                Err(SessionError::Failed(
+                    "the connection dropped during the evaluation; it may or may not have run".into(),
+                ))
             }
-            Err(e) => Err(describe(&e)),
+            Err(e) => Err(SessionError::Failed(describe(&e))),
         }
     }
 }
@@ -197,3 +258,19 @@ enum ConnectError {
     Fatal(String),
 }
 use ConnectError::{Fatal, Retry};
+
+/// Why a request of the session failed.
+enum SessionError {
+    /// The server is gone and did not come back.
+    Gone(String),
+    /// This request failed; the next one may not.
+    Failed(String),
+}
+
+impl SessionError {
+    fn message(&self) -> &str {
+        match self {
+            SessionError::Gone(message) | SessionError::Failed(message) => message,
+        }
+    }
+}

@@ -263,6 +263,22 @@ impl Runtime {
         }
     }
 
+    /// The runtime's state and, when unavailable, why; for health checks,
+    /// which must not allocate for a running runtime (see [`Snapshot`]). A
+    /// process that exited and waits for the keeper's restart is `starting`.
+    pub fn health(&self) -> (&'static str, Option<String>) {
+        health_of(&self.inner.state.borrow())
+    }
+
+    /// [`Runtime::health`], after waiting up to `settle` for a runtime that is
+    /// starting to run or to fail: right after the daemon starts, a health
+    /// check should get the verdict rather than "starting".
+    pub async fn settled_health(&self, settle: Duration) -> (&'static str, Option<String>) {
+        let mut state = self.inner.state.subscribe();
+        let _ = tokio::time::timeout(settle, state.wait_for(|s| health_of(s).0 != "starting")).await;
+        self.health()
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         let (state, process, problem) = match &*self.inner.state.borrow() {
             State::Starting => ("starting", None, None),
@@ -332,6 +348,16 @@ impl Runtime {
             inner.console.mark(&format!("runtime pid {pid} stopped ({exited}): daemon shutting down"));
         }
         inner.state.send_replace(State::Stopped);
+    }
+}
+
+fn health_of(state: &State) -> (&'static str, Option<String>) {
+    match state {
+        State::Starting => ("starting", None),
+        State::Running(p) if p.has_exited() => ("starting", None),
+        State::Running(_) => ("running", None),
+        State::Unavailable(why) => ("unavailable", Some(why.clone())),
+        State::Stopped => ("stopped", None),
     }
 }
 

@@ -55,6 +55,9 @@ pub struct Pong {
     version: &'static str,
     ruby_version: Option<String>,
     runtime: &'static str,
+    /// Why the runtime is unavailable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problem: Option<String>,
 }
 
 pub fn ping(cx: &ToolContext) -> Pong {
@@ -65,6 +68,7 @@ pub fn ping(cx: &ToolContext) -> Pong {
         version: env!("CARGO_PKG_VERSION"),
         ruby_version: snapshot.process.map(|p| p.ruby_version),
         runtime: snapshot.state,
+        problem: snapshot.problem,
     }
 }
 
