@@ -65,6 +65,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    #[command(flatten)]
+    Common(rpc_core::cli::CommonCommand),
 }
 
 fn parse_tool_arg(text: &str) -> Result<(String, serde_json::Value), String> {
@@ -124,10 +126,12 @@ pub struct ServeArgs {
     /// Browser and agent connections (WebSocket and SSE) held at once.
     #[arg(long, env = "BTCP_MAX_CONNECTIONS", default_value_t = 20_000)]
     pub max_connections: usize,
-    /// Interval of WebSocket pings to detect dead peers (two missed: dropped).
+    /// Interval of WebSocket pings to detect dead peers, two missed and the
+    /// peer is dropped (seconds, or a duration like `500ms`).
     #[arg(long, env = "BTCP_KEEPALIVE", default_value = "30", value_parser = positive_seconds)]
     pub keepalive: Duration,
-    /// Time in-flight calls get to finish on SIGTERM before connections close.
+    /// Time in-flight calls get to finish on SIGTERM before connections close
+    /// (seconds, or a duration like `500ms`).
     #[arg(long, env = "BTCP_SHUTDOWN_GRACE", default_value = "5", value_parser = seconds)]
     pub shutdown_grace: Duration,
     /// Bytes of messages one connection may have waiting to be written; past it

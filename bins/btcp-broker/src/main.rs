@@ -22,6 +22,7 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+use clap::CommandFactory;
 use rpc_core::cli;
 use rpc_core::daemon;
 
@@ -32,6 +33,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(failure) => return failure.report(),
     };
+    if let Some(Command::Common(common)) = &cli.command {
+        return common.run(Cli::command());
+    }
     if let Err(e) = cli.log.init() {
         return cli::bad_configuration(&e);
     }

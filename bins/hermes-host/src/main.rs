@@ -19,7 +19,7 @@ mod ui;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use rpc_core::cli::{self, LogArgs};
 use rpc_core::daemon::{self, Threads};
 
@@ -48,6 +48,8 @@ enum Command {
     Serve(ServeArgs),
     /// Talk to a running host over its control socket.
     Ctl(client::CtlArgs),
+    #[command(flatten)]
+    Common(cli::CommonCommand),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
         None => serve(cli.serve, &cli.log),
         Some(Command::Serve(args)) => serve(args, &cli.log),
         Some(Command::Ctl(args)) => client::run(args),
+        Some(Command::Common(common)) => common.run(Cli::command()),
     }
 }
 

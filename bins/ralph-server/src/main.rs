@@ -21,7 +21,7 @@ mod timestamp;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use rpc_core::cli::{self, LogArgs};
 use rpc_core::daemon::{self, Threads};
 
@@ -60,6 +60,8 @@ enum Command {
     Inject(client::control::InjectArgs),
     /// Print a running task's output lines to stdout, for pipes.
     Tail(client::control::TaskArg),
+    #[command(flatten)]
+    Common(cli::CommonCommand),
 }
 
 fn main() -> ExitCode {
@@ -80,6 +82,7 @@ fn main() -> ExitCode {
         Command::Checkpoint(args) => client::run(client::control::checkpoint(args, cli.sockets)),
         Command::Inject(args) => client::run(client::control::inject(args, cli.sockets)),
         Command::Tail(args) => client::run(client::control::tail(args, cli.sockets)),
+        Command::Common(common) => common.run(Cli::command()),
     }
 }
 

@@ -23,7 +23,7 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use rpc_core::cli::{self, LogArgs};
 use rpc_core::daemon::{self, Threads};
 
@@ -53,6 +53,8 @@ enum Command {
     Repl(client::repl::ReplArgs),
     /// Check that the bridge answers (exit 0) or not (exit 1), for health checks.
     Ping(client::ping::PingArgs),
+    #[command(flatten)]
+    Common(cli::CommonCommand),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
         Some(Command::Call(args)) => client::call::run(args),
         Some(Command::Repl(args)) => client::repl::run(args),
         Some(Command::Ping(args)) => client::ping::run(args),
+        Some(Command::Common(common)) => common.run(Cli::command()),
     }
 }
 
