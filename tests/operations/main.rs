@@ -1,5 +1,9 @@
 //! operations.md, checked: service files parse, every setting a daemon reads is
-//! in its example env file, and the README's main job starts and stops cleanly.
+//! in its example env file, the README's main job (`run_all`), the install
+//! (`install`), socket activation as shipped (`service`), and what every binary
+//! answers besides its own commands (`conventions`).
+
+mod service;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
