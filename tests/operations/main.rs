@@ -3,6 +3,7 @@
 //! (`install`), socket activation as shipped (`service`), and what every binary
 //! answers besides its own commands (`conventions`).
 
+mod install;
 mod service;
 
 use std::collections::BTreeMap;
