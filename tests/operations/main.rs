@@ -1,13 +1,12 @@
 //! operations.md, checked: service files parse, every setting a daemon reads is
-//! in its example env file, the README's main job (`run_all`) and the demo page
-//! it points at (`demo_page`), the install (`install`), socket activation as
-//! shipped (`service`), and what every binary answers besides its own commands
-//! (`conventions`).
+//! in its example env file, the demo page the README's main job points at
+//! (`demo_page`; the main job itself: tests/run_all), the install (`install`),
+//! socket activation as shipped (`service`), and what every binary answers
+//! besides its own commands (`conventions`).
 
 mod conventions;
 mod demo_page;
 mod install;
-mod run_all;
 mod service;
 
 use std::collections::BTreeMap;

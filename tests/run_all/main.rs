@@ -6,6 +6,11 @@
 //!
 //! The tests use the default ports, so they take turns, and each is skipped
 //! when one of those ports is in use on this machine before it starts.
+//!
+//! A test binary of its own: run-all's build step may relink the daemons'
+//! binaries (when this test run built them with other features, e.g. from
+//! `cargo test -p integration-tests`), and no other test may be running them
+//! meanwhile. `cargo test` runs test binaries one after another.
 
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
@@ -17,7 +22,11 @@ use std::time::{Duration, Instant};
 
 use integration_tests::{bin_path, eventually, pids_matching};
 
-use crate::{DAEMONS, repo};
+const DAEMONS: &[&str] = &["supex-bridge", "btcp-broker", "hermes-host", "ralph-server"];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
 
 /// The default TCP ports: supex-bridge's bridge and REPL, btcp-broker's.
 const DEFAULT_PORTS: [u16; 3] = [9876, 4433, 8765];
