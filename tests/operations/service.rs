@@ -2,13 +2,24 @@
 //! both of supex-bridge's ports in one unit, so systemd passes both sockets
 //! under one name, and the daemon must serve each on the right server.
 
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use integration_tests::{LineClient, bin_path, eventually, free_port, require_tool};
 use serde_json::json;
 
 use crate::repo;
+
+/// The launcher, which execs the daemon: killed if a failed assertion leaves
+/// it running.
+struct Launcher(Child);
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 
 #[test]
 fn supex_bridge_socket_as_shipped_activates_the_bridge_and_the_repl() {
@@ -26,7 +37,7 @@ fn supex_bridge_socket_as_shipped_activates_the_bridge_and_the_repl() {
     let (bridge, repl) = (free_port(), free_port());
     let project = tempfile::tempdir().unwrap();
     let log = project.path().join("daemon.log");
-    let mut launcher = Command::new("systemd-socket-activate")
+    let child = Command::new("systemd-socket-activate")
         .args(["-l", &format!("127.0.0.1:{bridge}"), "-l", &format!("127.0.0.1:{repl}")])
         .arg(format!("--fdname={name}:{name}"))
         .args(["-E", &format!("SUPEX_PORT={bridge}"), "-E", &format!("SUPEX_REPL_PORT={repl}")])
@@ -39,6 +50,7 @@ fn supex_bridge_socket_as_shipped_activates_the_bridge_and_the_repl() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
+    let mut launcher = Launcher(child);
     let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(eventually(Duration::from_secs(10), || read_log().contains("Listening on")), "{}", read_log());
 
@@ -56,10 +68,10 @@ fn supex_bridge_socket_as_shipped_activates_the_bridge_and_the_repl() {
     assert!(tools["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "the bridge's tools/list: {tools}");
     assert_eq!(read_log().matches("using socket passed by systemd").count(), 2, "{}", read_log());
 
-    let pid = nix::unistd::Pid::from_raw(launcher.id() as i32);
+    let pid = nix::unistd::Pid::from_raw(launcher.0.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let stopped = eventually(Duration::from_secs(15), || launcher.try_wait().unwrap().is_some());
-    let _ = launcher.kill();
-    let status = launcher.wait().unwrap();
+    let stopped = eventually(Duration::from_secs(15), || launcher.0.try_wait().unwrap().is_some());
+    let _ = launcher.0.kill();
+    let status = launcher.0.wait().unwrap();
     assert!(stopped && status.success(), "exit {status}:\n{}", read_log());
 }
