@@ -36,6 +36,23 @@ fuzz seconds="60":
 run:
     ./scripts/run-all
 
+# Install the daemons for you: binaries (cargo install), man pages, completions,
+# env files and user services (systemd units; launchd agents on macOS).
+# Arguments go to scripts/install, e.g. `just install --prefix ~/.local`.
+install *args:
+    ./scripts/install {{args}}
+
+# Remove what `just install` installed (an env file you changed is kept).
+uninstall *args:
+    ./scripts/install --uninstall {{args}}
+
+# Man pages of every binary, generated from its command line, into target/man/man1
+# (read one with `man -l target/man/man1/btcp-broker.1`).
+man:
+    cargo build --bins -p supex-bridge -p btcp-broker -p hermes-host -p ralph-server -p rpc-bench
+    for b in supex-bridge btcp-broker hermes-host ralph-server rpc-bench; do \
+        cargo run -q -p "$b" --bin "$b" -- man --out-dir target/man/man1 || exit 1; done
+
 run-supex-bridge *args:
     cargo run --release -p supex-bridge -- {{args}}
 

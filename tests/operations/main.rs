@@ -1,15 +1,19 @@
 //! Operations, checked: service files parse, every setting a daemon reads is
-//! in its example env file, and the README's main job starts and stops cleanly.
+//! in its example env file, the demo page the README's main job points at
+//! (`demo_page`; the main job itself: tests/run_all), the install (`install`),
+//! socket activation as shipped (`service`), and what every binary answers
+//! besides its own commands (`conventions`).
+
+mod conventions;
+mod demo_page;
+mod install;
+mod service;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::process::Command;
 
-use integration_tests::{bin_path, eventually, require_tool, run};
+use integration_tests::{bin_path, require_tool, run};
 
 /// The daemons that are implemented and ship service files.
 const DAEMONS: &[&str] = &["supex-bridge", "btcp-broker", "hermes-host", "ralph-server"];
@@ -173,57 +177,4 @@ fn every_daemon_binary_answers_help() {
         let (status, out, _) = run(daemon, &["--help"], &[]);
         assert!(status.success() && out.contains("Usage:"), "{daemon} --help");
     }
-}
-
-/// The README's main job: `scripts/run-all` starts the daemons with their
-/// defaults, and one Ctrl-C (SIGINT to its process group) stops them all, each
-/// exiting 0. Uses the default ports, so it is skipped if one is taken.
-#[test]
-fn run_all_starts_every_daemon_and_one_ctrl_c_stops_them_cleanly() {
-    let defaults = [9876, 4433, 8765];
-    if defaults.iter().any(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_ok()) {
-        eprintln!("SKIP: a default port is in use on this machine");
-        return;
-    }
-    // run-all builds first: with the binaries already built by this test run
-    // (debug profile) that is a no-op.
-    let profile = bin_path("supex-bridge").parent().unwrap().file_name().unwrap().to_string_lossy().into_owned();
-    let mut child = Command::new(repo().join("scripts/run-all"))
-        .env("PROFILE", &profile)
-        .env("CARGO_TARGET_DIR", bin_path("supex-bridge").parent().unwrap().parent().unwrap())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    // The log, read as it comes: Ctrl-C is pressed once the banner is out, as a
-    // person would (a signal in a daemon's first milliseconds, before it has
-    // set up its handlers, would end it with the signal's default action).
-    let log = Arc::new(Mutex::new(String::new()));
-    let reader = {
-        let (log, stderr) = (log.clone(), child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let mut log = log.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        })
-    };
-    let up = eventually(Duration::from_secs(120), || {
-        log.lock().unwrap().contains("Ctrl-C stops them all")
-            && defaults.iter().all(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_ok())
-    });
-    // Ctrl-C: SIGINT to the script's process group, as a terminal would.
-    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
-    let status = child.wait().unwrap();
-    reader.join().unwrap();
-    let log = log.lock().unwrap().clone();
-    assert!(up, "not every daemon came up:\n{log}");
-    assert!(status.success(), "run-all exited with {status}:\n{log}");
-    for daemon in DAEMONS {
-        assert!(log.contains(&format!("[{daemon}] exited with 0")), "{daemon} did not exit 0:\n{log}");
-        assert!(log.contains(&format!("[{daemon}] ")), "{daemon}'s lines are not prefixed:\n{log}");
-    }
-    assert!(defaults.iter().all(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_err()), "still listening");
 }

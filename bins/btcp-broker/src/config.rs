@@ -76,6 +76,8 @@ pub enum Command {
         #[arg(long, value_parser = positive_millis)]
         call_timeout: Option<Duration>,
     },
+    #[command(flatten)]
+    Common(rpc_core::cli::CommonCommand),
 }
 
 fn parse_tool_arg(text: &str) -> Result<(String, serde_json::Value), String> {

@@ -23,6 +23,7 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+use clap::CommandFactory;
 use rpc_core::cli;
 use rpc_core::daemon;
 
@@ -33,6 +34,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(failure) => return failure.report(),
     };
+    if let Some(Command::Common(common)) = &cli.command {
+        return common.run(Cli::command());
+    }
     if let Err(e) = cli.log.init() {
         return cli::bad_configuration(&e);
     }

@@ -19,7 +19,7 @@ mod ui;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use rpc_core::cli::{self, LogArgs};
 use rpc_core::daemon::{self, Threads};
 
@@ -50,6 +50,8 @@ enum Command {
     Ctl(client::CtlArgs),
     /// A Model Context Protocol server on stdio in front of the running host, for AI agents.
     Mcp(client::mcp::McpArgs),
+    #[command(flatten)]
+    Common(cli::CommonCommand),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
         Some(Command::Serve(args)) => serve(args, &cli.log),
         Some(Command::Ctl(args)) => client::run(args),
         Some(Command::Mcp(args)) => client::mcp::run(args),
+        Some(Command::Common(common)) => common.run(Cli::command()),
     }
 }
 

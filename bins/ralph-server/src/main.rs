@@ -21,7 +21,7 @@ mod timestamp;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use rpc_core::cli::{self, LogArgs};
 use rpc_core::daemon::{self, Threads};
 
@@ -63,6 +63,8 @@ enum Command {
     /// A Model Context Protocol server on stdio for AI agents: status, output, inject, stop,
     /// checkpoint of the running tasks, their progress.txt and prd.json as resources.
     Mcp(client::mcp::McpArgs),
+    #[command(flatten)]
+    Common(cli::CommonCommand),
 }
 
 fn main() -> ExitCode {
@@ -84,6 +86,7 @@ fn main() -> ExitCode {
         Command::Inject(args) => client::run(client::control::inject(args, cli.sockets)),
         Command::Tail(args) => client::run(client::control::tail(args, cli.sockets)),
         Command::Mcp(args) => client::run(client::mcp::run(args, cli.sockets)),
+        Command::Common(common) => common.run(Cli::command()),
     }
 }
 

@@ -23,7 +23,7 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use rpc_core::cli::{self, LogArgs};
 use rpc_core::daemon::{self, Threads};
 
@@ -56,6 +56,8 @@ enum Command {
     /// A Model Context Protocol server on stdio for AI agents: the bridge's tools,
     /// reached through the running bridge (same settings as `call`).
     Mcp(client::mcp::McpArgs),
+    #[command(flatten)]
+    Common(cli::CommonCommand),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
         Some(Command::Repl(args)) => client::repl::run(args),
         Some(Command::Ping(args)) => client::ping::run(args),
         Some(Command::Mcp(args)) => client::mcp::run(args),
+        Some(Command::Common(common)) => common.run(Cli::command()),
     }
 }
 

@@ -14,8 +14,10 @@ mod suite;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use std::process::ExitCode;
+
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "rpc-bench", version, about = "Load generator and same-run baselines for the daemons")]
@@ -38,11 +40,13 @@ enum Command {
         /// Requests in flight per connection.
         #[arg(long, default_value_t = 64)]
         window: usize,
+        /// Connections opened to the target.
         #[arg(long, default_value_t = 1)]
         connections: usize,
         /// Measured seconds, after the warm-up.
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
+        /// Warm-up seconds before measuring (not measured).
         #[arg(long, default_value_t = 1.0)]
         warmup: f64,
         /// A request sent (and answered) on each connection before the load, as
@@ -99,17 +103,20 @@ enum Command {
     /// B7's agent, started by ralph-server.
     #[command(hide = true)]
     RalphAgent(ralph::AgentArgs),
+    #[command(flatten)]
+    Common(rpc_core::cli::CommonCommand),
 }
 
-fn main() -> Result<()> {
+fn main() -> Result<ExitCode> {
     // Inherited by the daemons the suite starts.
     rpc_core::listen::raise_fd_limit();
     // The processes the daemons start pin themselves to a core first, so they
     // run without an async runtime (whose threads would already be placed).
     match Cli::parse().command {
-        Command::HermesExtension(args) => hermes::extension(args),
-        Command::ContentLengthEcho { cpu } => hermes::echo(cpu),
-        Command::RalphAgent(args) => ralph::agent(args),
+        Command::Common(common) => return Ok(common.run(Cli::command())),
+        Command::HermesExtension(args) => hermes::extension(args)?,
+        Command::ContentLengthEcho { cpu } => hermes::echo(cpu)?,
+        Command::RalphAgent(args) => ralph::agent(args)?,
         Command::Suite(options) => {
             // The load side on one core, every server on the other: pinned
             // before the runtime exists, so its thread inherits the core. One
@@ -122,10 +129,11 @@ fn main() -> Result<()> {
                 }
                 None => tokio::runtime::Builder::new_multi_thread().enable_all().build()?,
             };
-            runtime.block_on(suite::run(options, cores))
+            runtime.block_on(suite::run(options, cores))?
         }
-        command => tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(command)),
+        command => tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(command))?,
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn run(command: Command) -> Result<()> {
@@ -176,7 +184,8 @@ async fn run(command: Command) -> Result<()> {
         Command::Suite(_)
         | Command::HermesExtension(_)
         | Command::ContentLengthEcho { .. }
-        | Command::RalphAgent(_) => unreachable!("run with a runtime of its own"),
+        | Command::RalphAgent(_)
+        | Command::Common(_) => unreachable!("run by main, with a runtime of its own or none"),
     }
     Ok(())
 }

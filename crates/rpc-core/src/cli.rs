@@ -1,11 +1,14 @@
 //! Command-line pieces every daemon shares (feature `cli`): logging flags and
 //! setup, parsing that names the env variable of a bad value, `--arg
-//! key=value` for client commands, and reporting bad configuration.
+//! key=value` for client commands, reporting bad configuration, and the
+//! `completions SHELL` and `man` subcommands every binary has.
 //!
 //! Nothing here exits the process: the binary gets an [`ExitCode`] back and
 //! returns it from `main`, so destructors still run.
 
 use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::Value;
@@ -159,6 +162,62 @@ fn program_name() -> String {
         .unwrap_or_default()
 }
 
+/// The subcommands every binary has besides its own, flattened into its
+/// command enum (`#[command(flatten)] Common(CommonCommand)`): they describe
+/// the command line itself, so they are generated from it rather than written.
+#[derive(Debug, clap::Subcommand)]
+pub enum CommonCommand {
+    /// Print a shell completion script to standard output (bash: `source
+    /// <(PROGRAM completions bash)`).
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), or write it and one page per subcommand
+    /// (`PROGRAM-SUBCOMMAND.1`) into a directory.
+    #[command(hide = true)]
+    Man {
+        /// Write `PROGRAM.1` and the subcommands' pages here instead.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
+    },
+}
+
+impl CommonCommand {
+    /// Runs it for the binary whose command line is `command`
+    /// (`Cli::command()`): 0 when the output was written, 1 when it could not be.
+    pub fn run(&self, mut command: clap::Command) -> ExitCode {
+        let program = command.get_name().to_owned();
+        let written = match self {
+            CommonCommand::Completions { shell } => {
+                // Into a buffer first: clap_complete panics on a failed write
+                // (a closed pipe), and a closed pipe is not worth a panic.
+                let mut script = Vec::new();
+                clap_complete::generate(*shell, &mut command, program.clone(), &mut script);
+                std::io::stdout().lock().write_all(&script)
+            }
+            CommonCommand::Man { out_dir: None } => {
+                let mut page = Vec::new();
+                clap_mangen::Man::new(command)
+                    .render(&mut page)
+                    .and_then(|()| std::io::stdout().lock().write_all(&page))
+            }
+            CommonCommand::Man { out_dir: Some(dir) } => {
+                std::fs::create_dir_all(dir).and_then(|()| clap_mangen::generate_to(command, dir))
+            }
+        };
+        match written {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{program}: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
 /// Parses `key=value` for `--arg`: the value is JSON when it parses as JSON
 /// (`n=3`, `flag=true`, `list=[1,2]`), a plain string otherwise (`name=Zoë`).
 pub fn parse_arg(text: &str) -> Result<(String, Value), String> {
@@ -236,6 +295,47 @@ mod tests {
         assert!(matches!(parse_from::<Cli, _, _>(["d", "--help"]), Err(ParseFailure::Clap(_))));
         assert!(matches!(parse_from::<Cli, _, _>(["d", "--nope"]), Err(ParseFailure::Clap(_))));
         assert!(parse_from::<Cli, _, _>(["d", "serve", "--timeout", "1m"]).is_ok());
+    }
+
+    #[derive(Debug, clap::Parser)]
+    #[command(name = "demo", version)]
+    struct WithCommon {
+        #[command(subcommand)]
+        command: Common,
+    }
+
+    #[derive(Debug, clap::Subcommand)]
+    enum Common {
+        /// Does the work.
+        Work,
+        #[command(flatten)]
+        Common(CommonCommand),
+    }
+
+    #[test]
+    fn completions_and_man_are_subcommands_of_the_binary() {
+        use clap::{CommandFactory, Parser};
+        let cli = WithCommon::try_parse_from(["demo", "completions", "fish"]).unwrap();
+        assert!(matches!(cli.command, Common::Common(CommonCommand::Completions { .. })));
+        assert!(WithCommon::try_parse_from(["demo", "completions", "tcsh"]).is_err());
+        let cli = WithCommon::try_parse_from(["demo", "man"]).unwrap();
+        assert!(matches!(cli.command, Common::Common(CommonCommand::Man { out_dir: None })));
+        // `man` is for packagers and `just man`, not for the help listing.
+        let help = WithCommon::command().render_help().to_string();
+        assert!(help.contains("completions") && !help.contains("man "), "{help}");
+    }
+
+    #[test]
+    fn man_pages_are_written_for_the_binary_and_each_subcommand() {
+        use clap::CommandFactory;
+        let dir = tempfile::tempdir().unwrap();
+        let man = CommonCommand::Man { out_dir: Some(dir.path().join("man1")) };
+        assert_eq!(man.run(WithCommon::command()), ExitCode::SUCCESS);
+        let page = std::fs::read_to_string(dir.path().join("man1/demo.1")).unwrap();
+        assert!(page.contains(".TH demo 1"), "{page}");
+        assert!(dir.path().join("man1/demo-work.1").exists());
+        assert!(dir.path().join("man1/demo-completions.1").exists());
+        assert!(!dir.path().join("man1/demo-man.1").exists(), "hidden commands get no page");
     }
 
     #[test]

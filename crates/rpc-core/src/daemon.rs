@@ -190,16 +190,17 @@ impl Daemon {
         &self.shutdown
     }
 
-    /// The socket systemd passed as `fd_name` (with `None`, the first one
-    /// left), else a new TCP listener on `addr` with `SO_REUSEADDR`. `setting`
-    /// names where `addr` came from, for the error.
+    /// The socket systemd passed as `fd_name` (or, under no such name, the
+    /// one on `addr`'s port; with `None`, the first one left), else a new TCP
+    /// listener on `addr` with `SO_REUSEADDR`. `setting` names where `addr`
+    /// came from, for the error.
     pub fn listen_tcp(
         &mut self,
         fd_name: Option<&str>,
         addr: SocketAddr,
         setting: &str,
     ) -> Result<Listener, StartError> {
-        if let Some(listener) = activated(fd_name)? {
+        if let Some(listener) = activated(fd_name, Some(addr.port()))? {
             self.check_passed(&listener, fd_name)?;
             return Ok(listener);
         }
@@ -213,7 +214,7 @@ impl Daemon {
     /// one replaced, a live one never taken over). A file we created is
     /// removed when [`Daemon::run`] returns, however it stops.
     pub fn listen_unix(&mut self, fd_name: Option<&str>, path: &Path, setting: &str) -> Result<Listener, StartError> {
-        if let Some(listener) = activated(fd_name)? {
+        if let Some(listener) = activated(fd_name, None)? {
             self.check_passed(&listener, fd_name)?;
             return Ok(listener);
         }
@@ -289,9 +290,9 @@ impl Daemon {
     }
 }
 
-/// The socket systemd passed under `fd_name`, if any.
-fn activated(fd_name: Option<&str>) -> Result<Option<Listener>, StartError> {
-    systemd::take_listener(fd_name).map_err(StartError::Activation)
+/// The socket systemd passed under `fd_name` (or on `port`), if any.
+fn activated(fd_name: Option<&str>, port: Option<u16>) -> Result<Option<Listener>, StartError> {
+    systemd::take_listener(fd_name, port).map_err(StartError::Activation)
 }
 
 #[cfg(test)]

@@ -24,9 +24,14 @@ pub struct Activated {
 static ACTIVATED: Mutex<Option<Vec<Activated>>> = Mutex::new(None);
 static TAKEN: std::sync::Once = std::sync::Once::new();
 
-/// Takes the socket with this name (or, with `None`, the first remaining one)
-/// from those systemd passed. Must be called inside a tokio runtime.
-pub fn take_listener(name: Option<&str>) -> io::Result<Option<Listener>> {
+/// Takes a socket systemd passed: with a `name`, the one of that name, else
+/// the TCP one on `port`; with `None`, the first remaining one. Must be called
+/// inside a tokio runtime.
+///
+/// The port matters because a `.socket` unit gives all its sockets one name:
+/// a daemon with two servers in one unit (a bridge port and a REPL port) can
+/// tell them apart only by where they listen.
+pub fn take_listener(name: Option<&str>, port: Option<u16>) -> io::Result<Option<Listener>> {
     let mut result = Ok(());
     TAKEN.call_once(|| match receive() {
         Ok(list) => *ACTIVATED.lock().unwrap() = Some(list),
@@ -38,10 +43,22 @@ pub fn take_listener(name: Option<&str>) -> io::Result<Option<Listener>> {
         return Ok(None);
     };
     let index = match name {
-        Some(name) => list.iter().position(|a| a.name.as_deref() == Some(name)),
+        Some(name) => list
+            .iter()
+            .position(|a| a.name.as_deref() == Some(name))
+            .or_else(|| list.iter().position(|a| port.is_some() && a.tcp_port() == port)),
         None => (!list.is_empty()).then_some(0),
     };
     Ok(index.map(|i| list.remove(i).listener))
+}
+
+impl Activated {
+    fn tcp_port(&self) -> Option<u16> {
+        match &self.listener {
+            Listener::Tcp(tcp) => tcp.local_addr().ok().map(|a| a.port()),
+            Listener::Unix(_) => None,
+        }
+    }
 }
 
 fn receive() -> io::Result<Vec<Activated>> {

@@ -12,7 +12,7 @@ use crate::config::{Command, EndpointArgs};
 
 pub async fn run(endpoint: &EndpointArgs, command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Serve(_) => unreachable!("serve is not a client command"),
+        Command::Serve(_) | Command::Common(_) => unreachable!("main runs serve, completions and man itself"),
         Command::Sessions { json } => sessions(endpoint, json).await,
         Command::Tools { session, json } => tools(endpoint, &session, json).await,
         Command::Call { session, tool, args, timeout, json } => {

@@ -62,7 +62,9 @@ pub enum CtlCommand {
     Ext(ExtCommand),
     /// The last lines an extension wrote to stderr.
     Logs {
+        /// The extension's name (`ext list` shows them).
         name: String,
+        /// How many of its last lines to print.
         #[arg(long, default_value_t = 100)]
         lines: usize,
     },
