@@ -96,3 +96,17 @@ async fn a_broker_that_is_not_running_is_a_clear_error() {
     assert_eq!(code, 1);
     assert!(err.contains("connecting to the broker"), "{err}");
 }
+
+#[tokio::test]
+async fn client_commands_without_a_broker_say_how_to_start_one() {
+    let port = integration_tests::free_port();
+    for args in [&["sessions"][..], &["tools", "demo"], &["call", "demo", "echo"]] {
+        let (code, _, err) = command(port, args, None).await;
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("no btcp-broker is listening at 127.0.0.1:{port}"))
+                && err.contains("btcp-broker serve"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -16,6 +16,19 @@ pub fn authority(endpoint: &EndpointArgs) -> String {
     rpc_core::config::connect_address(&endpoint.host, endpoint.port)
 }
 
+/// Nothing listening is the common case (the broker is not started): say
+/// how to start it.
+pub fn unreachable(authority: &str, error: &std::io::Error) -> anyhow::Error {
+    if error.kind() == std::io::ErrorKind::ConnectionRefused {
+        anyhow!(
+            "no btcp-broker is listening at {authority}: start it with `btcp-broker serve` \
+             (or set BTCP_HOST/BTCP_PORT to where it listens)"
+        )
+    } else {
+        anyhow!("connecting to the broker at {authority}: {error}")
+    }
+}
+
 /// An agent joined to one session.
 pub struct Agent {
     peer: PeerHandle,
@@ -38,6 +51,7 @@ impl Agent {
                         response.body().as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
                     anyhow!("the broker refused the connection: HTTP {}: {body}", response.status())
                 }
+                tokio_tungstenite::tungstenite::Error::Io(e) => unreachable(&authority(endpoint), &e),
                 other => anyhow!("connecting to {url}: {other}"),
             })?;
         let peer = rpc_core::client::spawn(websocket::transport(ws), Router::<()>::empty(), ());

@@ -12,8 +12,7 @@ use crate::config::EndpointArgs;
 /// `GET path`, with the token if one is configured; the body as JSON.
 pub async fn get_json(endpoint: &EndpointArgs, path: &str) -> anyhow::Result<Value> {
     let authority = super::agent::authority(endpoint);
-    let stream =
-        TcpStream::connect(&authority).await.with_context(|| format!("connecting to the broker at {authority}"))?;
+    let stream = TcpStream::connect(&authority).await.map_err(|e| super::agent::unreachable(&authority, &e))?;
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.context("HTTP handshake")?;
     tokio::spawn(connection);
