@@ -43,6 +43,75 @@ pub async fn echo_server(addr: SocketAddr) -> Result<SocketAddr> {
     Ok(local)
 }
 
+/// B2+ baseline: a raw tokio-tungstenite WebSocket echo. Text frames go back
+/// as they came (no JSON), every frame already read before one write, the
+/// way the engine batches its writes: the limit for a WebSocket JSON-RPC
+/// server, as the NDJSON echo is for TCP.
+pub async fn ws_echo_server(addr: SocketAddr) -> Result<SocketAddr> {
+    use futures_util::FutureExt;
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let config = websocket::config(websocket::DEFAULT_MAX_MESSAGE);
+                let Ok(ws) = tokio_tungstenite::accept_async_with_config(stream, Some(config)).await else { return };
+                let (mut sink, mut stream) = ws.split();
+                while let Some(Ok(first)) = stream.next().await {
+                    let mut message = first;
+                    loop {
+                        if message.is_text() && sink.feed(message).await.is_err() {
+                            return;
+                        }
+                        match stream.next().now_or_never() {
+                            Some(Some(Ok(next))) => message = next,
+                            Some(_) => return,
+                            None => break,
+                        }
+                    }
+                    if sink.flush().await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok(local)
+}
+
+/// B8s: idle SSE agents, each an open `GET /events` stream whose welcome
+/// event has arrived.
+pub struct IdleSse {
+    _streams: Vec<tokio::net::TcpStream>,
+}
+
+impl IdleSse {
+    pub async fn open(addr: SocketAddr, count: usize) -> Result<IdleSse> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut streams = Vec::with_capacity(count);
+        for _ in 0..count {
+            let mut stream = tokio::net::TcpStream::connect(addr).await?;
+            let request =
+                format!("GET /events?clientType=agent HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n");
+            stream.write_all(request.as_bytes()).await?;
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 1024];
+            while memchr::memmem::find(&seen, b"welcome").is_none() {
+                let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+                    .await
+                    .context("no welcome event within 10 s")??;
+                if n == 0 {
+                    bail!("the broker closed an SSE stream: {}", String::from_utf8_lossy(&seen));
+                }
+                seen.extend_from_slice(&buf[..n]);
+            }
+            streams.push(stream);
+        }
+        Ok(IdleSse { _streams: streams })
+    }
+}
+
 /// B2 baseline: jsonrpsee's WebSocket server with a `ping` method.
 pub async fn jsonrpsee_server(addr: SocketAddr) -> Result<(SocketAddr, jsonrpsee::server::ServerHandle)> {
     // Its default of 100 connections would refuse B9's 512.

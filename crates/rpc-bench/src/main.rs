@@ -62,6 +62,11 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:7000")]
         addr: SocketAddr,
     },
+    /// Run the raw WebSocket echo server baseline (text frames back, no JSON).
+    WsEchoServer {
+        #[arg(long, default_value = "127.0.0.1:7002")]
+        addr: SocketAddr,
+    },
     /// Run the jsonrpsee WebSocket server baseline with a `ping` method.
     JsonrpseeServer {
         #[arg(long, default_value = "127.0.0.1:7001")]
@@ -159,6 +164,11 @@ async fn run(command: Command) -> Result<()> {
         Command::EchoServer { addr } => {
             let addr = baseline::echo_server(addr).await?;
             eprintln!("echo server on {addr}");
+            std::future::pending::<()>().await;
+        }
+        Command::WsEchoServer { addr } => {
+            let addr = baseline::ws_echo_server(addr).await?;
+            eprintln!("WebSocket echo server on ws://{addr}");
             std::future::pending::<()>().await;
         }
         Command::JsonrpseeServer { addr } => {

@@ -32,7 +32,7 @@ pub struct Options {
     #[arg(long, default_value_t = 3)]
     repeat: usize,
     /// Which benchmarks to run.
-    #[arg(long, value_delimiter = ',', default_value = "b1,b2,b3,b4,b5,b6,b7,b8,b9")]
+    #[arg(long, value_delimiter = ',', default_value = "b1,b2,b3,b4,b5,b6,b7,b8,b8s,b9")]
     only: Vec<String>,
     /// Connections for B8.
     #[arg(long, default_value_t = 10_000)]
@@ -273,8 +273,12 @@ pub async fn run(options: Options, cores: Option<pin::Cores>) -> Result<()> {
     let _echo = start("rpc-bench", &[], &["echo-server", "--addr", &echo.to_string()])?;
     let jsonrpsee = free_addr();
     let _jsonrpsee = start("rpc-bench", &[], &["jsonrpsee-server", "--addr", &jsonrpsee.to_string()])?;
+    let ws_echo = free_addr();
+    let _ws_echo = start("rpc-bench", &[], &["ws-echo-server", "--addr", &ws_echo.to_string()])?;
     wait_for(echo)?;
     wait_for(jsonrpsee)?;
+    wait_for(ws_echo)?;
+    let ws_echo = format!("ws://{ws_echo}");
     let echo = format!("tcp://{echo}");
     let jsonrpsee = format!("ws://{jsonrpsee}");
 
@@ -326,14 +330,22 @@ pub async fn run(options: Options, cores: Option<pin::Cores>) -> Result<()> {
         eprintln!("B2/B3: btcp-broker ping vs jsonrpsee; forwarded tools/call vs broker ping");
         for conns in [1, 8] {
             let base = options.load(&jsonrpsee, "ping", "{}", 64, conns);
+            let echoed = options.load(&ws_echo, "ping", "{}", 64, conns);
             let ping = options.load(&agent, "ping", "{}", 64, conns);
             let call = options.load(&forward, "tools/call", r#"{"name":"echo","arguments":{}}"#, 64, conns);
             let m = options
-                .compare(&[("jsonrpsee ping", &base), ("btcp-broker ping", &ping), ("forwarded tools/call", &call)])
+                .compare(&[
+                    ("jsonrpsee ping", &base),
+                    ("btcp-broker ping", &ping),
+                    ("forwarded tools/call", &call),
+                    ("WebSocket echo", &echoed),
+                ])
                 .await?;
             if options.wants("b2") {
                 let what = format!("btcp-broker `ping` (WS), window 64, {conns} conn");
                 rows.push(throughput_row_of_runs("B2", what, &m[0], &m[1], 4.0, "≥ 4 × jsonrpsee"));
+                let what = format!("btcp-broker `ping` (WS), window 64, {conns} conn, against a raw WS echo");
+                rows.push(throughput_row_of_runs("B2+", what, &m[3], &m[1], 0.5, "≥ 0.5 × WS echo"));
             }
             if options.wants("b3") {
                 let what = format!("btcp-broker forwarded `tools/call`, {conns} conn");
@@ -397,6 +409,28 @@ pub async fn run(options: Options, cores: Option<pin::Cores>) -> Result<()> {
             let what = "`eval_ruby` of `1+1`, p50 latency".into();
             rows.push(latency_row_of_runs("B5", what, (&pipe, &bridged), |r| r.p50_us, 1.5, "≤ 1.5 × bare pipe"));
         }
+    }
+
+    if options.wants("b8s") {
+        eprintln!("B8s: 1000 idle SSE agents");
+        let pid = broker.child.id();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let before = baseline::rss_mib(pid).unwrap_or(0.0);
+        let idle = baseline::IdleSse::open(broker_addr, 1000).await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let rss = baseline::rss_mib(pid).unwrap_or(f64::NAN);
+        let per = (rss - before) * 1024.0 / 1000.0;
+        eprintln!("  broker RSS {before:.1} MiB -> {rss:.1} MiB: {per:.1} KiB a stream");
+        drop(idle);
+        rows.push(Row {
+            id: "B8s",
+            what: "btcp-broker holding 1000 idle SSE agents".into(),
+            baseline: format!("{before:.1} MiB before"),
+            measured: format!("{rss:.1} MiB RSS, {per:.1} KiB a connection"),
+            ratio: None,
+            target: "≤ 8 KiB a connection",
+            met: Some(per <= 8.0),
+        });
     }
 
     if options.wants("b8") || options.wants("b9") {
