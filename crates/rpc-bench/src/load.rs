@@ -6,7 +6,6 @@
 //! of the request matches too) and never parsed further: the generator shares
 //! the machine with the server under test and must cost as little as possible.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -74,6 +73,9 @@ struct ConnStats {
 }
 
 pub async fn run(load: &Load) -> Result<Report> {
+    if load.window == 0 || load.window > SENT_SLOTS / 2 {
+        bail!("window must be between 1 and {}", SENT_SLOTS / 2);
+    }
     let start = Instant::now();
     let measure_from = start + load.warmup;
     let stop_at = measure_from + load.duration;
@@ -94,7 +96,21 @@ pub async fn run(load: &Load) -> Result<Report> {
 }
 
 pub(crate) fn request(id: u64, method: &str, params: &str) -> String {
-    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\",\"params\":{params}}}")
+    let mut out = String::new();
+    push_request(&mut out, id, method, params);
+    out
+}
+
+/// Appends one request to `out`: the load side must cost less than the
+/// fastest server it measures (a raw echo), so no allocation per request.
+pub(crate) fn push_request(out: &mut String, id: u64, method: &str, params: &str) {
+    out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+    out.push_str(itoa::Buffer::new().format(id));
+    out.push_str(",\"method\":\"");
+    out.push_str(method);
+    out.push_str("\",\"params\":");
+    out.push_str(params);
+    out.push('}');
 }
 
 /// The id of a reply, or `None` for a notification.
@@ -108,11 +124,19 @@ fn is_error(text: &[u8]) -> bool {
     memchr::memmem::find(text, b"\"error\":").is_some()
 }
 
+/// Slots of a connection's send-time ring: far more than any window.
+const SENT_SLOTS: usize = 1 << 14;
+
 /// Bookkeeping shared by every transport (B6's Content-Length pipe too): ids,
 /// send times, the histogram.
 pub(crate) struct Flight {
     next_id: u64,
-    pub(crate) sent: HashMap<u64, Instant>,
+    /// Send times by id, in a ring indexed by the id: ids are issued in
+    /// order and at most a window is out, so a slot is free again long before
+    /// its id comes round (a reply that never came is overwritten, and its
+    /// late copy does not match the slot's id). Cheaper than a hash map.
+    sent: Vec<(u64, Instant)>,
+    outstanding: usize,
     stats: ConnStats,
     measure_from: Instant,
     stop_at: Instant,
@@ -122,7 +146,8 @@ impl Flight {
     pub(crate) fn new(measure_from: Instant, stop_at: Instant) -> Result<Self> {
         Ok(Flight {
             next_id: 1_000,
-            sent: HashMap::new(),
+            sent: vec![(0, measure_from); SENT_SLOTS],
+            outstanding: 0,
             stats: ConnStats { hist: Histogram::new(3)?, requests: 0, errors: 0 },
             measure_from,
             stop_at,
@@ -132,15 +157,26 @@ impl Flight {
     pub(crate) fn issue(&mut self, now: Instant) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
-        self.sent.insert(id, now);
+        let slot = &mut self.sent[id as usize % SENT_SLOTS];
+        if slot.0 != 0 {
+            // Its reply never came: that request is given up.
+            self.outstanding -= 1;
+        }
+        *slot = (id, now);
+        self.outstanding += 1;
         id
     }
 
     /// Records a reply; true if it was one of ours.
     pub(crate) fn complete(&mut self, text: &[u8], now: Instant) -> bool {
-        let Some(sent) = reply_id(text).and_then(|id| self.sent.remove(&id)) else {
+        let Some(id) = reply_id(text) else { return false };
+        let slot = &mut self.sent[id as usize % SENT_SLOTS];
+        if slot.0 != id {
             return false;
-        };
+        }
+        let sent = slot.1;
+        slot.0 = 0;
+        self.outstanding -= 1;
         if now >= self.measure_from && now < self.stop_at {
             self.stats.requests += 1;
             if is_error(text) {
@@ -157,7 +193,7 @@ impl Flight {
 
     /// Done: nothing more will be sent, and the replies are in or overdue.
     pub(crate) fn finished(&self, now: Instant) -> bool {
-        !self.running(now) && self.sent.is_empty() || now > self.stop_at + Duration::from_secs(10)
+        !self.running(now) && self.outstanding == 0 || now > self.stop_at + Duration::from_secs(10)
     }
 
     pub(crate) fn report(&self, duration: Duration) -> Report {
@@ -190,7 +226,7 @@ async fn ndjson_connection(addr: &str, load: &Load, measure_from: Instant, stop_
     let now = Instant::now();
     for _ in 0..load.window {
         let id = flight.issue(now);
-        out.push_str(&request(id, &load.method, &load.params));
+        push_request(&mut out, id, &load.method, &load.params);
         out.push('\n');
     }
     stream.write_all(out.as_bytes()).await?;
@@ -209,7 +245,7 @@ async fn ndjson_connection(addr: &str, load: &Load, measure_from: Instant, stop_
             start += end + 1;
             if flight.complete(line, now) && flight.running(now) {
                 let id = flight.issue(now);
-                out.push_str(&request(id, &load.method, &load.params));
+                push_request(&mut out, id, &load.method, &load.params);
                 out.push('\n');
             }
         }
