@@ -619,7 +619,10 @@ fn document(table: &str, options: &Options, pinned: Option<pin::Cores>) -> Strin
             c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
         })
         .unwrap_or_else(|| "unknown".into());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    // Not available_parallelism: the suite is pinned to one core by now.
+    let cores = std::fs::read_to_string("/proc/cpuinfo")
+        .map(|c| c.lines().filter(|l| l.starts_with("processor")).count())
+        .unwrap_or(0);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let date = Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC").output().ok();
     let date = date.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_default();
@@ -640,7 +643,7 @@ fn document(table: &str, options: &Options, pinned: Option<pin::Cores>) -> Strin
          - date: {date}\n\
          - pinning: {pinning}\n\
          - command: `cargo build --release --workspace --bins && ./target/release/rpc-bench suite --seconds {} \
-         --warmup {} --repeat {} --only {}{plot} --write BENCHMARKS.md`\n\n{table}",
+         --warmup {} --repeat {} --only {}{plot} --write {}`\n\n{table}",
         options.repeat,
         options.seconds,
         options.warmup,
@@ -649,6 +652,7 @@ fn document(table: &str, options: &Options, pinned: Option<pin::Cores>) -> Strin
         options.warmup,
         options.repeat,
         options.only.join(","),
+        options.write.as_ref().map_or("BENCHMARKS.md".into(), |p| p.display().to_string()),
     )
 }
 
