@@ -371,6 +371,11 @@ impl fmt::Display for Hl7Message {
                 out.push(d.field);
                 field.print(d, &mut out);
             }
+            if segment.fields.is_empty() && !segment.is_header() {
+                // A segment name alone (`NTE`) is not a segment to the parser:
+                // one made empty by a patch or a tree is written `NTE|`.
+                out.push(d.field);
+            }
         }
         f.write_str(&out)
     }

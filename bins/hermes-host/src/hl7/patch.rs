@@ -193,7 +193,9 @@ mod tests {
                    {"path": "NTE[2].3", "value": "note", "create": true}, {"path": "PID", "remove": true}]),
         );
         assert!(errors.is_empty(), "{errors:?}");
-        assert_eq!(text, "MSH|^~\\&|APP\rOBX|1\rNTE\rNTE|||note");
+        // An empty segment is written with its field separator: `NTE` alone does not parse.
+        assert_eq!(text, "MSH|^~\\&|APP\rOBX|1\rNTE|\rNTE|||note");
+        assert_eq!(Hl7Message::parse(&text).unwrap().to_string(), text);
     }
 
     #[test]

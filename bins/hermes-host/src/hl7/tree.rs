@@ -501,6 +501,19 @@ mod tests {
         assert!(read("segments = ", Format::Toml).is_err());
     }
 
+    /// Found by the hl7_patch and hl7_tree fuzz targets: an empty segment, which every format
+    /// renders as a name without fields, read back as `NTE`, which the
+    /// parser refuses; so such a message could not round-trip.
+    #[test]
+    fn a_segment_without_fields_round_trips() {
+        let message = read(r#"{"segments": [{"segment": "MSH"}, {"segment": "NTE"}]}"#, Format::Json).unwrap();
+        assert_eq!(message.to_string(), "MSH|^~\\&\rNTE|");
+        for format in [Format::Json, Format::Yaml, Format::Toml] {
+            let back = read(&render(&message, format).unwrap(), format).unwrap();
+            assert_eq!(back.to_string(), "MSH|^~\\&\rNTE|", "{format:?}");
+        }
+    }
+
     #[test]
     fn a_tree_cannot_make_a_huge_message_from_a_small_text() {
         let fields: serde_json::Map<String, Value> = (1..=MAX_INDEX).map(|i| (i.to_string(), json!("x"))).collect();
