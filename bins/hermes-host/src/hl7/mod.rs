@@ -30,6 +30,21 @@ impl Default for Delimiters {
 }
 
 impl Delimiters {
+    /// Five distinct characters, none a letter, a digit or a line break:
+    /// others cannot be told apart from the text they separate (`MSHX^~\&`
+    /// reads as a segment `MSHX`), and the tree formats refuse them.
+    pub fn check(&self) -> Result<(), String> {
+        let all = [self.field, self.component, self.repetition, self.escape, self.subcomponent];
+        let repeated = (1..all.len()).any(|i| all[..i].contains(&all[i]));
+        if repeated || all.iter().any(|c| c.is_alphanumeric() || matches!(c, '\r' | '\n')) {
+            return Err(format!(
+                "the delimiters {:?} must be five distinct punctuation characters",
+                String::from_iter(all)
+            ));
+        }
+        Ok(())
+    }
+
     /// MSH.2 as written: component, repetition, escape, subcomponent.
     pub fn encoding_characters(&self) -> String {
         [self.component, self.repetition, self.escape, self.subcomponent].iter().collect()
@@ -276,6 +291,7 @@ impl Hl7Message {
             escape: s.escape,
             subcomponent: s.subcomponent,
         };
+        delimiters.check().map_err(InvalidMessage::Parse)?;
         let mut segments = Vec::with_capacity(parsed.segments.len());
         for segment in parsed.segments() {
             if segment.name.is_empty() && segment.fields.is_empty() {
@@ -432,6 +448,18 @@ mod tests {
         assert_eq!(Hl7Message::parse("\r\n"), Err(InvalidMessage::Empty));
         assert_eq!(Hl7Message::parse("PID|1"), Err(InvalidMessage::NoHeader));
         assert!(Hl7Message::parse("MSH").is_err());
+    }
+
+    /// Found by the hl7_message and hl7_patch fuzz targets: delimiters that
+    /// repeat or are letters parsed, but their tree could not be read back
+    /// (and `MSH|^|1||12` has no unambiguous structure at all).
+    #[test]
+    fn delimiters_must_be_five_distinct_punctuation_characters() {
+        for text in ["MSH|^~SH|^~\\\\&", "MSH|^|1||12\rOBX|", "MSH||||||A", "MSHa^~\\&|x"] {
+            let error = Hl7Message::parse(text).unwrap_err().to_string();
+            assert!(error.contains("five distinct punctuation characters"), "{text:?}: {error}");
+        }
+        assert!(Hl7Message::parse("MSH#@!$%#x").is_ok());
     }
 
     #[test]

@@ -254,13 +254,7 @@ fn delimiters_of(segments: &[Value]) -> Result<Delimiters, String> {
         };
         d = Delimiters { field: d.field, component, repetition, escape, subcomponent };
     }
-    let all = [d.field, d.component, d.repetition, d.escape, d.subcomponent];
-    if (1..all.len()).any(|i| all[..i].contains(&all[i])) || all.iter().any(|c| c.is_alphanumeric() || *c == '\r') {
-        return Err(format!(
-            "the delimiters {:?} must be five distinct punctuation characters",
-            String::from_iter(all)
-        ));
-    }
+    d.check()?;
     Ok(d)
 }
 
