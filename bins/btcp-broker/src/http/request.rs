@@ -64,8 +64,10 @@ pub fn origin_allowed(allowed: Option<&[String]>, origin: &str) -> bool {
     matches!(host, "localhost" | "127.0.0.1" | "[::1]") && (port.is_empty() || valid_port(port))
 }
 
+/// `:` and decimal digits below 65536; `parse` alone would also take a sign.
 fn valid_port(text: &str) -> bool {
-    text.strip_prefix(':').is_some_and(|p| !p.is_empty() && p.parse::<u16>().is_ok())
+    text.strip_prefix(':')
+        .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok())
 }
 
 /// The query string as a map (last value wins), or why it cannot be read.
@@ -153,6 +155,16 @@ mod tests {
         ] {
             assert!(!origin_allowed(None, bad), "{bad}");
         }
+    }
+
+    /// Found by the http_request fuzz target: `u16::from_str` takes a
+    /// leading `+`, so `http://localhost:+80` passed as a loopback page.
+    #[test]
+    fn a_port_is_digits_only() {
+        for bad in ["http://localhost:+000/", "http://127.0.0.1:+80", "http://[::1]:-1", "http://localhost: 80"] {
+            assert!(!origin_allowed(None, bad), "{bad}");
+        }
+        assert!(origin_allowed(None, "http://localhost:080"));
     }
 
     #[test]
