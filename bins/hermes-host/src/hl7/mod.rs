@@ -217,6 +217,13 @@ impl Field {
     }
 }
 
+/// Three capital letters or digits (`PID`, `OBX`, `ZPI`): a segment ID.
+/// hl7-parser takes any three alphanumerics, lower case and accented ones
+/// too; the host holds to the standard's, in text, trees and patch paths alike.
+pub fn is_segment_name(name: &str) -> bool {
+    name.len() == 3 && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+}
+
 /// One segment. `fields[0]` is field 1; in MSH that is the field separator
 /// and `fields[1]` the encoding characters, each one plain value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -296,6 +303,12 @@ impl Hl7Message {
         for segment in parsed.segments() {
             if segment.name.is_empty() && segment.fields.is_empty() {
                 continue;
+            }
+            if !is_segment_name(segment.name) {
+                return Err(InvalidMessage::Parse(format!(
+                    "{:?} is not a segment name (three capital letters or digits)",
+                    segment.name
+                )));
             }
             let header = segment.name == "MSH";
             let mut fields: Vec<Field> = segment
@@ -448,6 +461,17 @@ mod tests {
         assert_eq!(Hl7Message::parse("\r\n"), Err(InvalidMessage::Empty));
         assert_eq!(Hl7Message::parse("PID|1"), Err(InvalidMessage::NoHeader));
         assert!(Hl7Message::parse("MSH").is_err());
+    }
+
+    /// Found by the hl7_patch fuzz target: `+ote` created a segment the tree
+    /// formats refuse; HL7 text with one parsed. One rule now refuses both.
+    #[test]
+    fn segment_names_are_three_capital_letters_or_digits() {
+        for text in ["MSH|^~\\&\rote|1", "MSH|^~\\&\rÄÖÜ|1", "MSH|^~\\&\rPId|1"] {
+            let error = Hl7Message::parse(text).unwrap_err().to_string();
+            assert!(error.contains("is not a segment name"), "{text:?}: {error}");
+        }
+        assert!(Hl7Message::parse("MSH|^~\\&\rZ01|1").is_ok());
     }
 
     /// Found by the hl7_message and hl7_patch fuzz targets: delimiters that

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::tree::{MAX_INDEX, grow};
-use super::{Component, Field, Hl7Message, Repeat, Segment};
+use super::{Component, Field, Hl7Message, Repeat, Segment, is_segment_name};
 
 /// One patch of `editor/patchMessage`.
 #[derive(Clone, Debug, Deserialize)]
@@ -40,6 +40,9 @@ pub fn parse_path(path: &str) -> Result<LocationQuery, String> {
     let canonical: String = path.chars().map(|c| if c == '-' || c == ' ' { '.' } else { c }).collect();
     if query.to_string() != canonical {
         return Err(format!("invalid path {path:?}: expected SEG[N].F[R].C.S"));
+    }
+    if !is_segment_name(&query.segment) {
+        return Err(format!("invalid path {path:?}: a segment name is three capital letters or digits"));
     }
     for index in
         [query.segment_index, query.field, query.repeat, query.component, query.subcomponent].into_iter().flatten()
@@ -225,6 +228,7 @@ mod tests {
             assert!(parse_path(path).unwrap_err().contains("indices go up to"), "{path}");
         }
         assert!(parse_path("PID.10000").is_ok());
+        assert!(parse_path("ote.1").unwrap_err().contains("three capital letters"));
         assert!(parse_path("PID.010000").is_err());
     }
 

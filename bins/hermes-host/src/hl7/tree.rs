@@ -30,7 +30,7 @@ use std::fmt::Write as _;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
 
-use super::{Component, Delimiters, Field, Hl7Message, InvalidMessage, Repeat, Segment};
+use super::{Component, Delimiters, Field, Hl7Message, InvalidMessage, Repeat, Segment, is_segment_name};
 
 /// The formats of `editor/getMessage` and `editor/setMessage`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -343,7 +343,7 @@ impl TreeReader {
 
     fn segment(&mut self, value: &Value) -> Result<Segment, String> {
         let name = value.get("segment").and_then(Value::as_str).ok_or("expected a `segment` name")?;
-        if name.len() != 3 || !name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()) {
+        if !is_segment_name(name) {
             return Err(format!("{name:?} is not a segment name (three capital letters or digits)"));
         }
         let mut segment = Segment::new(name);
