@@ -90,7 +90,7 @@ fn reads_back(message: &Hl7Message) -> Hl7Message {
     let escaped: Vec<_> = leaves
         .iter()
         .map(|&(n, name, f, r, c, s, leaf)| {
-            let leaf = if n == 0 && f < 2 { leaf.to_owned() } else { message.delimiters.escape_leaf(leaf) };
+            let leaf = if name == "MSH" && f < 2 { leaf.to_owned() } else { message.delimiters.escape_leaf(leaf) };
             (n, name, f, r, c, s, leaf)
         })
         .collect();
