@@ -1,12 +1,21 @@
-//! The entry point of the `path_policy` fuzz target, kept here so that plain
-//! tests run it too: a path argument as a client sends it, checked against a
+//! Entry points of the `path_policy` and `legacy` fuzz targets, kept here so
+//! that plain tests run them too.
+//!
+//! `path_policy`: a path argument as a client sends it, checked against a
 //! directory tree full of symlinks that lead in, out, nowhere and in circles.
 //! Beyond "no panic" it asserts that an allowed path lies under a root and
 //! that the kernel, where the path exists, resolves it to the same place.
+//!
+//! `legacy`: a frame in the old `{command, parameters}` dialect; what the
+//! adapter makes of it is a valid `tools/call` request with the frame's id.
 
 use std::os::unix::fs::symlink;
 use std::path::{Component, Path, PathBuf};
 
+use rpc_core::message::{self, Id, Message, Parsed};
+use serde_json::value::RawValue;
+
+use crate::bridge::legacy;
 use crate::paths::{AllowedRoots, PathPolicy, PathRefusal};
 
 /// A directory tree under a canonical base:
@@ -121,9 +130,50 @@ pub fn path_policy(fixture: &PathFixture, data: &[u8]) {
     }
 }
 
+/// A frame the engine could not take as JSON-RPC, as the bridge hands it to
+/// the legacy adapter: a rewrite is a `tools/call` request carrying the
+/// frame's id (`null` without one), `command` as the tool name and
+/// `parameters` as the arguments.
+pub fn legacy(data: &[u8]) {
+    #[derive(serde::Deserialize)]
+    struct Frame<'a> {
+        command: String,
+        #[serde(default, borrow)]
+        parameters: Option<&'a RawValue>,
+        #[serde(default, borrow)]
+        id: Option<&'a RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        name: String,
+        #[serde(borrow)]
+        arguments: &'a RawValue,
+    }
+    let Some(rewritten) = legacy::adapt(data) else { return };
+    let frame: Frame<'_> = serde_json::from_slice(data).expect("only a {command} frame is adapted");
+    let Parsed::Single(Ok(Message::Request { id, method, params })) = message::parse(&rewritten, 1) else {
+        panic!("{:?} is not a request", String::from_utf8_lossy(&rewritten));
+    };
+    assert_eq!(method, "tools/call");
+    assert_eq!(Some(id), frame.id.map_or(Some(Id::Null), Id::from_raw), "the id changed");
+    let params: Params<'_> = serde_json::from_str(params.expect("params").get()).expect("name and arguments");
+    assert_eq!(params.name, frame.command);
+    let arguments = frame.parameters.map(RawValue::get).filter(|p| *p != "null").unwrap_or("{}");
+    assert_eq!(params.arguments.get(), arguments);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_legacy_seeds_pass() {
+        let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/legacy");
+        let entries = std::fs::read_dir(&seeds).unwrap_or_else(|e| panic!("{}: {e}", seeds.display()));
+        for entry in entries {
+            legacy(&std::fs::read(entry.unwrap().path()).unwrap());
+        }
+    }
 
     /// The committed seeds (fuzz/seeds/path_policy/): a cheap stand-in for
     /// the fuzzer in every test run.
