@@ -27,10 +27,10 @@ bench:
     cargo build --release --workspace --bins
     ./target/release/rpc-bench suite --plot benchmarks/scaling.svg --write benchmarks/latest.md
 
-# Fuzz every decoder for `seconds` each (needs `cargo install cargo-fuzz`).
-fuzz seconds="60":
-    cd fuzz && for t in ndjson content_length message; do \
-        cargo fuzz run --sanitizer none "$t" -- -max_total_time={{seconds}} || exit 1; done
+# Fuzz every parser of untrusted input for `seconds` each, from fuzz/seeds
+# (installs cargo-fuzz and a nightly toolchain when missing). CI: `just fuzz 30`.
+fuzz seconds="60" *targets:
+    ./scripts/fuzz-ci {{seconds}} {{targets}}
 
 # All four daemons in the foreground, logs prefixed; Ctrl-C stops them.
 run:

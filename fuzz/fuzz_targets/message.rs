@@ -1,7 +1,5 @@
-//! Parses arbitrary bytes as a JSON-RPC message or batch and serialises the
-//! reply it would get. It must never panic.
+//! A JSON-RPC message or batch: every reply it could get is a valid response
+//! with the same id, and a request re-serialised reads back the same.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    rpc_core::fuzzing::parse(data);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| rpc_core::fuzzing::parse(data));

@@ -11,7 +11,6 @@ mod document;
 mod errors;
 mod events;
 mod extension;
-mod hl7;
 mod host;
 mod methods;
 mod server;
@@ -20,6 +19,7 @@ mod ui;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
+use hermes_host::hl7;
 use rpc_core::cli::{self, LogArgs};
 use rpc_core::daemon::{self, Threads};
 

@@ -12,8 +12,6 @@ mod config;
 mod files;
 mod lock;
 mod methods;
-mod output;
-mod prd;
 mod prompt;
 mod server;
 mod session;
@@ -22,6 +20,7 @@ mod timestamp;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
+use ralph_server::{output, prd};
 use rpc_core::cli::{self, LogArgs};
 use rpc_core::daemon::{self, Threads};
 

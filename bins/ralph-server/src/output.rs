@@ -39,8 +39,11 @@ impl LineSplitter {
             let take = end.min(room);
             self.line.extend_from_slice(&chunk[..take]);
             if take < end {
-                // Too long: pass it on as a line of its own and go on.
+                // Too long: pass it on as a line of its own and go on. A
+                // character cut at the limit starts the next line instead.
+                let carry = self.line.split_off(self.line.len() - incomplete_suffix(&self.line));
                 out.push(self.end_line());
+                self.line = carry;
                 chunk = &chunk[take..];
                 continue;
             }
@@ -54,11 +57,14 @@ impl LineSplitter {
 
     /// The unpublished part of the line being written, if any.
     pub fn flush_partial(&mut self) -> Option<Piece> {
-        if self.line.len() == self.published {
+        // A character cut by the last read waits for its other bytes:
+        // published in two pieces it would show as two U+FFFD.
+        let end = self.line.len() - incomplete_suffix(&self.line[self.published..]);
+        if end == self.published {
             return None;
         }
-        let text = String::from_utf8_lossy(&self.line[self.published..]).into_owned();
-        self.published = self.line.len();
+        let text = String::from_utf8_lossy(&self.line[self.published..end]).into_owned();
+        self.published = end;
         Some(Piece::Partial(text))
     }
 
@@ -74,6 +80,18 @@ impl LineSplitter {
         self.line.clear();
         self.published = 0;
         Piece::Line { text, whole }
+    }
+}
+
+/// How many bytes at the end of `bytes` are the start of a UTF-8 character
+/// whose other bytes have not arrived yet (0 to 3).
+fn incomplete_suffix(bytes: &[u8]) -> usize {
+    let tail = &bytes[bytes.len().saturating_sub(3)..];
+    // The last byte that is not a continuation byte: where such a character starts.
+    let Some(start) = tail.iter().rposition(|&b| b & 0xC0 != 0x80) else { return 0 };
+    match std::str::from_utf8(&tail[start..]) {
+        Err(e) if e.error_len().is_none() => tail.len() - start,
+        _ => 0,
     }
 }
 
@@ -182,6 +200,38 @@ mod tests {
         s.feed(&vec![b'x'; LONGEST_LINE * 2 + 10], &mut out);
         assert_eq!(out.len(), 2);
         assert!(s.line.len() <= LONGEST_LINE);
+    }
+
+    /// Found by the agent_output fuzz target: a character split between two
+    /// reads, with the terminal quiet in between, was published as two
+    /// U+FFFD partials instead of itself.
+    #[test]
+    fn a_character_cut_by_a_read_is_published_whole() {
+        let mut s = LineSplitter::default();
+        let mut out = Vec::new();
+        s.feed(b"Zo\xc3", &mut out);
+        assert_eq!(s.flush_partial(), Some(Piece::Partial("Zo".into())));
+        assert_eq!(s.flush_partial(), None);
+        s.feed(b"\xab \xe6\x9d", &mut out);
+        assert_eq!(s.flush_partial(), Some(Piece::Partial("\u{eb} ".into())));
+        s.feed(b"\x8e\n", &mut out);
+        assert_eq!(out, [line("\u{674e}", "Zo\u{eb} \u{674e}")]);
+        // Bytes that can never be a character are not held back.
+        s.feed(b"\xff\x80", &mut out);
+        assert_eq!(s.flush_partial(), Some(Piece::Partial("\u{fffd}\u{fffd}".into())));
+    }
+
+    #[test]
+    fn a_character_at_the_length_limit_starts_the_next_line() {
+        let mut s = LineSplitter::default();
+        let mut out = Vec::new();
+        let mut input = vec![b'x'; LONGEST_LINE - 1];
+        input.extend_from_slice("\u{674e}tail\n".as_bytes());
+        s.feed(&input, &mut out);
+        assert_eq!(out.len(), 2);
+        let Piece::Line { whole, .. } = &out[0] else { panic!() };
+        assert_eq!(whole.len(), LONGEST_LINE - 1);
+        assert_eq!(out[1], line("\u{674e}tail", "\u{674e}tail"));
     }
 
     #[test]

@@ -63,11 +63,16 @@ impl Prd {
     pub fn load(task_dir: &Path) -> Result<Prd, PrdError> {
         let path = Prd::path(task_dir);
         let text = std::fs::read(&path).map_err(|source| PrdError::Read { path: path.clone(), source })?;
-        let mut de = serde_json::Deserializer::from_slice(&text);
-        let prd: Prd =
-            serde_path_to_error(&mut de).map_err(|detail| PrdError::Invalid { path: path.clone(), detail })?;
+        Prd::parse(&text).map_err(|detail| PrdError::Invalid { path, detail })
+    }
+
+    /// Reads the bytes of a `prd.json`. The agent writes that file, so
+    /// anything may be in it; the error says what is wrong, without the path.
+    pub fn parse(text: &[u8]) -> Result<Prd, String> {
+        let mut de = serde_json::Deserializer::from_slice(text);
+        let prd = serde_path_to_error(&mut de)?;
         if let Some(dup) = prd.duplicate_id() {
-            return Err(PrdError::Invalid { path, detail: format!("story id {dup:?} appears twice") });
+            return Err(format!("story id {dup:?} appears twice"));
         }
         Ok(prd)
     }

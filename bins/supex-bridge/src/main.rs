@@ -9,7 +9,6 @@ mod bridge;
 mod client;
 mod config;
 mod errors;
-mod paths;
 mod repl;
 mod runtime;
 mod server;
@@ -26,6 +25,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{CommandFactory, Parser, Subcommand};
 use rpc_core::cli::{self, LogArgs};
 use rpc_core::daemon::{self, Threads};
+use supex_bridge::paths;
 
 use crate::config::{Config, ServeArgs};
 

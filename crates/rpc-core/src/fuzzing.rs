@@ -1,53 +1,183 @@
 //! Entry points for the fuzz targets in `fuzz/`, kept here so that a plain test
-//! can run them too (see the tests below): the targets must never panic.
+//! can run them too (see the tests below). Beyond "never panics", each asserts
+//! what its layer promises:
+//!
+//! - a framing yields the same frames however the bytes are cut into reads,
+//!   and no message over its limit;
+//! - a WebSocket connection yields text messages under the limit and stops
+//!   after anything it cannot carry on from;
+//! - every reply to a parsed message is itself a valid message carrying the
+//!   same id, and a request re-serialised reads back the same.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use bytes::BytesMut;
+use futures_util::{FutureExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_util::codec::Decoder;
 
-use crate::codec::{ContentLengthCodec, Frame, NdjsonCodec};
-use crate::message::{self, Parsed};
+use crate::codec::{self, ContentLengthCodec, Frame, NdjsonCodec};
+use crate::message::{self, Id, Message, Outcome, Parsed, RpcError};
 
-/// Splits `data` at a point chosen by its first byte, decodes both parts, and
-/// parses every message that comes out.
-fn decode_all<D: Decoder<Item = Frame, Error = std::io::Error>>(mut decoder: D, data: &[u8]) {
-    let split = data.first().map_or(0, |&b| b as usize % (data.len() + 1));
+/// The limit the framings get here: small, so that fuzzed inputs cross it.
+const MAX_MESSAGE: usize = 256;
+
+/// Decodes `data` delivered in reads of `read_size` bytes (all at once for
+/// `usize::MAX`), finishing like `FramedRead` does at the end of the stream.
+fn frames<D: Decoder<Item = Frame, Error = io::Error>>(mut decoder: D, data: &[u8], read_size: usize) -> Vec<Frame> {
     let mut buf = BytesMut::new();
-    for part in [&data[..split], &data[split..]] {
-        buf.extend_from_slice(part);
-        while let Ok(Some(frame)) = decoder.decode(&mut buf) {
-            if let Frame::Message(bytes) = frame {
-                parse(&bytes);
-            }
+    let mut out = Vec::new();
+    for read in data.chunks(read_size.max(1)) {
+        buf.extend_from_slice(read);
+        while let Some(frame) = decoder.decode(&mut buf).expect("decoders do not fail") {
+            out.push(frame);
         }
     }
-    while let Ok(Some(frame)) = decoder.decode_eof(&mut buf) {
+    while let Some(frame) = decoder.decode_eof(&mut buf).expect("decoders do not fail") {
+        out.push(frame);
+    }
+    out
+}
+
+/// The same frames whole and in reads of 1-16 bytes (the first byte says
+/// how many), each message within the limit, and each one parsed.
+fn decode_all<D>(new: impl Fn() -> D, data: &[u8]) -> Vec<Frame>
+where
+    D: Decoder<Item = Frame, Error = io::Error>,
+{
+    let whole = frames(new(), data, usize::MAX);
+    let read_size = data.first().map_or(1, |&b| usize::from(b % 16) + 1);
+    let cut = frames(new(), data, read_size);
+    assert_eq!(whole, cut, "the frames depend on how the input was cut into reads of {read_size}");
+    for frame in &whole {
         if let Frame::Message(bytes) = frame {
-            parse(&bytes);
+            assert!(bytes.len() <= MAX_MESSAGE, "a message of {} bytes passed the limit", bytes.len());
+            parse(bytes);
         }
     }
+    whole
 }
 
 pub fn ndjson(data: &[u8]) {
-    decode_all(NdjsonCodec::new(256), data);
+    for frame in decode_all(|| NdjsonCodec::new(MAX_MESSAGE), data) {
+        if let Frame::Message(line) = frame {
+            assert!(!line.contains(&b'\n'), "{line:?} is not one line");
+            assert!(!line.iter().all(u8::is_ascii_whitespace), "a blank line became a message");
+        }
+    }
 }
 
 pub fn content_length(data: &[u8]) {
-    decode_all(ContentLengthCodec::new(256), data);
+    decode_all(|| ContentLengthCodec::new(MAX_MESSAGE), data);
 }
 
-/// Parses a message and serialises whatever reply it would get.
+/// Bytes from a WebSocket client, arriving in reads of 1-64 bytes (the first
+/// byte says how many), through tungstenite with the daemons' settings and
+/// rpc-core's reader; every text message is parsed.
+pub fn websocket(data: &[u8]) {
+    let read_size = data.first().map_or(1, |&b| usize::from(b % 64) + 1);
+    let io = Replay { data: data.to_vec(), at: 0, read_size };
+    let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(codec::websocket::config(MAX_MESSAGE)))
+        .now_or_never()
+        .expect("wrapping a socket does not wait");
+    let mut reader = codec::websocket::transport(ws).reader;
+    let mut last = None;
+    loop {
+        let Some(item) = reader.next().now_or_never() else {
+            panic!("the reader waits for more input after the end of the stream");
+        };
+        let Some(item) = item else { break };
+        assert!(!matches!(last, Some(Frame::Unsupported { .. }) | Some(Frame::TooLarge(_))), "a frame after {last:?}");
+        let Ok(frame) = item else { break };
+        if let Frame::Message(text) = &frame {
+            assert!(text.len() <= MAX_MESSAGE, "a message of {} bytes passed the limit", text.len());
+            assert!(std::str::from_utf8(text).is_ok(), "a text message that is not UTF-8");
+            parse(text);
+        }
+        last = Some(frame);
+    }
+}
+
+/// A client's bytes, read `read_size` at a time, then the end of the stream;
+/// what the server writes back (pongs, close frames) is dropped.
+struct Replay {
+    data: Vec<u8>,
+    at: usize,
+    read_size: usize,
+}
+
+impl AsyncRead for Replay {
+    fn poll_read(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let n = self.read_size.min(buf.remaining()).min(self.data.len() - self.at);
+        buf.put_slice(&self.data[self.at..self.at + n]);
+        self.at += n;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Replay {
+    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Parses a message and checks every reply it could get: an error reply to
+/// an invalid one, a result and an error reply to a request, each a valid
+/// response with the same id; a request re-serialised reads back the same.
 pub fn parse(data: &[u8]) {
     match message::parse(data, 16) {
-        Parsed::Rejected(error) => drop(message::response_err(&message::Id::Null, &error)),
-        Parsed::Single(Err(invalid)) => drop(message::response_err(&invalid.id, &invalid.error)),
-        Parsed::Single(Ok(_)) => {}
+        Parsed::Rejected(error) => replies_read_back(&Id::Null, &error),
+        Parsed::Single(item) => check(item),
         Parsed::Batch(items) => {
-            for item in items {
-                if let Err(invalid) = item {
-                    drop(message::response_err(&invalid.id, &invalid.error));
+            assert!(!items.is_empty() && items.len() <= 16, "a batch of {}", items.len());
+            items.into_iter().for_each(check);
+        }
+    }
+}
+
+fn check(item: Result<Message<'_>, message::Invalid>) {
+    match item {
+        Err(invalid) => replies_read_back(&invalid.id, &invalid.error),
+        Ok(Message::Request { id, method, params }) => {
+            replies_read_back(&id, &RpcError::method_not_found(&method));
+            let text = message::request(Some(&id), &method, &params).expect("a request serialises");
+            match message::parse(&text, 1) {
+                Parsed::Single(Ok(Message::Request { id: id2, method: method2, params: params2 })) => {
+                    assert_eq!((&id2, &method2), (&id, &method));
+                    assert_eq!(params2.map(|p| p.get()), params.map(|p| p.get()));
                 }
+                other => panic!("a request re-serialised reads as {other:?}"),
             }
         }
+        Ok(Message::Notification { .. } | Message::Response { .. }) => {}
+    }
+}
+
+/// Both replies to a message with `id` read back as responses to `id`.
+fn replies_read_back(id: &Id, error: &RpcError) {
+    match message::parse(&message::response_err(id, error), 1) {
+        Parsed::Single(Ok(Message::Response { id: back, outcome: Outcome::Error(e) })) => {
+            assert_eq!((&back, &e), (id, error));
+        }
+        other => panic!("the error reply to id {id} reads as {other:?}"),
+    }
+    match message::parse(&message::response_ok(id, b"null"), 1) {
+        Parsed::Single(Ok(Message::Response { id: back, outcome: Outcome::Result(r) })) => {
+            assert_eq!((&back, r.get()), (id, "null"));
+        }
+        other => panic!("the result reply to id {id} reads as {other:?}"),
     }
 }
 
@@ -85,7 +215,27 @@ mod tests {
                 super::ndjson(&data);
                 super::content_length(&data);
                 super::parse(&data);
+                super::websocket(&data);
                 n += 1;
+            }
+        }
+    }
+
+    /// The committed seeds of each target (fuzz/seeds/<target>/) through
+    /// their entry point.
+    #[test]
+    fn the_seed_corpora_pass() {
+        let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds");
+        for (target, run) in [
+            ("ndjson", super::ndjson as fn(&[u8])),
+            ("content_length", super::content_length),
+            ("message", super::parse),
+            ("websocket", super::websocket),
+        ] {
+            let dir = seeds.join(target);
+            let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+            for entry in entries {
+                run(&std::fs::read(entry.unwrap().path()).unwrap());
             }
         }
     }

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use rpc_core::token::token_matches;
 use serde_json::json;
 
+use super::request;
 use crate::broker::{Broker, PeerSpec};
 use crate::metrics::TransportKind;
 use crate::session::ClientType;
@@ -17,9 +18,6 @@ use crate::session::ClientType;
 /// The remote address of the HTTP connection, for log lines.
 #[derive(Clone, Debug)]
 pub struct PeerAddr(pub Arc<str>);
-
-/// Longest accepted session id.
-const MAX_SESSION_ID: usize = 256;
 
 /// A refused request: an HTTP status with a JSON body
 /// `{"error": message, "reason": reason}`.
@@ -59,9 +57,7 @@ impl IntoResponse for Rejection {
 
 /// The query string as a map (last value wins); undecodable text is a 400.
 pub fn query(uri: &axum::http::Uri) -> Result<HashMap<String, String>, Rejection> {
-    axum::extract::Query::<HashMap<String, String>>::try_from_uri(uri)
-        .map(|q| q.0)
-        .map_err(|e| reject(StatusCode::BAD_REQUEST, "bad_query", format!("query string: {e}")))
+    request::query(uri).map_err(|e| reject(StatusCode::BAD_REQUEST, "bad_query", format!("query string: {e}")))
 }
 
 /// Checks `BTCP_AUTH_TOKEN` against the `Authorization: Bearer` header or the
@@ -75,12 +71,7 @@ pub fn authorize(
     let Some(expected) = broker.config.auth_token.as_deref() else {
         return Ok(());
     };
-    let from_header = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(str::trim);
-    let presented = from_header.or(query.get("token").map(String::as_str));
+    let presented = request::bearer_token(headers, query);
     let ok = presented.is_some_and(|t| token_matches(expected, t));
     if ok {
         return Ok(());
@@ -139,15 +130,9 @@ pub fn check(
             }
         },
     };
-    let session_id = match query.get("sessionId").map(String::as_str) {
-        None | Some("") => None,
-        Some(id) if id.len() > MAX_SESSION_ID => {
-            return bad("invalid_session_id", format!("sessionId is longer than {MAX_SESSION_ID} bytes"));
-        }
-        Some(id) if id.chars().any(char::is_control) => {
-            return bad("invalid_session_id", "sessionId contains control characters".into());
-        }
-        Some(id) => Some(id.to_owned()),
+    let session_id = match request::session_id(query) {
+        Ok(id) => id.map(str::to_owned),
+        Err(why) => return bad("invalid_session_id", why),
     };
     let version = query.get("version").cloned().unwrap_or_else(|| crate::broker::PROTOCOL_VERSION.to_owned());
     Ok(Checked { client_type, session_id, version })

@@ -5,11 +5,13 @@ pub mod admission;
 mod sse;
 mod websocket;
 
+// The request parsers are the library's (lib.rs), where the fuzz targets reach them.
+pub use btcp_broker::http::request::{self, normalize_path, origin_allowed};
+
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::uri::PathAndQuery;
-use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
@@ -36,37 +38,6 @@ pub fn router(broker: Arc<Broker>, mcp_doors: Arc<crate::mcp::HttpDoors>) -> Rou
         .layer(DefaultBodyLimit::max(broker.config.max_message))
         .layer(middleware::from_fn_with_state(broker.clone(), origin_policy))
         .with_state(broker)
-}
-
-/// Collapses repeated slashes in the request path and drops a trailing one,
-/// before routing: the public btcp-client builds `ws://host:port//ws` from the
-/// base URL its docs show, and `http://host:port//message` from one given with
-/// a trailing slash.
-pub fn normalize_path<B>(request: &mut axum::http::Request<B>) {
-    let path = request.uri().path();
-    if !path.contains("//") && (path.len() <= 1 || !path.ends_with('/')) {
-        return;
-    }
-    let mut clean = String::with_capacity(path.len());
-    for segment in path.split('/').filter(|s| !s.is_empty()) {
-        clean.push('/');
-        clean.push_str(segment);
-    }
-    if clean.is_empty() {
-        clean.push('/');
-    }
-    if let Some(query) = request.uri().query() {
-        clean.push('?');
-        clean.push_str(query);
-    }
-    let mut parts = request.uri().clone().into_parts();
-    let Ok(path_and_query) = PathAndQuery::try_from(clean) else {
-        return;
-    };
-    parts.path_and_query = Some(path_and_query);
-    if let Ok(uri) = Uri::from_parts(parts) {
-        *request.uri_mut() = uri;
-    }
 }
 
 /// Refuses requests from origins not allowed (403), answers CORS preflights,
@@ -104,27 +75,6 @@ async fn origin_policy(State(broker): State<Arc<Broker>>, request: Request, next
     headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
     headers.append(header::VARY, HeaderValue::from_static("Origin"));
     response
-}
-
-/// With no list: loopback pages only (`http(s)://localhost|127.0.0.1|[::1]`,
-/// any port). With a list: exactly those origins.
-pub fn origin_allowed(allowed: Option<&[String]>, origin: &str) -> bool {
-    let origin = origin.trim_end_matches('/').to_ascii_lowercase();
-    if let Some(list) = allowed {
-        return list.contains(&origin);
-    }
-    let Some(rest) = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) else {
-        return false;
-    };
-    let (host, port) = match rest.strip_prefix("[::1]") {
-        Some(port) => ("[::1]", port),
-        None => rest.find(':').map_or((rest, ""), |i| rest.split_at(i)),
-    };
-    matches!(host, "localhost" | "127.0.0.1" | "[::1]") && (port.is_empty() || valid_port(port))
-}
-
-fn valid_port(text: &str) -> bool {
-    text.strip_prefix(':').is_some_and(|p| !p.is_empty() && p.parse::<u16>().is_ok())
 }
 
 async fn health(State(broker): State<Arc<Broker>>) -> Response {
@@ -170,60 +120,4 @@ async fn script() -> Response {
 async fn index() -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], INDEX_HTML)
         .into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{normalize_path, origin_allowed};
-
-    #[test]
-    fn repeated_and_trailing_slashes_are_forgiven() {
-        for (given, routed) in [
-            ("//ws?sessionId=s&clientType=browser", "/ws?sessionId=s&clientType=browser"),
-            ("/ws/", "/ws"),
-            ("///events//?a=b//c", "/events?a=b//c"),
-            ("//message", "/message"),
-            ("/", "/"),
-            ("//", "/"),
-            ("/health", "/health"),
-            ("http://127.0.0.1:8765//ws?x=1", "http://127.0.0.1:8765/ws?x=1"),
-        ] {
-            let mut request = axum::http::Request::builder().uri(given).body(()).unwrap();
-            normalize_path(&mut request);
-            assert_eq!(request.uri().to_string(), routed, "{given}");
-        }
-    }
-
-    #[test]
-    fn default_origins_are_loopback_pages_only() {
-        for ok in [
-            "http://localhost",
-            "http://localhost:3000",
-            "https://127.0.0.1:8765",
-            "http://[::1]:8080",
-            "http://LOCALHOST:1/",
-        ] {
-            assert!(origin_allowed(None, ok), "{ok}");
-        }
-        for bad in [
-            "null",
-            "http://evil.example",
-            "http://localhost.evil.example",
-            "http://127.0.0.1.evil:80",
-            "http://localhost:notaport",
-            "chrome-extension://abc",
-            "ftp://localhost",
-        ] {
-            assert!(!origin_allowed(None, bad), "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_configured_list_is_matched_exactly() {
-        let list = vec!["https://app.example".to_owned(), "chrome-extension://abc".to_owned()];
-        assert!(origin_allowed(Some(&list), "https://app.example"));
-        assert!(origin_allowed(Some(&list), "chrome-extension://abc"));
-        assert!(!origin_allowed(Some(&list), "http://localhost"));
-        assert!(!origin_allowed(Some(&list), "https://app.example.evil"));
-    }
 }

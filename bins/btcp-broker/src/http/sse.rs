@@ -34,6 +34,7 @@ use rpc_core::{Outbound, Transport};
 use tokio::sync::mpsc;
 
 use super::admission::{self, PeerAddr, Rejection, reject};
+use super::request;
 use crate::broker::{self, Broker, SseInbox};
 use crate::metrics::TransportKind;
 
@@ -139,7 +140,7 @@ pub async fn message(State(broker): State<Arc<Broker>>, request: Request) -> Res
     let limit = broker.config.max_message;
     // Refused from the header, before a byte of the body: waiting for it would
     // hold the connection for as long as the client cares to send.
-    if declared_length(&parts.headers).is_some_and(|length| length > limit as u64) {
+    if request::declared_length(&parts.headers).is_some_and(|length| length > limit as u64) {
         return too_large(limit);
     }
     let inbox = match sender_inbox(&broker, &parts.headers, &query) {
@@ -158,10 +159,6 @@ pub async fn message(State(broker): State<Arc<Broker>>, request: Request) -> Res
             reject(StatusCode::SERVICE_UNAVAILABLE, "busy", "the client's queue stayed full; try again").into_response()
         }
     }
-}
-
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
 }
 
 fn is_length_limit(error: &axum::Error) -> bool {

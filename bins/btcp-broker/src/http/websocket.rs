@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
 use super::admission::{self, PeerAddr, Rejection, reject};
+use super::request;
 use crate::broker::{self, Broker};
 use crate::metrics::TransportKind;
 
@@ -69,13 +70,9 @@ pub async fn upgrade(State(broker): State<Arc<Broker>>, mut request: Request) ->
 
 /// Checks the RFC 6455 handshake headers and computes the accept key.
 fn handshake_key(headers: &HeaderMap) -> Result<HeaderValue, Rejection> {
-    let has_token = |name: header::HeaderName, token: &str| {
-        headers
-            .get_all(name)
-            .iter()
-            .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|part| part.trim().eq_ignore_ascii_case(token))))
-    };
-    if !has_token(header::UPGRADE, "websocket") || !has_token(header::CONNECTION, "upgrade") {
+    if !request::lists_token(headers, header::UPGRADE, "websocket")
+        || !request::lists_token(headers, header::CONNECTION, "upgrade")
+    {
         return Err(reject(
             StatusCode::UPGRADE_REQUIRED,
             "not_websocket",

@@ -30,6 +30,21 @@ impl Default for Delimiters {
 }
 
 impl Delimiters {
+    /// Five distinct characters, none a letter, a digit or a line break:
+    /// others cannot be told apart from the text they separate (`MSHX^~\&`
+    /// reads as a segment `MSHX`), and the tree formats refuse them.
+    pub fn check(&self) -> Result<(), String> {
+        let all = [self.field, self.component, self.repetition, self.escape, self.subcomponent];
+        let repeated = (1..all.len()).any(|i| all[..i].contains(&all[i]));
+        if repeated || all.iter().any(|c| c.is_alphanumeric() || matches!(c, '\r' | '\n')) {
+            return Err(format!(
+                "the delimiters {:?} must be five distinct punctuation characters",
+                String::from_iter(all)
+            ));
+        }
+        Ok(())
+    }
+
     /// MSH.2 as written: component, repetition, escape, subcomponent.
     pub fn encoding_characters(&self) -> String {
         [self.component, self.repetition, self.escape, self.subcomponent].iter().collect()
@@ -202,6 +217,13 @@ impl Field {
     }
 }
 
+/// Three capital letters or digits (`PID`, `OBX`, `ZPI`): a segment ID.
+/// hl7-parser takes any three alphanumerics, lower case and accented ones
+/// too; the host holds to the standard's, in text, trees and patch paths alike.
+pub fn is_segment_name(name: &str) -> bool {
+    name.len() == 3 && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+}
+
 /// One segment. `fields[0]` is field 1; in MSH that is the field separator
 /// and `fields[1]` the encoding characters, each one plain value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -276,10 +298,17 @@ impl Hl7Message {
             escape: s.escape,
             subcomponent: s.subcomponent,
         };
+        delimiters.check().map_err(InvalidMessage::Parse)?;
         let mut segments = Vec::with_capacity(parsed.segments.len());
         for segment in parsed.segments() {
             if segment.name.is_empty() && segment.fields.is_empty() {
                 continue;
+            }
+            if !is_segment_name(segment.name) {
+                return Err(InvalidMessage::Parse(format!(
+                    "{:?} is not a segment name (three capital letters or digits)",
+                    segment.name
+                )));
             }
             let header = segment.name == "MSH";
             let mut fields: Vec<Field> = segment
@@ -371,6 +400,11 @@ impl fmt::Display for Hl7Message {
                 out.push(d.field);
                 field.print(d, &mut out);
             }
+            if segment.fields.is_empty() && !segment.is_header() {
+                // A segment name alone (`NTE`) is not a segment to the parser:
+                // one made empty by a patch or a tree is written `NTE|`.
+                out.push(d.field);
+            }
         }
         f.write_str(&out)
     }
@@ -427,6 +461,29 @@ mod tests {
         assert_eq!(Hl7Message::parse("\r\n"), Err(InvalidMessage::Empty));
         assert_eq!(Hl7Message::parse("PID|1"), Err(InvalidMessage::NoHeader));
         assert!(Hl7Message::parse("MSH").is_err());
+    }
+
+    /// Found by the hl7_patch fuzz target: `+ote` created a segment the tree
+    /// formats refuse; HL7 text with one parsed. One rule now refuses both.
+    #[test]
+    fn segment_names_are_three_capital_letters_or_digits() {
+        for text in ["MSH|^~\\&\rote|1", "MSH|^~\\&\rÄÖÜ|1", "MSH|^~\\&\rPId|1"] {
+            let error = Hl7Message::parse(text).unwrap_err().to_string();
+            assert!(error.contains("is not a segment name"), "{text:?}: {error}");
+        }
+        assert!(Hl7Message::parse("MSH|^~\\&\rZ01|1").is_ok());
+    }
+
+    /// Found by the hl7_message and hl7_patch fuzz targets: delimiters that
+    /// repeat or are letters parsed, but their tree could not be read back
+    /// (and `MSH|^|1||12` has no unambiguous structure at all).
+    #[test]
+    fn delimiters_must_be_five_distinct_punctuation_characters() {
+        for text in ["MSH|^~SH|^~\\\\&", "MSH|^|1||12\rOBX|", "MSH||||||A", "MSHa^~\\&|x"] {
+            let error = Hl7Message::parse(text).unwrap_err().to_string();
+            assert!(error.contains("five distinct punctuation characters"), "{text:?}: {error}");
+        }
+        assert!(Hl7Message::parse("MSH#@!$%#x").is_ok());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::tree::{MAX_INDEX, grow};
-use super::{Component, Field, Hl7Message, Repeat, Segment};
+use super::{Component, Field, Hl7Message, Repeat, Segment, is_segment_name};
 
 /// One patch of `editor/patchMessage`.
 #[derive(Clone, Debug, Deserialize)]
@@ -29,12 +29,20 @@ pub struct Patch {
 
 /// Parses a location query, strictly.
 pub fn parse_path(path: &str) -> Result<LocationQuery, String> {
+    // hl7-parser panics (`todo!()`) on an index past usize::MAX; any index
+    // longer than MAX_INDEX's digits is refused below anyway, so stop here.
+    if path.split(|c: char| !c.is_ascii_digit()).any(|digits| digits.len() > MAX_INDEX.ilog10() as usize + 1) {
+        return Err(format!("invalid path {path:?}: indices go up to {MAX_INDEX}"));
+    }
     let query = LocationQuery::parse(path).map_err(|e| format!("invalid path {path:?}: {e}"))?;
     // The parser stops at the first thing it does not understand; the rest
     // must not be silently ignored. Its printed form is canonical.
     let canonical: String = path.chars().map(|c| if c == '-' || c == ' ' { '.' } else { c }).collect();
     if query.to_string() != canonical {
         return Err(format!("invalid path {path:?}: expected SEG[N].F[R].C.S"));
+    }
+    if !is_segment_name(&query.segment) {
+        return Err(format!("invalid path {path:?}: a segment name is three capital letters or digits"));
     }
     for index in
         [query.segment_index, query.field, query.repeat, query.component, query.subcomponent].into_iter().flatten()
@@ -193,7 +201,9 @@ mod tests {
                    {"path": "NTE[2].3", "value": "note", "create": true}, {"path": "PID", "remove": true}]),
         );
         assert!(errors.is_empty(), "{errors:?}");
-        assert_eq!(text, "MSH|^~\\&|APP\rOBX|1\rNTE\rNTE|||note");
+        // An empty segment is written with its field separator: `NTE` alone does not parse.
+        assert_eq!(text, "MSH|^~\\&|APP\rOBX|1\rNTE|\rNTE|||note");
+        assert_eq!(Hl7Message::parse(&text).unwrap().to_string(), text);
     }
 
     #[test]
@@ -208,6 +218,18 @@ mod tests {
         assert_eq!(errors.len(), 8, "{errors:?}");
         assert!(errors[1].contains("not found"), "{errors:?}");
         assert!(text.contains("PID|1|ok|12345"), "{text}");
+    }
+
+    /// Found by the hl7_patch fuzz target: an index too large for a usize
+    /// hit a `todo!()` in hl7-parser's query parser, a panic in the handler.
+    #[test]
+    fn huge_indices_are_refused_not_a_panic() {
+        for path in ["PID.99999999999999999999", "OBX[184467440737095516160].1", "PID.1.000000000000000000001"] {
+            assert!(parse_path(path).unwrap_err().contains("indices go up to"), "{path}");
+        }
+        assert!(parse_path("PID.10000").is_ok());
+        assert!(parse_path("ote.1").unwrap_err().contains("three capital letters"));
+        assert!(parse_path("PID.010000").is_err());
     }
 
     #[test]

@@ -22,12 +22,15 @@
 //! hl7 gives the same bytes (trailing empty fields and components, which
 //! the tree cannot hold and which carry nothing, aside). On the way in, a
 //! delimiter inside a leaf is escaped rather than allowed to change the
-//! structure.
+//! structure, and so is an escape character that starts no escape sequence:
+//! a stray `\` in a message comes back as `\E\`, which means the same.
+
+use std::fmt::Write as _;
 
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
 
-use super::{Component, Delimiters, Field, Hl7Message, InvalidMessage, Repeat, Segment};
+use super::{Component, Delimiters, Field, Hl7Message, InvalidMessage, Repeat, Segment, is_segment_name};
 
 /// The formats of `editor/getMessage` and `editor/setMessage`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -64,7 +67,7 @@ pub fn render(message: &Hl7Message, format: Format) -> Result<String, String> {
     match format {
         Format::Hl7 => Ok(message.to_string()),
         Format::Json => serde_json::to_string(&TreeOut(message)).map_err(|e| e.to_string()),
-        Format::Yaml => serde_saphyr::to_string(&TreeOut(message)).map_err(|e| e.to_string()),
+        Format::Yaml => Ok(yaml(message)),
         Format::Toml => toml::to_string(&TreeOut(message)).map_err(|e| e.to_string()),
     }
 }
@@ -100,25 +103,93 @@ struct SegmentOut<'a>(&'a Segment);
 
 impl Serialize for SegmentOut<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let segment = self.0;
-        let fields: Vec<(usize, Node)> = segment
-            .fields
-            .iter()
-            .enumerate()
-            .filter_map(|(i, field)| {
-                let node = if segment.is_header() && i < 2 {
-                    Node::Text(field.as_leaf().unwrap_or_default().to_owned())
-                } else {
-                    field_node(field)
-                };
-                (!node.is_empty()).then_some((i + 1, node))
-            })
-            .collect();
         let mut map = s.serialize_map(Some(2))?;
-        map.serialize_entry("segment", &segment.name)?;
-        map.serialize_entry("fields", &Indexed(&fields))?;
+        map.serialize_entry("segment", &self.0.name)?;
+        map.serialize_entry("fields", &Indexed(&fields_of(self.0)))?;
         map.end()
     }
+}
+
+/// A segment's non-empty fields with their numbers.
+fn fields_of(segment: &Segment) -> Vec<(usize, Node)> {
+    segment
+        .fields
+        .iter()
+        .enumerate()
+        .filter_map(|(i, field)| {
+            let node = if segment.is_header() && i < 2 {
+                Node::Text(field.as_leaf().unwrap_or_default().to_owned())
+            } else {
+                field_node(field)
+            };
+            (!node.is_empty()).then_some((i + 1, node))
+        })
+        .collect()
+}
+
+/// The tree as YAML, written here rather than by serde-saphyr, whose plain
+/// scalars lose trailing blanks (`"12345- "` read back as `"12345-"`; found
+/// by the hl7_tree fuzz target). Block style, and every scalar in double
+/// quotes, so that no value is ever taken for a number, a boolean or null.
+fn yaml(message: &Hl7Message) -> String {
+    let mut out = String::from("segments:");
+    if message.segments.is_empty() {
+        out.push_str(" []");
+    }
+    out.push('\n');
+    for segment in &message.segments {
+        out.push_str("- segment: ");
+        yaml_quoted(&segment.name, &mut out);
+        out.push_str("\n  fields:");
+        yaml_value(&Node::Map(fields_of(segment)), 2, &mut out);
+    }
+    out
+}
+
+/// Writes ` value` after a key (or `-`) and ends the line; a block
+/// collection goes on the next lines, indented past `indent`.
+fn yaml_value(node: &Node, indent: usize, out: &mut String) {
+    match node {
+        Node::Text(text) => {
+            out.push(' ');
+            yaml_quoted(text, out);
+            out.push('\n');
+        }
+        Node::Map(entries) if entries.is_empty() => out.push_str(" {}\n"),
+        Node::List(items) if items.is_empty() => out.push_str(" []\n"),
+        Node::Map(entries) => {
+            out.push('\n');
+            for (key, node) in entries {
+                let _ = write!(out, "{:width$}\"{key}\":", "", width = indent + 2);
+                yaml_value(node, indent + 2, out);
+            }
+        }
+        Node::List(items) => {
+            out.push('\n');
+            for item in items {
+                let _ = write!(out, "{:width$}-", "", width = indent + 2);
+                yaml_value(item, indent + 2, out);
+            }
+        }
+    }
+}
+
+/// A double-quoted YAML scalar. Printable characters stand as they are;
+/// the rest, and the line separators YAML 1.1 readers break at, are escaped.
+fn yaml_quoted(text: &str, out: &mut String) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            ' '..='~' | '\u{a0}'..='\u{2027}' | '\u{202a}'..='\u{d7ff}' | '\u{e000}'..='\u{fefe}' => out.push(c),
+            '\u{ff00}'..='\u{fffd}' | '\u{10000}'.. => out.push(c),
+            c => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+        }
+    }
+    out.push('"');
 }
 
 enum Node {
@@ -254,13 +325,7 @@ fn delimiters_of(segments: &[Value]) -> Result<Delimiters, String> {
         };
         d = Delimiters { field: d.field, component, repetition, escape, subcomponent };
     }
-    let all = [d.field, d.component, d.repetition, d.escape, d.subcomponent];
-    if (1..all.len()).any(|i| all[..i].contains(&all[i])) || all.iter().any(|c| c.is_alphanumeric() || *c == '\r') {
-        return Err(format!(
-            "the delimiters {:?} must be five distinct punctuation characters",
-            String::from_iter(all)
-        ));
-    }
+    d.check()?;
     Ok(d)
 }
 
@@ -278,7 +343,7 @@ impl TreeReader {
 
     fn segment(&mut self, value: &Value) -> Result<Segment, String> {
         let name = value.get("segment").and_then(Value::as_str).ok_or("expected a `segment` name")?;
-        if name.len() != 3 || !name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()) {
+        if !is_segment_name(name) {
             return Err(format!("{name:?} is not a segment name (three capital letters or digits)"));
         }
         let mut segment = Segment::new(name);
@@ -499,6 +564,31 @@ mod tests {
         assert!(e.contains("segment name"), "{e}");
         assert!(read("segments: [", Format::Yaml).is_err());
         assert!(read("segments = ", Format::Toml).is_err());
+    }
+
+    /// Found by the hl7_patch and hl7_tree fuzz targets: an empty segment, which every format
+    /// renders as a name without fields, read back as `NTE`, which the
+    /// parser refuses; so such a message could not round-trip.
+    #[test]
+    fn a_segment_without_fields_round_trips() {
+        let message = read(r#"{"segments": [{"segment": "MSH"}, {"segment": "NTE"}]}"#, Format::Json).unwrap();
+        assert_eq!(message.to_string(), "MSH|^~\\&\rNTE|");
+        for format in [Format::Json, Format::Yaml, Format::Toml] {
+            let back = read(&render(&message, format).unwrap(), format).unwrap();
+            assert_eq!(back.to_string(), "MSH|^~\\&\rNTE|", "{format:?}");
+        }
+    }
+
+    /// Found by the hl7_tree fuzz target: serde-saphyr wrote `12345- ` as a
+    /// plain scalar, which reads back without its trailing blank.
+    #[test]
+    fn yaml_keeps_blanks_and_odd_characters() {
+        let text = "MSH|^~\\&\rPID|||12345- ~ lead||a\"b:\\E\\ #c\tz\u{7f}\u{85}\u{2028}\u{feff}\u{1F691}";
+        let message = Hl7Message::parse(text).unwrap();
+        let yaml = render(&message, Format::Yaml).unwrap();
+        assert_eq!(read(&yaml, Format::Yaml).unwrap().to_string(), text, "{yaml}");
+        let empty = Hl7Message { delimiters: Delimiters::default(), segments: vec![] };
+        assert_eq!(render(&empty, Format::Yaml).unwrap(), "segments: []\n");
     }
 
     #[test]

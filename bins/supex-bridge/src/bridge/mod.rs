@@ -3,7 +3,8 @@
 
 mod hello;
 pub use hello::ServerInfo;
-mod legacy;
+// The legacy dialect's adapter is the library's (lib.rs), where a fuzz target reaches it.
+use supex_bridge::bridge::legacy;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

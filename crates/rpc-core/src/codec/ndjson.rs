@@ -2,7 +2,7 @@
 //!
 //! `\r\n` endings are accepted and blank lines ignored. A line longer than the
 //! limit is reported once as [`Frame::TooLarge`] and the rest of it is thrown
-//! away as it arrives, so an 11 MiB line costs at most `max_line` bytes of memory
+//! away as it arrives, so an 11 MiB line costs at most `max_line` + 1 bytes of memory
 //! and the connection goes on with the next line.
 
 use std::io;
@@ -50,7 +50,10 @@ impl Decoder for NdjsonCodec {
                 }
             }
             let Some(end) = newline else {
-                if buf.len() > self.max_line {
+                // One byte past the limit may be the `\r` of a `\r\n` still
+                // to come: judged now, a line at the limit would be refused or
+                // not depending on where the reads were cut.
+                if buf.len() > self.max_line + 1 {
                     buf.clear();
                     self.searched = 0;
                     self.discarding = true;
@@ -88,6 +91,9 @@ impl Decoder for NdjsonCodec {
         self.searched = 0;
         if line.last() == Some(&b'\r') {
             line.truncate(line.len() - 1);
+        }
+        if line.len() > self.max_line {
+            return Ok(Some(Frame::TooLarge(None)));
         }
         Ok(Some(Frame::Message(line.freeze())))
     }
@@ -155,6 +161,26 @@ mod tests {
             let frames = decode_in_chunks(NdjsonCodec::new(100), &input, chunks);
             assert_eq!(messages(&frames), vec![r#"{"first":1}"#, "TooLarge(None)", r#"{"after":2}"#]);
         }
+    }
+
+    /// The ndjson fuzz target's check that frames do not depend on how the
+    /// input is cut into reads failed on this: a line of exactly the limit
+    /// ending in `\r\n` was refused when a read ended between `\r` and `\n`.
+    #[test]
+    fn a_line_at_the_limit_passes_however_its_crlf_is_cut() {
+        let mut input = vec![b'x'; 100];
+        input.extend_from_slice(b"\r\n");
+        let line = String::from_utf8(vec![b'x'; 100]).unwrap();
+        for chunks in [&[101usize, 1][..], &[input.len()], &[1]] {
+            assert_eq!(messages(&decode_in_chunks(NdjsonCodec::new(100), &input, chunks)), vec![line.clone()]);
+        }
+        // One byte more is too large, cut anywhere, and so is an unfinished line at the end.
+        let mut long = vec![b'y'; 101];
+        long.extend_from_slice(b"\r\n");
+        for chunks in [&[101usize, 1][..], &[102, 1], &[long.len()], &[1]] {
+            assert_eq!(messages(&decode_in_chunks(NdjsonCodec::new(100), &long, chunks)), vec!["TooLarge(None)"]);
+        }
+        assert_eq!(messages(&decode_in_chunks(NdjsonCodec::new(100), &long[..101], &[1])), vec!["TooLarge(None)"]);
     }
 
     #[test]

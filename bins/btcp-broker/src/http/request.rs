@@ -1,0 +1,178 @@
+//! What the broker reads from an HTTP request before routing or upgrading
+//! it: the path (normalised), the query string, the bearer token, the
+//! session id, the declared body length, the Origin, and the tokens of a
+//! WebSocket handshake header.
+//!
+//! Pure functions of the request's parts, with no broker state: the library
+//! target (`lib.rs`) exposes this module so that the fuzz targets run exactly
+//! what the daemon runs; the handlers in `http/` turn their answers into
+//! refusals.
+
+use std::collections::HashMap;
+
+use axum::http::uri::PathAndQuery;
+use axum::http::{HeaderMap, HeaderName, Request, Uri, header};
+
+/// Longest accepted session id.
+pub const MAX_SESSION_ID: usize = 256;
+
+/// Collapses repeated slashes in the request path and drops a trailing one,
+/// before routing: the public btcp-client builds `ws://host:port//ws` from the
+/// base URL its docs show, and `http://host:port//message` from one given with
+/// a trailing slash.
+pub fn normalize_path<B>(request: &mut Request<B>) {
+    let path = request.uri().path();
+    if !path.contains("//") && (path.len() <= 1 || !path.ends_with('/')) {
+        return;
+    }
+    let mut clean = String::with_capacity(path.len());
+    for segment in path.split('/').filter(|s| !s.is_empty()) {
+        clean.push('/');
+        clean.push_str(segment);
+    }
+    if clean.is_empty() {
+        clean.push('/');
+    }
+    if let Some(query) = request.uri().query() {
+        clean.push('?');
+        clean.push_str(query);
+    }
+    let mut parts = request.uri().clone().into_parts();
+    let Ok(path_and_query) = PathAndQuery::try_from(clean) else {
+        return;
+    };
+    parts.path_and_query = Some(path_and_query);
+    if let Ok(uri) = Uri::from_parts(parts) {
+        *request.uri_mut() = uri;
+    }
+}
+
+/// With no list: loopback pages only (`http(s)://localhost|127.0.0.1|[::1]`,
+/// any port). With a list: exactly those origins.
+pub fn origin_allowed(allowed: Option<&[String]>, origin: &str) -> bool {
+    let origin = origin.trim_end_matches('/').to_ascii_lowercase();
+    if let Some(list) = allowed {
+        return list.contains(&origin);
+    }
+    let Some(rest) = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) else {
+        return false;
+    };
+    let (host, port) = match rest.strip_prefix("[::1]") {
+        Some(port) => ("[::1]", port),
+        None => rest.find(':').map_or((rest, ""), |i| rest.split_at(i)),
+    };
+    matches!(host, "localhost" | "127.0.0.1" | "[::1]") && (port.is_empty() || valid_port(port))
+}
+
+/// `:` and decimal digits below 65536; `parse` alone would also take a sign.
+fn valid_port(text: &str) -> bool {
+    text.strip_prefix(':')
+        .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok())
+}
+
+/// The query string as a map (last value wins), or why it cannot be read.
+pub fn query(uri: &Uri) -> Result<HashMap<String, String>, String> {
+    axum::extract::Query::<HashMap<String, String>>::try_from_uri(uri).map(|q| q.0).map_err(|e| e.to_string())
+}
+
+/// The token a client presents: `Authorization: Bearer <token>`, else the
+/// `token` query parameter (browsers cannot set WebSocket headers).
+pub fn bearer_token<'a>(headers: &'a HeaderMap, query: &'a HashMap<String, String>) -> Option<&'a str> {
+    let from_header = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    from_header.or(query.get("token").map(String::as_str))
+}
+
+/// The `sessionId` query parameter: absent or empty is none; too long or
+/// holding control characters is refused, with the reason.
+pub fn session_id(query: &HashMap<String, String>) -> Result<Option<&str>, String> {
+    match query.get("sessionId").map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some(id) if id.len() > MAX_SESSION_ID => Err(format!("sessionId is longer than {MAX_SESSION_ID} bytes")),
+        Some(id) if id.chars().any(char::is_control) => Err("sessionId contains control characters".into()),
+        Some(id) => Ok(Some(id)),
+    }
+}
+
+/// The body length a `Content-Length` header declares, if it is a number.
+pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// Whether any `name` header lists `token` among its comma-separated values,
+/// in any case (`Connection: keep-alive, Upgrade`).
+pub fn lists_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|part| part.trim().eq_ignore_ascii_case(token))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_and_trailing_slashes_are_forgiven() {
+        for (given, routed) in [
+            ("//ws?sessionId=s&clientType=browser", "/ws?sessionId=s&clientType=browser"),
+            ("/ws/", "/ws"),
+            ("///events//?a=b//c", "/events?a=b//c"),
+            ("//message", "/message"),
+            ("/", "/"),
+            ("//", "/"),
+            ("/health", "/health"),
+            ("http://127.0.0.1:8765//ws?x=1", "http://127.0.0.1:8765/ws?x=1"),
+        ] {
+            let mut request = Request::builder().uri(given).body(()).unwrap();
+            normalize_path(&mut request);
+            assert_eq!(request.uri().to_string(), routed, "{given}");
+        }
+    }
+
+    #[test]
+    fn default_origins_are_loopback_pages_only() {
+        for ok in [
+            "http://localhost",
+            "http://localhost:3000",
+            "https://127.0.0.1:8765",
+            "http://[::1]:8080",
+            "http://LOCALHOST:1/",
+        ] {
+            assert!(origin_allowed(None, ok), "{ok}");
+        }
+        for bad in [
+            "null",
+            "http://evil.example",
+            "http://localhost.evil.example",
+            "http://127.0.0.1.evil:80",
+            "http://localhost:notaport",
+            "chrome-extension://abc",
+            "ftp://localhost",
+        ] {
+            assert!(!origin_allowed(None, bad), "{bad}");
+        }
+    }
+
+    /// Found by the http_request fuzz target: `u16::from_str` takes a
+    /// leading `+`, so `http://localhost:+80` passed as a loopback page.
+    #[test]
+    fn a_port_is_digits_only() {
+        for bad in ["http://localhost:+000/", "http://127.0.0.1:+80", "http://[::1]:-1", "http://localhost: 80"] {
+            assert!(!origin_allowed(None, bad), "{bad}");
+        }
+        assert!(origin_allowed(None, "http://localhost:080"));
+    }
+
+    #[test]
+    fn a_configured_list_is_matched_exactly() {
+        let list = vec!["https://app.example".to_owned(), "chrome-extension://abc".to_owned()];
+        assert!(origin_allowed(Some(&list), "https://app.example"));
+        assert!(origin_allowed(Some(&list), "chrome-extension://abc"));
+        assert!(!origin_allowed(Some(&list), "http://localhost"));
+        assert!(!origin_allowed(Some(&list), "https://app.example.evil"));
+    }
+}
