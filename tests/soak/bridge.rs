@@ -4,7 +4,7 @@
 
 #[allow(dead_code)]
 #[path = "../supex_bridge/support.rs"]
-mod support;
+pub mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

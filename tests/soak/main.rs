@@ -11,6 +11,9 @@
 
 mod bridge;
 mod broker;
+mod children;
 mod hermes;
+mod pipeline;
 mod ralph;
 mod rss;
+mod sigterm;

@@ -100,7 +100,7 @@ impl Sampler {
 }
 
 /// Live descendants of `pid` (children, grandchildren...), zombies left out.
-fn descendants(pid: u32) -> Vec<u32> {
+pub fn descendants(pid: u32) -> Vec<u32> {
     let mut parent_of: HashMap<u32, u32> = HashMap::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
