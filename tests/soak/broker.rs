@@ -76,7 +76,8 @@ impl<R: BufRead> Read for Dechunked<R> {
     }
 }
 
-/// A blocking SSE agent: `GET /events`, then `POST /message` per call.
+/// A blocking SSE client (an agent, or a browser): `GET /events`, then
+/// `POST /message` per message.
 pub struct SseAgent {
     events: BufReader<Dechunked<BufReader<TcpStream>>>,
     pub client_id: String,
@@ -85,11 +86,16 @@ pub struct SseAgent {
 
 impl SseAgent {
     pub fn connect(port: u16, session: &str) -> SseAgent {
+        Self::connect_as(port, "agent", session)
+    }
+
+    /// Connects as `client_type` (`agent` or `browser`).
+    pub fn connect_as(port: u16, client_type: &str, session: &str) -> SseAgent {
         use std::io::Write;
         let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let head = format!(
-            "GET /events?clientType=agent&sessionId={session} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+            "GET /events?clientType={client_type}&sessionId={session} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
              Accept: text/event-stream\r\n\r\n"
         );
         stream.write_all(head.as_bytes()).unwrap();

@@ -17,3 +17,4 @@ mod pipeline;
 mod ralph;
 mod rss;
 mod sigterm;
+mod vanishing;
