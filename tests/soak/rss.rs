@@ -278,3 +278,23 @@ impl Dice {
         (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) % n
     }
 }
+
+#[test]
+fn the_verdict_passes_a_plateau_and_fails_a_steady_climb() {
+    let plan =
+        Plan { duration: Duration::from_secs(100), interval: Duration::from_secs(10), warmup: Duration::from_secs(20) };
+    let record = |mib_at: &dyn Fn(u64) -> u64| Record {
+        name: "d".into(),
+        plan,
+        samples: (0..=10)
+            .map(|i| Sample { at: Duration::from_secs(i * 10), daemon: mib_at(i) * MIB, children: 0 })
+            .collect(),
+    };
+    // Warm-up growth, then a plateau with noise: flat.
+    let plateau = record(&|i| if i < 2 { 10 + i * 10 } else { 30 + i % 2 });
+    assert!(plateau.flatness("plateau", |s| s.daemon).is_ok());
+    // 2 MiB more every sample after the warm-up: 14 MiB between the thirds.
+    let climb = record(&|i| 30 + i * 2);
+    let verdict = climb.flatness("climb", |s| s.daemon);
+    assert!(verdict.as_ref().is_err_and(|e| e.contains("grew")), "{verdict:?}");
+}
