@@ -129,6 +129,21 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     found
 }
 
+/// How much the least-squares line through `samples` rises from the first
+/// sample's time to the last's, in bytes (negative when it falls).
+fn trend_rise(samples: &[Sample], measure: impl Fn(&Sample) -> u64) -> f64 {
+    let n = samples.len() as f64;
+    let points: Vec<(f64, f64)> = samples.iter().map(|s| (s.at.as_secs_f64(), measure(s) as f64)).collect();
+    let (mean_t, mean_v) = points.iter().fold((0.0, 0.0), |(t, v), p| (t + p.0 / n, v + p.1 / n));
+    let covariance: f64 = points.iter().map(|(t, v)| (t - mean_t) * (v - mean_v)).sum();
+    let variance: f64 = points.iter().map(|(t, _)| (t - mean_t).powi(2)).sum();
+    if variance == 0.0 {
+        return 0.0;
+    }
+    let span = points.last().map_or(0.0, |p| p.0) - points.first().map_or(0.0, |p| p.0);
+    covariance / variance * span
+}
+
 /// One soak's samples, with what it takes to judge and show them.
 pub struct Record {
     pub name: String,
@@ -147,7 +162,11 @@ impl Record {
     }
 
     /// Whether `measure` stayed flat: the peak of the steady state's last
-    /// third within [`allowed_growth`] of its first third's peak.
+    /// third within [`allowed_growth`] of its first third's peak, and the
+    /// straight line through the steady samples rising less than that over
+    /// the whole steady span. The second catches a slow, steady leak that
+    /// the peaks alone let through (a runtime gaining 1 MiB a minute: +7 MiB
+    /// between the thirds' peaks, +10 MiB along the line).
     pub fn flatness(&self, what: &str, measure: impl Fn(&Sample) -> u64) -> Result<String, String> {
         let steady = self.steady();
         if steady.len() < 3 {
@@ -164,10 +183,14 @@ impl Record {
             mib(allowed)
         );
         if last > first + allowed {
-            Err(format!("{summary}: grew; all samples {}", self.list(&measure)))
-        } else {
-            Ok(summary)
+            return Err(format!("{summary}: grew; all samples {}", self.list(&measure)));
         }
+        let rise = trend_rise(&steady, &measure);
+        let summary = format!("{summary}, trend +{} MiB over the steady span", mib(rise.max(0.0) as u64));
+        if rise > allowed as f64 {
+            return Err(format!("{summary}: climbs steadily; all samples {}", self.list(&measure)));
+        }
+        Ok(summary)
     }
 
     fn list(&self, measure: impl Fn(&Sample) -> u64) -> String {
@@ -293,8 +316,19 @@ fn the_verdict_passes_a_plateau_and_fails_a_steady_climb() {
     // Warm-up growth, then a plateau with noise: flat.
     let plateau = record(&|i| if i < 2 { 10 + i * 10 } else { 30 + i % 2 });
     assert!(plateau.flatness("plateau", |s| s.daemon).is_ok());
-    // 2 MiB more every sample after the warm-up: 14 MiB between the thirds.
+    // 2 MiB more every sample after the warm-up: 12 MiB between the thirds.
     let climb = record(&|i| 30 + i * 2);
     let verdict = climb.flatness("climb", |s| s.daemon);
     assert!(verdict.as_ref().is_err_and(|e| e.contains("grew")), "{verdict:?}");
+    // 1.2 MiB more every sample: 7.2 MiB between the thirds' peaks (let
+    // through), 9.6 MiB along the line (caught).
+    let slow = Record {
+        name: "d".into(),
+        plan,
+        samples: (0..=10)
+            .map(|i| Sample { at: Duration::from_secs(i * 10), daemon: 30 * MIB + i * 12 * MIB / 10, children: 0 })
+            .collect(),
+    };
+    let verdict = slow.flatness("slow", |s| s.daemon);
+    assert!(verdict.as_ref().is_err_and(|e| e.contains("climbs steadily")), "{verdict:?}");
 }
