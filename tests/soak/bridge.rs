@@ -43,40 +43,30 @@ fn one_operation(client: &mut LineClient, dice: &mut Dice, worker: u64, n: u64, 
         2..=5 => {
             let (a, b) = (dice.below(1000), dice.below(1000));
             let code = if n.is_multiple_of(7) { format!("puts 'soak {a}'; {a} + {b}") } else { format!("{a} + {b}") };
-            let reply = client.send_and_recv(&tool_request(id, "eval_ruby", json!({ "code": code })));
+            let reply = tool(client, id, "eval_ruby", json!({ "code": code }));
             let expected = (a + b).to_string();
             tally.check(reply["result"]["result"] == expected.as_str(), || format!("eval {code}: {reply}"));
         }
         6 | 7 => {
             let path = format!("soak/w{worker}-{}.txt", n % 8);
             let content = format!("worker {worker} wrote {n}\n").repeat(1 + dice.below(64) as usize);
-            let reply = client.send_and_recv(&tool_request(
-                id,
-                "write_file",
-                json!({"path": path, "content": content, "create_dirs": true}),
-            ));
+            let reply = tool(client, id, "write_file", json!({"path": path, "content": content, "create_dirs": true}));
             tally.check(reply["result"]["success"] == true, || format!("write_file {path}: {reply}"));
-            let reply = client.send_and_recv(&tool_request(id + 1, "read_file", json!({ "path": path })));
+            let reply = tool(client, id + 1, "read_file", json!({ "path": path }));
             // Another connection of the same worker number never exists, so
             // the file holds what this one wrote.
             tally.check(reply["result"]["content"] == content.as_str(), || format!("read_file {path}: {reply}"));
         }
         _ => {
-            let reply = client.send_and_recv(&tool_request(id, "list_dir", json!({"path": "soak"})));
+            let reply = tool(client, id, "list_dir", json!({"path": "soak"}));
             tally.check(reply["result"]["entries"].is_array(), || format!("list_dir: {reply}"));
         }
     }
 }
 
-trait SendAndRecv {
-    fn send_and_recv(&mut self, message: &Value) -> Value;
-}
-
-impl SendAndRecv for LineClient {
-    fn send_and_recv(&mut self, message: &Value) -> Value {
-        self.send(message);
-        self.recv()
-    }
+/// A `tools/call` and its whole answer.
+fn tool(client: &mut LineClient, id: u64, name: &str, arguments: Value) -> Value {
+    client.call(id, "tools/call", json!({"name": name, "arguments": arguments}))
 }
 
 /// A client that holds one connection for the whole run.

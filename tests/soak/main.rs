@@ -8,6 +8,11 @@
 //! (`SOAK_SECONDS` overrides the length); run those one at a time:
 //! `SOAK=1 cargo test -p integration-tests --test soak soak_ -- --test-threads=1 --nocapture`.
 //! Each soak prints one Markdown table row of its samples.
+//!
+//! The faults: [`vanishing`] (clients that close without reading, event
+//! streams dropped with a call pending), [`children`] (the Ruby runtime, an
+//! extension and the agent SIGKILLed mid-request), [`sigterm`] (the signal
+//! under load: everything sent before it answered or refused).
 
 mod bridge;
 mod broker;
