@@ -258,6 +258,19 @@ async fn btcp_broker_sigterm_under_load_answers_every_request_sent_before_it() {
     })
     .await;
     assert!(loaded.is_ok(), "the load did not start");
+    // An SSE agent whose call is at the browser when the signal comes: its
+    // answer still arrives on its event stream.
+    let (posted_tx, posted) = std::sync::mpsc::channel();
+    let port = broker.port;
+    let sse = tokio::task::spawn_blocking(move || {
+        let mut agent = crate::broker::SseAgent::connect(port, "drain");
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": "slow", "arguments": {"ms": 400}}});
+        assert_eq!(agent.post(&call), 202);
+        posted_tx.send(()).unwrap();
+        std::iter::from_fn(|| agent.next_event()).find(|e| e["id"] == 1)
+    });
+    posted.recv_timeout(Duration::from_secs(10)).expect("the SSE agent posted its call");
     mark.store(true, Ordering::SeqCst);
     let signalled = Instant::now();
     broker.daemon.signal(Signal::SIGTERM);
@@ -275,6 +288,9 @@ async fn btcp_broker_sigterm_under_load_answers_every_request_sent_before_it() {
     let took = signalled.elapsed();
     browser.abort();
     check_outcomes("btcp-broker", &outcomes);
+    let sse_answer = sse.await.expect("the SSE agent does not panic");
+    let text = sse_answer.as_ref().map(|a| a["result"]["content"][0]["text"].clone());
+    assert_eq!(text, Some(json!("slept 400")), "the SSE agent's call in flight: {sse_answer:?}");
     assert_eq!(status.code(), Some(0), "{}", broker.daemon.stderr());
     assert!(took < GRACE + EXIT_SLACK, "exited {took:?} after the signal");
 }
