@@ -24,6 +24,9 @@ Commands it understands (the test drives it through `command/execute`):
   `BURST <ok count>` when all are answered.
 - test/garbage: writes malformed frames, then a valid request.
 - test/stderr: logs lines at every level.
+- test/edit (declared only through EXT_COMMANDS): reads the message, patches
+  PID.5.1 and logs `EDITED <n> ok` (or `EDITED <n> <what came back>`), n
+  counting edits since the start.
 Everything it receives is logged as `GOT <json>` on stderr.
 """
 
@@ -44,6 +47,7 @@ pending = {}
 pending_lock = threading.Lock()
 initialize_answered = threading.Event()
 next_id = [1000]
+edits = [0]
 
 
 def log(text):
@@ -151,6 +155,14 @@ def run_command(command):
     elif command == "test/stderr":
         for line in ["[ERROR] an error", "WARN: a warning", "[info] some info", "debug: details"]:
             log(line)
+    elif command == "test/edit":
+        with pending_lock:
+            edits[0] += 1
+            n = edits[0]
+        got = request("editor/getMessage", {"format": "hl7"})
+        patched = request("editor/patchMessage", {"patches": [{"path": "PID.5.1", "value": "EDIT%d" % n}]})
+        fine = "result" in got and patched.get("result", {}).get("success") is True
+        log("EDITED %d %s" % (n, "ok" if fine else json.dumps([got, patched])[:500]))
     elif command == "test/exit":
         os._exit(3)
     else:

@@ -41,6 +41,11 @@ impl Host {
     }
 
     pub fn start_with(config: &str, args: &[&str]) -> Host {
+        Self::start_with_env(config, args, &[])
+    }
+
+    /// Starts the daemon with extra environment (`RUST_LOG`, say).
+    pub fn start_with_env(config: &str, args: &[&str], env: &[(&str, &str)]) -> Host {
         let dir = tempfile::tempdir().unwrap();
         let config_path = dir.path().join("config.toml");
         std::fs::write(&config_path, config).unwrap();
@@ -57,7 +62,7 @@ impl Host {
         ];
         all.extend(args.iter().map(|a| a.to_string()));
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
-        let daemon = Daemon::start("hermes-host", &all, &[]);
+        let daemon = Daemon::start("hermes-host", &all, env);
         let up = eventually(Duration::from_secs(20), || UnixStream::connect(&socket).is_ok());
         assert!(up, "no control socket:\n{}", daemon.stderr());
         Host { dir, daemon, socket }
@@ -160,6 +165,22 @@ impl Control {
         let n = self.reader.read_line(&mut line).unwrap();
         assert!(n > 0, "the host closed the control connection");
         serde_json::from_str(&line).unwrap()
+    }
+
+    /// The next message within `timeout`; `None` if none came (a line cut
+    /// short by the timeout is lost: for the end of a test). Used by the soak.
+    #[allow(dead_code)]
+    pub fn recv_within(&mut self, timeout: Duration) -> Option<Value> {
+        self.writer.set_read_timeout(Some(timeout)).unwrap();
+        let mut line = String::new();
+        let read = self.reader.read_line(&mut line);
+        self.writer.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        match read {
+            Ok(0) => panic!("the host closed the control connection"),
+            Ok(_) => Some(serde_json::from_str(&line).unwrap()),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => None,
+            Err(e) => panic!("reading from the control socket: {e}"),
+        }
     }
 
     pub fn call(&mut self, method: &str, params: Value) -> Value {

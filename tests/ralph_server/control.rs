@@ -177,3 +177,38 @@ fn bad_params_and_unknown_event_types_are_invalid_params() {
     client.call("stop", json!({"force": true}));
     daemon.wait_exit(Duration::from_secs(20));
 }
+
+#[test]
+fn prompts_injected_from_many_clients_at_once_are_all_saved() {
+    let task = Task::new("inject-many", 1);
+    // Once the agent prints, its prompt was taken, and the next is far off:
+    // what is injected now stays pending, in state.json.
+    task.mode("slow 1000");
+    let mut daemon = task.run(&[]);
+    let mut watcher = task.connect(&daemon);
+    watcher.call("subscribe", json!({"events": ["output"]}));
+    watcher.until(|e| output_line(e).is_some_and(|l| l.starts_with("working"))).expect("the agent prints");
+    let injectors: Vec<_> = (0..4)
+        .map(|c| {
+            let mut client = task.connect(&daemon);
+            std::thread::spawn(move || {
+                for n in 0..25 {
+                    let reply = client.call("inject_prompt", json!({"prompt": format!("p{c}-{n}")}));
+                    assert_eq!(reply["result"]["status"], "prompt_injected", "{reply}");
+                }
+            })
+        })
+        .collect();
+    for injector in injectors {
+        injector.join().unwrap();
+    }
+    let state: serde_json::Value = serde_json::from_str(&task.read(".ralph/state.json")).unwrap();
+    let pending = state["pending_prompt"].as_str().unwrap_or_default();
+    let missing: Vec<String> = (0..4)
+        .flat_map(|c| (0..25).map(move |n| format!("p{c}-{n}")))
+        .filter(|p| !pending.contains(p.as_str()))
+        .collect();
+    assert!(missing.is_empty(), "state.json lost injected prompts {missing:?}\n{}", daemon.stderr());
+    assert!(!daemon.stderr().contains("cannot save"), "{}", daemon.stderr());
+    daemon.terminate();
+}

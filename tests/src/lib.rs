@@ -55,8 +55,9 @@ pub fn require_tool(tool: &str) -> bool {
 pub struct Daemon {
     child: Option<Child>,
     stderr: Arc<Mutex<String>>,
-    /// Signalled when the stderr reader has read to the end of the pipe.
-    stderr_done: std::sync::mpsc::Receiver<()>,
+    /// Signalled when the stderr reader has read to the end of the pipe (in
+    /// a mutex so that a `Daemon` can be shared with load threads).
+    stderr_done: Mutex<std::sync::mpsc::Receiver<()>>,
     pub name: String,
 }
 
@@ -91,7 +92,7 @@ impl Daemon {
             }
             let _ = done.send(());
         });
-        Daemon { child: Some(child), stderr, stderr_done, name: bin.to_owned() }
+        Daemon { child: Some(child), stderr, stderr_done: Mutex::new(stderr_done), name: bin.to_owned() }
     }
 
     pub fn pid(&self) -> u32 {
@@ -142,7 +143,7 @@ impl Daemon {
         loop {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 // A grandchild still holding the pipe must not hang the test.
-                let _ = self.stderr_done.recv_timeout(Duration::from_secs(2));
+                let _ = self.stderr_done.lock().unwrap().recv_timeout(Duration::from_secs(2));
                 return status;
             }
             if Instant::now() > deadline {

@@ -140,7 +140,7 @@ impl AgentLoop {
             iteration,
         };
         let prompt = template.render(&vars, injected.as_deref());
-        self.session.save(&self.session.fields());
+        self.session.save();
 
         let mut watch = OutputWatch::new(&prompt, completion_marker(), self.failure.clone());
         let (interrupt, mut interrupts) = mpsc::unbounded_channel();

@@ -90,6 +90,9 @@ pub struct Session {
     /// The running agent's terminal input, while one runs.
     terminal: Mutex<Option<mpsc::Sender<Bytes>>>,
     pub events: Fanout<Bytes>,
+    /// Held while state.json is written: saves come from the loop and from
+    /// every client's requests at once, and share one temporary file.
+    saving: Mutex<()>,
 }
 
 impl Session {
@@ -124,6 +127,7 @@ impl Session {
             wake: Notify::new(),
             terminal: Mutex::new(None),
             events: Fanout::new(fanout::DEFAULT_QUEUE, fanout::DEFAULT_QUEUE_BYTES),
+            saving: Mutex::new(()),
         }
     }
 
@@ -188,11 +192,10 @@ impl Session {
         }
         let now = timestamp::now();
         fields.updated_at = now.clone();
-        let snapshot = fields.clone();
         // Published under the lock, so events leave in the order the changes happened.
         self.events.publish("state_change", &event("state_change", &now, &Value::Object(data)));
         drop(fields);
-        self.save(&snapshot);
+        self.save();
     }
 
     pub fn record_failure(&self, failed: bool) -> u32 {
@@ -202,7 +205,11 @@ impl Session {
     }
 
     /// Saves state.json; a failure is logged, not fatal (the loop goes on).
-    pub fn save(&self, fields: &Fields) {
+    /// One save at a time, each of the state as it is then: two at once would
+    /// race on the temporary file, and a stale snapshot could land last.
+    pub fn save(&self) {
+        let _saving = self.saving.lock().unwrap();
+        let fields = self.fields();
         let state = SavedState {
             iteration: fields.iteration,
             status: Some(fields.status),
@@ -240,7 +247,7 @@ impl Session {
         make(&mut self.requests.lock().unwrap());
         self.wake.notify_one();
         // The pending prompt is part of what a resumed run needs.
-        self.save(&self.fields());
+        self.save();
     }
 
     pub fn attach_terminal(&self, input: Option<mpsc::Sender<Bytes>>) {

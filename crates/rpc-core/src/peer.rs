@@ -554,6 +554,13 @@ impl Drop for ForgetOnDrop<'_> {
 /// other duties (completed handlers, keepalive, shutdown) again.
 const READ_BATCH: usize = 64;
 
+/// When a drain ends, what was already sent is read and answered: how long
+/// the input must be quiet for that to end, and at most how many frames and
+/// how long it takes.
+const SWEEP_QUIET: Duration = Duration::from_millis(20);
+const SWEEP_LIMIT: usize = 4096;
+const SWEEP_LONGEST: Duration = Duration::from_millis(250);
+
 /// How long the last writes get when we close a connection on purpose.
 const FINAL_FLUSH: Duration = Duration::from_secs(1);
 
@@ -650,6 +657,8 @@ impl<S: Send + Sync + 'static> Connection<S> {
         let mut abandoned = false;
         // The transport's write side failed or was shut: nothing more to write.
         let mut sink_done = false;
+        // Whether what the peer sent before the drain was read to the end.
+        let mut swept = false;
         // Created once: building these futures anew for every message would
         // register and unregister a waiter on each token every time.
         let closing = shared.closing.cancelled();
@@ -665,6 +674,23 @@ impl<S: Send + Sync + 'static> Connection<S> {
             // flight (a call forwarded to this peer) get the grace period too,
             // until it runs out.
             if work.draining && work.is_idle() && goodbye.is_none() && (abandoned || !handle.has_pending_calls()) {
+                // Requests the peer sent before the signal may still wait in
+                // the socket unread: answer them `shutting_down` rather than
+                // close on them (a close with unread input is a reset, and
+                // they would go unanswered), then look again.
+                if reading && !swept {
+                    swept = true;
+                    match work.sweep_received(&mut reader).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            reading = false;
+                            handle.fail_all_pending();
+                            handle.end_of_input();
+                        }
+                        Err(reason) => break reason,
+                    }
+                    continue;
+                }
                 // Everything owed is answered: say goodbye, awaited when the
                 // daemon opened this connection, then close.
                 match config.goodbye.as_ref().filter(|g| g.awaited.is_some() && !goodbye_sent) {
@@ -1164,6 +1190,27 @@ impl<S: Send + Sync + 'static> Work<S> {
             self.answer_owed(Owed::One(id), &shutting_down())?;
         }
         Ok(())
+    }
+
+    /// At the end of a drain: handles every frame already received (requests
+    /// are refused `shutting_down`, since the connection is draining), until
+    /// the input has been quiet for [`SWEEP_QUIET`]. Waiting, not just polling:
+    /// bytes that reached the socket since the last read are seen only once
+    /// the runtime's reactor has polled for them. `Ok(false)` when the input
+    /// ended.
+    async fn sweep_received(&mut self, reader: &mut crate::codec::FrameStream) -> Result<bool, CloseReason> {
+        // Bounded in frames and time, for a peer that keeps writing.
+        let until = Instant::now() + SWEEP_LONGEST;
+        for _ in 0..SWEEP_LIMIT {
+            let quiet_until = (Instant::now() + SWEEP_QUIET).min(until);
+            match tokio::time::timeout_at(quiet_until, reader.next()).await {
+                Err(_quiet) => return Ok(true),
+                Ok(None | Some(Err(_))) => return Ok(false),
+                Ok(Some(Ok(Frame::Unsupported { .. }))) => return Ok(true),
+                Ok(Some(Ok(frame))) => self.on_frame(frame).await?,
+            }
+        }
+        Ok(true)
     }
 
     async fn on_frame(&mut self, frame: Frame) -> Result<(), CloseReason> {

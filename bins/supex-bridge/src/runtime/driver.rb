@@ -60,7 +60,6 @@
 # top-level binding, and it must start empty.
 
 require 'json'
-require 'ripper'
 require 'tmpdir'
 
 # The body of a fresh evaluation scope: `binding` inside a method defined at the
@@ -80,10 +79,24 @@ module SupexDriver
   DRIVER_FILE = __FILE__
   # Messages of syntax errors that only mean "there is more to come".
   INCOMPLETE = /unexpected end-of-input|unexpected \$end|meets end of file|anywhere before EOF/
+  # The compiler whose messages INCOMPLETE knows: parse.y's (Ruby 3.4 compiles
+  # with Prism by default and keeps parse.y's as compile_parsey).
+  COMPILE = RubyVM::InstructionSequence.respond_to?(:compile_parsey) ? :compile_parsey : :compile
+
+  # Drops warnings on a thread that asked for quiet: `complete` compiles on the
+  # reader thread while an evaluation may run with its stderr captured.
+  module QuietWarnings
+    def warn(*args, **kwargs)
+      return if Thread.current[:supex_quiet]
+
+      super
+    end
+  end
 
   class << self
     def run
       setup_io
+      Warning.singleton_class.prepend(QuietWarnings)
       @queue = Queue.new
       reply(ready: true, protocol: PROTOCOL, pid: Process.pid,
             ruby_version: RUBY_VERSION, ruby_description: RUBY_DESCRIPTION)
@@ -151,10 +164,16 @@ module SupexDriver
       { class: 'ProtocolError', message: utf8(message), backtrace: [] }
     end
 
+    # Compiled, not parsed with Ripper: Ripper keeps about 400 bytes of every
+    # syntax error (Ruby 3.1), and each incomplete line typed is one.
     def complete?(code)
-      parser = CompletenessCheck.new(code, '(complete)', 1)
-      parser.parse
-      !(parser.error? && INCOMPLETE.match?(parser.first_error.to_s))
+      Thread.current[:supex_quiet] = true
+      RubyVM::InstructionSequence.public_send(COMPILE, code, '(complete)', '(complete)', 1)
+      true
+    rescue SyntaxError => e
+      !INCOMPLETE.match?(e.message)
+    ensure
+      Thread.current[:supex_quiet] = false
     end
 
     def evaluate(request)
@@ -283,21 +302,6 @@ module SupexDriver
     def reply(message)
       line = JSON.generate(message)
       @reply_lock.synchronize { @replies.write(line, "\n") }
-    end
-  end
-
-  # Ripper reports syntax errors through these callbacks without printing
-  # anything (RubyVM::InstructionSequence.compile would emit warnings on the
-  # stderr of an evaluation that may be running).
-  class CompletenessCheck < Ripper
-    attr_reader :first_error
-
-    def on_parse_error(message)
-      @first_error ||= message
-    end
-
-    def compile_error(message)
-      @first_error ||= message
     end
   end
 end

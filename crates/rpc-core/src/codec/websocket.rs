@@ -16,6 +16,7 @@ use futures_util::stream::SplitStream;
 use futures_util::{SinkExt, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::error::ProtocolError;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
@@ -103,6 +104,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Stream for Reader<S> {
                 Some(Err(WsError::Utf8(_))) => {
                     Some(Ok(Frame::Unsupported { close_code: 1007, reason: "invalid utf-8" }))
                 }
+                // The peer went away without a closing handshake (a killed
+                // agent, a closed tab): the end of its input, like a clean
+                // close, so that its calls are cancelled, not dropped.
+                Some(Err(WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake))) => None,
                 Some(Err(WsError::Protocol(_))) => {
                     Some(Ok(Frame::Unsupported { close_code: 1002, reason: "protocol error" }))
                 }
