@@ -94,7 +94,7 @@ async fn a_broker_that_is_not_running_is_a_clear_error() {
     let port = integration_tests::free_port();
     let (code, _, err) = command(port, &["sessions"], None).await;
     assert_eq!(code, 1);
-    assert!(err.contains("connecting to the broker"), "{err}");
+    assert!(err.contains("no btcp-broker is listening"), "{err}");
 }
 
 #[tokio::test]
