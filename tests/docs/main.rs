@@ -22,7 +22,9 @@ fn outside_references() -> Vec<String> {
         ["shared", "specs"].join("/"),
         ["..", "shared", ""].join("/"),
         ["", "work", "shared"].join("/"),
-        ["seeds", ""].join("/"),
+        // The protocol documents' folder, not the fuzz targets' fuzz/seeds/.
+        ["..", "seeds", ""].join("/"),
+        ["shared", "seeds"].join("/"),
     ]
 }
 
