@@ -49,8 +49,10 @@ fn supex_bridge_clients_vanishing_mid_request_leave_no_work_behind() {
         peaks.push(peak_rss(bridge.daemon.pid(), Duration::from_millis(500)));
         eprintln!("supex-bridge after wave {wave}: {} MiB", peaks[wave] / MIB as u64);
     }
+    // Half the signal: a held wave is +40 MiB; allocator slack and answers
+    // still in the kernel's buffers when the peak is read are not.
     assert!(
-        peaks[1] < peaks[0] + 8 * MIB as u64,
+        peaks[1] < peaks[0] + 20 * MIB as u64,
         "grew from {} to {} MiB",
         peaks[0] / MIB as u64,
         peaks[1] / MIB as u64

@@ -53,7 +53,7 @@ impl Decoder for NdjsonCodec {
                 // One byte past the limit may be the `\r` of a `\r\n` still
                 // to come: judged now, a line at the limit would be refused or
                 // not depending on where the reads were cut.
-                if buf.len() > self.max_line + 1 {
+                if buf.len() > self.max_line.saturating_add(1) {
                     buf.clear();
                     self.searched = 0;
                     self.discarding = true;
