@@ -85,6 +85,13 @@ fn reads_back(message: &Hl7Message) -> Hl7Message {
     assert_eq!(back.to_string(), text);
     let leaves = leaves(message);
     assert_eq!(self::leaves(&back), leaves, "{text:?}");
+    // The model's own invariant: a leaf holds no delimiter but the escape
+    // character (MSH.1 and MSH.2, the delimiters themselves, aside).
+    let d = message.delimiters;
+    for &(n, name, f, _, _, _, leaf) in &leaves {
+        let plain = name == "MSH" && f < 2;
+        assert!(plain || !leaf.contains([d.field, d.component, d.repetition, d.subcomponent]), "{n}: {leaf:?}");
+    }
     // A tree escapes a stray escape character (`\` comes back `\E\`);
     // MSH.1 and MSH.2 are the delimiters themselves, not leaves.
     let escaped: Vec<_> = leaves
