@@ -65,7 +65,9 @@ pub fn hl7_patch(data: &[u8]) {
             Err(_) => assert_eq!(message, before, "a refused patch changed the message: {line:?}"),
             Ok(()) => {
                 let back = reads_back(&message);
-                if let Some(value) = value.filter(|v| !v.is_empty() && !remove) {
+                // A segment path (`+NTE`) only creates or removes; a value is for a field path.
+                let sets_a_field = patch::parse_path(path).is_ok_and(|q| q.field.is_some());
+                if let Some(value) = value.filter(|v| !v.is_empty() && !remove && sets_a_field) {
                     let expected = message.delimiters.escape_leaf(value);
                     assert_eq!(located(&back, path).as_deref(), Some(expected.as_str()), "{line:?}");
                 }
