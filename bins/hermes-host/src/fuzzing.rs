@@ -65,7 +65,9 @@ pub fn hl7_patch(data: &[u8]) {
             Err(_) => assert_eq!(message, before, "a refused patch changed the message: {line:?}"),
             Ok(()) => {
                 let back = reads_back(&message);
-                if let Some(value) = value.filter(|v| !v.is_empty() && !remove) {
+                // A segment path (`+NTE`) only creates or removes; a value is for a field path.
+                let sets_a_field = patch::parse_path(path).is_ok_and(|q| q.field.is_some());
+                if let Some(value) = value.filter(|v| !v.is_empty() && !remove && sets_a_field) {
                     let expected = message.delimiters.escape_leaf(value);
                     assert_eq!(located(&back, path).as_deref(), Some(expected.as_str()), "{line:?}");
                 }
@@ -85,6 +87,13 @@ fn reads_back(message: &Hl7Message) -> Hl7Message {
     assert_eq!(back.to_string(), text);
     let leaves = leaves(message);
     assert_eq!(self::leaves(&back), leaves, "{text:?}");
+    // The model's own invariant: a leaf holds no delimiter but the escape
+    // character (MSH.1 and MSH.2, the delimiters themselves, aside).
+    let d = message.delimiters;
+    for &(n, name, f, _, _, _, leaf) in &leaves {
+        let plain = name == "MSH" && f < 2;
+        assert!(plain || !leaf.contains([d.field, d.component, d.repetition, d.subcomponent]), "{n}: {leaf:?}");
+    }
     // A tree escapes a stray escape character (`\` comes back `\E\`);
     // MSH.1 and MSH.2 are the delimiters themselves, not leaves.
     let escaped: Vec<_> = leaves

@@ -311,11 +311,19 @@ impl Hl7Message {
                 )));
             }
             let header = segment.name == "MSH";
+            // hl7-parser reads the first segment as the header, MSH.1 and
+            // MSH.2 its first fields; a later MSH is an ordinary segment to
+            // it, whose first field is MSH.2. Those are plain values.
+            let plain = match (header, segments.is_empty()) {
+                (true, true) => 2,
+                (true, false) => 1,
+                (false, _) => 0,
+            };
             let mut fields: Vec<Field> = segment
                 .fields()
                 .enumerate()
                 .map(|(i, field)| {
-                    if header && i < 2 {
+                    if i < plain {
                         return Field::leaf(field.raw_value());
                     }
                     Field {
@@ -342,6 +350,12 @@ impl Hl7Message {
                 3 + delimiters.field.len_utf8() + fields.get(1).and_then(Field::as_leaf).map_or(0, str::len);
             if header && segment.raw_value().len() == bare_header && fields.len() == 3 && fields[2].is_empty() {
                 fields.pop();
+            }
+            if header && fields.get(1).and_then(Field::as_leaf) != Some(&delimiters.encoding_characters()) {
+                return Err(InvalidMessage::Parse(format!(
+                    "every MSH segment must give the encoding characters {:?}",
+                    delimiters.encoding_characters()
+                )));
             }
             segments.push(Segment { name: segment.name.to_owned(), fields });
         }
@@ -461,6 +475,21 @@ mod tests {
         assert_eq!(Hl7Message::parse("\r\n"), Err(InvalidMessage::Empty));
         assert_eq!(Hl7Message::parse("PID|1"), Err(InvalidMessage::NoHeader));
         assert!(Hl7Message::parse("MSH").is_err());
+    }
+
+    /// Found by the hl7_message fuzz target: a later MSH segment was read
+    /// with MSH.3 as a plain value (`A^B` one leaf holding a delimiter, which
+    /// a tree then escaped), and a bare `MSH|` became `MSH|^~\&` in a tree.
+    #[test]
+    fn a_later_msh_segment_is_a_header_too() {
+        let text = "MSH|^~\\&|A\rPID|1\rMSH|^~\\&|B^C|D";
+        let message = Hl7Message::parse(text).unwrap();
+        let second = &message.segments[2];
+        assert_eq!(second.fields[2].repeats[0].components.len(), 2, "MSH.3 has components");
+        assert_eq!(message.to_string(), text);
+        for bad in ["MSH|^~\\&\rMSH|", "MSH|^~\\&\rMSH|^~\\#|x", "MSH|^~\\&\rMSH"] {
+            assert!(Hl7Message::parse(bad).is_err(), "{bad:?}");
+        }
     }
 
     /// Found by the hl7_patch fuzz target: `+ote` created a segment the tree
