@@ -41,16 +41,23 @@ pub enum Id {
 impl Id {
     /// Reads an id from its raw JSON text. Objects, arrays and booleans are not ids.
     pub fn from_raw(raw: &RawValue) -> Option<Id> {
-        let text = raw.get();
+        Id::from_text(raw.get())
+    }
+
+    /// The same from validated JSON text.
+    fn from_text(text: &str) -> Option<Id> {
         match text.as_bytes().first()? {
-            b'"' => decode_str(raw).map(|s| Id::String(s.into())),
-            b'0'..=b'9' if is_plain_integer(text) => {
-                text.parse().ok().map(Id::Int).or(Some(Id::Number(raw.to_owned())))
-            }
-            b'-' | b'0'..=b'9' => Some(Id::Number(raw.to_owned())),
+            b'"' => decode_str(text).map(|s| Id::String(s.into())),
+            b'0'..=b'9' if is_plain_integer(text) => text.parse().ok().map(Id::Int).or_else(|| Id::number(text)),
+            b'-' | b'0'..=b'9' => Id::number(text),
             b'n' => Some(Id::Null),
             _ => None,
         }
+    }
+
+    /// A number kept as its text (already checked: this cannot fail).
+    fn number(text: &str) -> Option<Id> {
+        RawValue::from_string(text.to_owned()).ok().map(Id::Number)
     }
 
     /// The numeric value of an id written as a plain non-negative integer.
@@ -296,8 +303,22 @@ pub fn parse(frame: &[u8], max_batch: usize) -> Parsed<'_> {
     }
 }
 
-/// The members we look at, borrowed. `present` keeps `"id": null` apart from an
-/// absent id (plain `Option` would fold both into `None`).
+/// The members we look at: the three that must be scalars as their raw JSON
+/// text, the three that may be anything as raw values. `Some` for a member
+/// that is present, even as `null` (an absent id is not `"id": null`).
+#[derive(Debug, Default)]
+struct Members<'a> {
+    jsonrpc: Option<&'a str>,
+    method: Option<&'a str>,
+    id: Option<&'a str>,
+    params: Option<&'a RawValue>,
+    result: Option<&'a RawValue>,
+    error: Option<&'a RawValue>,
+}
+
+/// The same members read by serde, for any object the scanner passes over.
+/// `present` keeps `"id": null` apart from an absent id (plain `Option` would
+/// fold both into `None`).
 #[derive(Deserialize)]
 struct RawMessage<'a> {
     #[serde(default, borrow, deserialize_with = "present")]
@@ -318,13 +339,177 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
     <&RawValue>::deserialize(d).map(Some)
 }
 
-fn parse_object(text: &str) -> Result<Message<'_>, Invalid> {
-    let raw: RawMessage<'_> = match serde_json::from_str(text) {
-        Ok(raw) => raw,
-        Err(e) => {
-            return Err(Invalid { id: Id::Null, error: Box::new(classify(text, e)), lacks_outcome: false });
+fn members_by_serde(text: &str) -> serde_json::Result<Members<'_>> {
+    let raw: RawMessage<'_> = serde_json::from_str(text)?;
+    Ok(Members {
+        jsonrpc: raw.jsonrpc.map(RawValue::get),
+        method: raw.method.map(RawValue::get),
+        id: raw.id.map(RawValue::get),
+        params: raw.params,
+        result: raw.result,
+        error: raw.error,
+    })
+}
+
+/// The fast path, for the messages nearly every peer sends: one object whose
+/// keys have no escapes and come at most once each, with `jsonrpc`, `method`
+/// and `id` (when present) plain strings without escapes, numbers or null.
+/// One pass over the keys, no derive machinery; the other members' values are
+/// still read (and so checked) by serde. `None` for anything else, which then
+/// goes the serde way and gets exactly the answer it always got: for whatever
+/// this accepts, serde reads the same members (the `message` fuzz target
+/// checks both ways against each other).
+fn scan(text: &str) -> Option<Members<'_>> {
+    let b = text.as_bytes();
+    let mut members = Members::default();
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b'}') {
+        return (skip_ws(b, i + 1) == b.len()).then_some(members);
+    }
+    loop {
+        let key_end = plain_string(b, i)?;
+        let key = &b[i + 1..key_end - 1];
+        i = skip_ws(b, key_end);
+        if b.get(i) != Some(&b':') {
+            return None;
         }
+        i = skip_ws(b, i + 1);
+        i = match key {
+            b"jsonrpc" => scalar(text, i, &mut members.jsonrpc)?,
+            b"method" => scalar(text, i, &mut members.method)?,
+            b"id" => scalar(text, i, &mut members.id)?,
+            b"params" => any_value(text, i, &mut members.params)?,
+            b"result" => any_value(text, i, &mut members.result)?,
+            b"error" => any_value(text, i, &mut members.error)?,
+            _ => any_value(text, i, &mut None)?,
+        };
+        i = skip_ws(b, i);
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            Some(b'}') => return (skip_ws(b, i + 1) == b.len()).then_some(members),
+            _ => return None,
+        }
+    }
+}
+
+/// JSON's four whitespace bytes, as serde reads them.
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(i) {
+        i += 1;
+    }
+    i
+}
+
+/// A string without escapes starting at `i` (its opening quote): the index
+/// just past its closing quote. The frame is valid UTF-8 already, so only
+/// escapes and control characters need a look.
+fn plain_string(b: &[u8], i: usize) -> Option<usize> {
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let mut j = i + 1;
+    loop {
+        match *b.get(j)? {
+            b'"' => return Some(j + 1),
+            b'\\' => return None,
+            c if c < 0x20 => return None,
+            _ => j += 1,
+        }
+    }
+}
+
+/// A number by JSON's grammar starting at `i`: the index just past it.
+fn number(b: &[u8], i: usize) -> Option<usize> {
+    let digits = |mut j: usize| {
+        let start = j;
+        while b.get(j).is_some_and(u8::is_ascii_digit) {
+            j += 1;
+        }
+        (j > start).then_some(j)
     };
+    let mut j = i + usize::from(b.get(i) == Some(&b'-'));
+    j = match b.get(j)? {
+        b'0' => j + 1,
+        b'1'..=b'9' => digits(j)?,
+        _ => return None,
+    };
+    if b.get(j) == Some(&b'.') {
+        j = digits(j + 1)?;
+    }
+    if let Some(b'e' | b'E') = b.get(j) {
+        j += 1;
+        if let Some(b'+' | b'-') = b.get(j) {
+            j += 1;
+        }
+        j = digits(j)?;
+    }
+    Some(j)
+}
+
+/// A plain string, a number or `null` at `i`, into an empty slot.
+fn scalar<'a>(text: &'a str, i: usize, slot: &mut Option<&'a str>) -> Option<usize> {
+    if slot.is_some() {
+        return None;
+    }
+    let b = text.as_bytes();
+    let end = match b.get(i)? {
+        b'"' => plain_string(b, i)?,
+        b'-' | b'0'..=b'9' => number(b, i)?,
+        b'n' if b[i..].starts_with(b"null") => i + 4,
+        _ => return None,
+    };
+    *slot = Some(&text[i..end]);
+    Some(end)
+}
+
+/// Any JSON value at `i`, read by serde (which checks it as the derive would:
+/// `ignore_value` has no depth limit either way), into an empty slot.
+fn any_value<'a>(text: &'a str, i: usize, slot: &mut Option<&'a RawValue>) -> Option<usize> {
+    if slot.is_some() {
+        return None;
+    }
+    let rest = &text[i..];
+    let raw = <&RawValue>::deserialize(&mut serde_json::Deserializer::from_str(rest)).ok()?;
+    // The value is a slice of `rest`; serde skips no whitespace here, since
+    // the caller already did.
+    let start = raw.get().as_ptr().addr() - rest.as_ptr().addr();
+    *slot = Some(raw);
+    Some(i + start + raw.get().len())
+}
+
+/// The scanner's promise, for the fuzz target and the tests: whatever it
+/// reads, serde reads the same way. Panics on a disagreement.
+pub(crate) fn check_scanner(text: &str) {
+    fn texts<'a>(m: &Members<'a>) -> [Option<&'a str>; 6] {
+        let raw = |v: Option<&'a RawValue>| v.map(RawValue::get);
+        [m.jsonrpc, m.method, m.id, raw(m.params), raw(m.result), raw(m.error)]
+    }
+    if let Some(scanned) = scan(text) {
+        match members_by_serde(text) {
+            Ok(by_serde) => assert_eq!(texts(&scanned), texts(&by_serde), "the scanner and serde read {text:?} apart"),
+            Err(e) => panic!("the scanner read {text:?}, which serde refuses: {e}"),
+        }
+    }
+}
+
+fn parse_object(text: &str) -> Result<Message<'_>, Invalid> {
+    let members = match scan(text) {
+        Some(members) => members,
+        None => match members_by_serde(text) {
+            Ok(members) => members,
+            Err(e) => {
+                return Err(Invalid { id: Id::Null, error: Box::new(classify(text, e)), lacks_outcome: false });
+            }
+        },
+    };
+    message_from(members)
+}
+
+fn message_from(raw: Members<'_>) -> Result<Message<'_>, Invalid> {
     let invalid = |id: Option<Id>, detail: &str| Invalid {
         id: id.unwrap_or(Id::Null),
         error: Box::new(RpcError::invalid_request(detail)),
@@ -333,7 +518,7 @@ fn parse_object(text: &str) -> Result<Message<'_>, Invalid> {
 
     let id = match raw.id {
         None => None,
-        Some(v) => match Id::from_raw(v) {
+        Some(v) => match Id::from_text(v) {
             Some(id) => Some(id),
             None => return Err(invalid(None, "id must be a string, a number or null")),
         },
@@ -397,9 +582,8 @@ fn classify(text: &str, e: serde_json::Error) -> RpcError {
     }
 }
 
-/// Decodes a raw JSON string without copying when it has no escapes.
-fn decode_str(raw: &RawValue) -> Option<Cow<'_, str>> {
-    let text = raw.get();
+/// Decodes a JSON string (as its validated text) without copying when it has no escapes.
+fn decode_str(text: &str) -> Option<Cow<'_, str>> {
     if !text.starts_with('"') {
         return None;
     }
@@ -662,6 +846,59 @@ mod tests {
             Ok(Message::Response { outcome: Outcome::Malformed(_), .. })
         ));
         assert!(single(r#"{"jsonrpc":"2.0","result":1}"#).is_err());
+    }
+
+    #[test]
+    fn the_scanner_reads_common_messages_and_leaves_the_rest_to_serde() {
+        let fast = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{}}"#,
+            " {\t\"jsonrpc\" : \"2.0\" ,\r\n\"method\":\"a/b\", \"id\": \"x-1\", \"params\": [1, {\"k\": [true, null]}] } ",
+            r#"{"jsonrpc":"2.0","id":-1.5e+3,"result":{"a":"\u00e9\n"}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"no"}}"#,
+            r#"{"id":0,"jsonrpc":"2.0","method":"m","extra":{"method":1},"params":null}"#,
+            r#"{"jsonrpc":"2.0","method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"é"}"#,
+            r#"{}"#,
+            r#"{"jsonrpc":1,"id":2}"#,
+        ];
+        for text in fast {
+            assert!(scan(text).is_some(), "{text:?} should take the fast path");
+            check_scanner(text);
+        }
+        let slow = [
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","params":[],"params":{},"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","method":"p\u0069ng"}"#,
+            r#"{"jsonrpc":"2.0","\u0069d":1,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":true,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":[1],"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":01,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":1.,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":-,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":1e,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":nul,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":nullx,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","method":"m",}"#,
+            r#"{"jsonrpc":"2.0","method":"m"} x"#,
+            r#"{"jsonrpc":"2.0","method":"m","params":{"a":}}"#,
+            "{\"jsonrpc\":\"2.0\",\"method\":\"a\u{1}b\"}",
+            r#"{"jsonrpc":"2.0","method":"m""#,
+            r#"[{"jsonrpc":"2.0","method":"m"}]"#,
+            r#"{"jsonrpc" "2.0"}"#,
+            "",
+        ];
+        for text in slow {
+            assert!(scan(text).is_none(), "{text:?} should be left to serde");
+        }
+        // Whichever path a message takes, it reads the same.
+        for text in fast.iter().chain(&slow) {
+            let via_serde = match members_by_serde(text) {
+                Ok(members) => message_from(members),
+                Err(e) => Err(Invalid { id: Id::Null, error: Box::new(classify(text, e)), lacks_outcome: false }),
+            };
+            let (via_parse, via_serde) = (format!("{:?}", parse_object(text)), format!("{via_serde:?}"));
+            assert_eq!(via_parse, via_serde, "{text:?}");
+        }
     }
 
     #[test]
