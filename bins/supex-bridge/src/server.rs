@@ -2,13 +2,14 @@
 //! rpc-core's start-up path (listeners, signals, READY=1, drain); after the
 //! drain, Ruby is stopped.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use rpc_core::daemon::{Daemon, StartError};
 use rpc_core::listen::NdjsonLimits;
 use rpc_core::shutdown::{DEFAULT_GRACE, Stopped};
 use rpc_core::{PeerConfig, RpcError};
+use serde_json::value::RawValue;
 
 use crate::config::Config;
 use crate::paths::PathPolicy;
@@ -23,14 +24,12 @@ const FORCED_STOP: Duration = Duration::from_millis(500);
 const PING_SETTLE: Duration = Duration::from_secs(3);
 
 /// The answer to `ping` on both servers: `{"status": "ok"}` while Ruby runs,
-/// built without an allocation (health checks and benchmarks call it a lot).
-/// Otherwise the status is the runtime's state (`starting`, `unavailable`,
-/// `stopped`) with the `problem` when there is one: a bridge that cannot
-/// evaluate must not look healthy.
-#[derive(serde::Serialize)]
+/// written as the constant it is (health checks and benchmarks call it a
+/// lot). Otherwise the status is the runtime's state (`starting`,
+/// `unavailable`, `stopped`) with the `problem` when there is one: a bridge
+/// that cannot evaluate must not look healthy.
 pub struct Pong {
     status: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
     problem: Option<String>,
 }
 
@@ -40,14 +39,32 @@ impl Pong {
     }
 }
 
+impl serde::Serialize for Pong {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        static HEALTHY: LazyLock<&RawValue> =
+            LazyLock::new(|| serde_json::from_str(r#"{"status":"ok"}"#).expect("a constant JSON object"));
+        if self.status == "ok" && self.problem.is_none() {
+            return HEALTHY.serialize(s);
+        }
+        let mut pong = s.serialize_struct("Pong", 2)?;
+        pong.serialize_field("status", self.status)?;
+        if let Some(problem) = &self.problem {
+            pong.serialize_field("problem", problem)?;
+        }
+        pong.end()
+    }
+}
+
 /// The `ping` method of both servers. Only a runtime that is starting makes
-/// it wait (up to [`PING_SETTLE`]); it never waits for an evaluation.
+/// it wait (up to [`PING_SETTLE`]); it never waits for an evaluation. That
+/// wait is boxed, so the common answer's future stays small.
 pub fn ping(app: &Arc<App>) -> impl Future<Output = Result<Pong, RpcError>> + Send + use<> {
     let now = app.runtime.health();
     let starting = (now.0 == "starting").then(|| app.clone());
     async move {
         Ok(Pong::from_health(match starting {
-            Some(app) => app.runtime.settled_health(PING_SETTLE).await,
+            Some(app) => Box::pin(async move { app.runtime.settled_health(PING_SETTLE).await }).await,
             None => now,
         }))
     }

@@ -314,6 +314,8 @@ struct Members<'a> {
     params: Option<&'a RawValue>,
     result: Option<&'a RawValue>,
     error: Option<&'a RawValue>,
+    /// The scalars' strings are known to hold no escapes (the scanner read them).
+    plain: bool,
 }
 
 /// The same members read by serde, for any object the scanner passes over.
@@ -348,6 +350,7 @@ fn members_by_serde(text: &str) -> serde_json::Result<Members<'_>> {
         params: raw.params,
         result: raw.result,
         error: raw.error,
+        plain: false,
     })
 }
 
@@ -361,7 +364,7 @@ fn members_by_serde(text: &str) -> serde_json::Result<Members<'_>> {
 /// checks both ways against each other).
 fn scan(text: &str) -> Option<Members<'_>> {
     let b = text.as_bytes();
-    let mut members = Members::default();
+    let mut members = Members { plain: true, ..Members::default() };
     let mut i = skip_ws(b, 0);
     if b.get(i) != Some(&b'{') {
         return None;
@@ -371,21 +374,23 @@ fn scan(text: &str) -> Option<Members<'_>> {
         return (skip_ws(b, i + 1) == b.len()).then_some(members);
     }
     loop {
-        let key_end = plain_string(b, i)?;
-        let key = &b[i + 1..key_end - 1];
+        let (member, key_end) = match known_key(b, i) {
+            Some(known) => known,
+            None => (Member::Other, plain_string(b, i)?),
+        };
         i = skip_ws(b, key_end);
         if b.get(i) != Some(&b':') {
             return None;
         }
         i = skip_ws(b, i + 1);
-        i = match key {
-            b"jsonrpc" => scalar(text, i, &mut members.jsonrpc)?,
-            b"method" => scalar(text, i, &mut members.method)?,
-            b"id" => scalar(text, i, &mut members.id)?,
-            b"params" => any_value(text, i, &mut members.params)?,
-            b"result" => any_value(text, i, &mut members.result)?,
-            b"error" => any_value(text, i, &mut members.error)?,
-            _ => any_value(text, i, &mut None)?,
+        i = match member {
+            Member::Jsonrpc => scalar(text, i, &mut members.jsonrpc)?,
+            Member::Method => scalar(text, i, &mut members.method)?,
+            Member::Id => scalar(text, i, &mut members.id)?,
+            Member::Params => any_value(text, i, &mut members.params)?,
+            Member::Result => any_value(text, i, &mut members.result)?,
+            Member::Error => any_value(text, i, &mut members.error)?,
+            Member::Other => any_value(text, i, &mut None)?,
         };
         i = skip_ws(b, i);
         match b.get(i) {
@@ -396,12 +401,48 @@ fn scan(text: &str) -> Option<Members<'_>> {
     }
 }
 
+#[derive(Clone, Copy)]
+enum Member {
+    Jsonrpc,
+    Method,
+    Id,
+    Params,
+    Result,
+    Error,
+    Other,
+}
+
 /// JSON's four whitespace bytes, as serde reads them.
+#[inline]
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(i) {
         i += 1;
     }
     i
+}
+
+/// One of the six member names at `i`, and the index just past it, found by
+/// comparing whole names (a word and a byte) rather than a byte at a time:
+/// nearly every key is one of them.
+#[inline]
+fn known_key(b: &[u8], i: usize) -> Option<(Member, usize)> {
+    let rest = b.get(i..)?;
+    let (member, len) = match rest.get(1)? {
+        b'j' if starts_with(rest, b"\"jsonrpc\"") => (Member::Jsonrpc, 9),
+        b'm' if starts_with(rest, b"\"method\"") => (Member::Method, 8),
+        b'i' if starts_with(rest, b"\"id\"") => (Member::Id, 4),
+        b'p' if starts_with(rest, b"\"params\"") => (Member::Params, 8),
+        b'r' if starts_with(rest, b"\"result\"") => (Member::Result, 8),
+        b'e' if starts_with(rest, b"\"error\"") => (Member::Error, 7),
+        _ => return None,
+    };
+    Some((member, i + len))
+}
+
+/// A fixed-size comparison, which compiles to a few loads rather than a call.
+#[inline]
+fn starts_with<const N: usize>(b: &[u8], prefix: &[u8; N]) -> bool {
+    b.first_chunk::<N>() == Some(prefix)
 }
 
 /// A string without escapes starting at `i` (its opening quote): the index
@@ -457,14 +498,22 @@ fn scalar<'a>(text: &'a str, i: usize, slot: &mut Option<&'a str>) -> Option<usi
     }
     let b = text.as_bytes();
     let end = match b.get(i)? {
+        b'"' if starts_with(&b[i..], b"\"2.0\"") => i + 5,
         b'"' => plain_string(b, i)?,
         b'-' | b'0'..=b'9' => number(b, i)?,
-        b'n' if b[i..].starts_with(b"null") => i + 4,
+        b'n' if starts_with(&b[i..], b"null") => i + 4,
         _ => return None,
     };
     *slot = Some(&text[i..end]);
     Some(end)
 }
+
+/// `{}` and `[]` as raw values: a frame's own text cannot be made one
+/// without serde, but the same text from elsewhere reads the same.
+static EMPTY: std::sync::LazyLock<(&RawValue, &RawValue)> = std::sync::LazyLock::new(|| {
+    let raw = |text| serde_json::from_str::<&RawValue>(text).expect("`{}` and `[]` are JSON");
+    (raw("{}"), raw("[]"))
+});
 
 /// Any JSON value at `i`, read by serde (which checks it as the derive would:
 /// `ignore_value` has no depth limit either way), into an empty slot.
@@ -473,6 +522,12 @@ fn any_value<'a>(text: &'a str, i: usize, slot: &mut Option<&'a RawValue>) -> Op
         return None;
     }
     let rest = &text[i..];
+    // `{}` and `[]`, the params of most calls that take none, without serde.
+    if let Some(pair @ (b"{}" | b"[]")) = rest.as_bytes().first_chunk::<2>() {
+        let (object, array) = *EMPTY;
+        *slot = Some(if pair == b"{}" { object } else { array });
+        return Some(i + 2);
+    }
     let raw = <&RawValue>::deserialize(&mut serde_json::Deserializer::from_str(rest)).ok()?;
     // The value is a slice of `rest`; serde skips no whitespace here, since
     // the caller already did.
@@ -516,21 +571,26 @@ fn message_from(raw: Members<'_>) -> Result<Message<'_>, Invalid> {
         lacks_outcome: false,
     };
 
+    let text_of = |v| match raw.plain {
+        true => plain_text(v),
+        false => decode_str(v),
+    };
     let id = match raw.id {
         None => None,
+        Some(v) if v.starts_with('"') => text_of(v).map(|s| Id::String(s.into())),
         Some(v) => match Id::from_text(v) {
             Some(id) => Some(id),
             None => return Err(invalid(None, "id must be a string, a number or null")),
         },
     };
     match raw.jsonrpc {
-        Some(v) if decode_str(v).as_deref() == Some(JSONRPC_VERSION) => {}
+        Some(v) if text_of(v).as_deref() == Some(JSONRPC_VERSION) => {}
         Some(_) => return Err(invalid(id, "jsonrpc must be exactly \"2.0\"")),
         None => return Err(invalid(id, "missing jsonrpc member")),
     }
 
     if let Some(method) = raw.method {
-        let Some(method) = decode_str(method) else {
+        let Some(method) = text_of(method) else {
             return Err(invalid(id, "method must be a string"));
         };
         let params = match raw.params {
@@ -582,6 +642,11 @@ fn classify(text: &str, e: serde_json::Error) -> RpcError {
     }
 }
 
+/// The content of a JSON string known to hold no escapes.
+fn plain_text(text: &str) -> Option<Cow<'_, str>> {
+    text.strip_prefix('"')?.strip_suffix('"').map(Cow::Borrowed)
+}
+
 /// Decodes a JSON string (as its validated text) without copying when it has no escapes.
 fn decode_str(text: &str) -> Option<Cow<'_, str>> {
     if !text.starts_with('"') {
@@ -615,6 +680,17 @@ pub fn response_ok(id: &Id, result_json: &[u8]) -> Vec<u8> {
     out.extend_from_slice(result_json);
     out.push(b'}');
     out
+}
+
+/// Serialises a success response, the result written straight after the id.
+pub fn response_with<R: Serialize + ?Sized>(id: &Id, result: &R) -> serde_json::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    id.write_json(&mut out);
+    out.extend_from_slice(b",\"result\":");
+    serde_json::to_writer(&mut out, result)?;
+    out.push(b'}');
+    Ok(out)
 }
 
 /// Serialises an error response.
@@ -860,6 +936,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"é"}"#,
             r#"{}"#,
             r#"{"jsonrpc":1,"id":2}"#,
+            r#"{"jsonrpc":"2.0","idx":5,"i":1,"methods":2,"method":"m","":1}"#,
         ];
         for text in fast {
             assert!(scan(text).is_some(), "{text:?} should take the fast path");
@@ -870,6 +947,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","params":[],"params":{},"method":"m"}"#,
             r#"{"jsonrpc":"2.0","method":"p\u0069ng"}"#,
             r#"{"jsonrpc":"2.0","\u0069d":1,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","\"":0,"method":"m"}"#,
             r#"{"jsonrpc":"2.0","id":true,"method":"m"}"#,
             r#"{"jsonrpc":"2.0","id":[1],"method":"m"}"#,
             r#"{"jsonrpc":"2.0","id":01,"method":"m"}"#,

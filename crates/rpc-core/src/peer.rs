@@ -1486,7 +1486,7 @@ type Caught = Result<Result<Vec<u8>, RpcError>, Box<dyn std::any::Any + Send>>;
 
 fn reply_from(id: &Id, outcome: Caught) -> Vec<u8> {
     match outcome {
-        Ok(Ok(result)) => message::response_ok(id, &result),
+        Ok(Ok(response)) => response,
         Ok(Err(error)) => message::response_err(id, &error),
         Err(panic) => {
             tracing::error!(%id, panic = panic_message(&panic), "handler panicked");

@@ -6,20 +6,20 @@
 //! Handlers return `Result<T, RpcError>`; `T` is serialised straight into the
 //! response, with no `serde_json::Value` in between.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use rustc_hash::FxHashMap;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::message::{Id, RpcError};
+use crate::message::{self, Id, RpcError};
 use crate::peer::PeerHandle;
 
 /// What a handler gets besides its params: the connection it serves, that
@@ -70,7 +70,9 @@ impl<'de> Deserialize<'de> for NoParams {
     }
 }
 
-/// A handler's result, already serialised to JSON.
+/// A handler's answer, already serialised: the whole success response to the
+/// request's id (the result written straight into it, with no copy in
+/// between), or nothing for a notification, whose result no one reads.
 pub type HandlerFuture = BoxFuture<'static, Result<Vec<u8>, RpcError>>;
 
 trait Handler<S>: Send + Sync {
@@ -86,32 +88,42 @@ impl<S, F, P, R, Fut> Handler<S> for Typed<F, P, R>
 where
     S: Send + Sync + 'static,
     F: Fn(Ctx<S>, P) -> Fut + Send + Sync,
-    P: DeserializeOwned,
+    P: DeserializeOwned + 'static,
     R: Serialize + 'static,
     Fut: Future<Output = Result<R, RpcError>> + Send + 'static,
 {
     fn call(&self, ctx: Ctx<S>, params: Option<&RawValue>) -> Result<HandlerFuture, RpcError> {
         let params: P = parse_params(params)?;
+        let id = ctx.call.clone();
         let fut = (self.f)(ctx, params);
-        Ok(Box::pin(async move { to_json(fut.await?) }))
+        Ok(Box::pin(async move {
+            let value = fut.await?;
+            Ok(match id {
+                Some(id) => respond(&id, value)?,
+                None => Vec::new(),
+            })
+        }))
     }
 }
 
-/// Serialises a handler's result. A result that is already JSON text (a
-/// `Box<RawValue>` passed through from another connection) is taken as it is,
-/// without a serializer pass or a copy.
-fn to_json<R: Serialize + 'static>(value: R) -> Result<Vec<u8>, RpcError> {
-    let mut slot = Some(value);
-    if let Some(raw) = (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<Box<RawValue>>>() {
-        let text: Box<str> = raw.take().expect("just put there").into();
-        return Ok(text.into_boxed_bytes().into_vec());
+/// The success response carrying a handler's result. A result that is already
+/// JSON text (a `Box<RawValue>` passed through from another connection) is
+/// copied in as it is, without a serializer pass.
+fn respond<R: Serialize + 'static>(id: &Id, value: R) -> Result<Vec<u8>, RpcError> {
+    if let Some(raw) = (&value as &dyn std::any::Any).downcast_ref::<Box<RawValue>>() {
+        return Ok(message::response_ok(id, raw.get().as_bytes()));
     }
-    serde_json::to_vec(&slot).map_err(|e| RpcError::internal(format!("result did not serialise: {e}")))
+    message::response_with(id, &value).map_err(|e| RpcError::internal(format!("result did not serialise: {e}")))
 }
 
 /// Deserialises params, absent ones as `{}` so that structs whose fields are all
 /// optional work without params. Errors name the offending field.
-pub fn parse_params<P: DeserializeOwned>(params: Option<&RawValue>) -> Result<P, RpcError> {
+pub fn parse_params<P: DeserializeOwned + 'static>(params: Option<&RawValue>) -> Result<P, RpcError> {
+    // A method that takes none accepts anything, and the frame is valid JSON
+    // already: nothing to read.
+    if let Some(none) = (&mut Some(NoParams) as &mut dyn std::any::Any).downcast_mut::<Option<P>>() {
+        return Ok(none.take().expect("just put there"));
+    }
     parse_params_at("", params)
 }
 
@@ -171,7 +183,7 @@ type BothPolicy = Box<dyn Fn(&RawValue, &RpcError) -> bool + Send + Sync>;
 /// method, and the dialect it tolerates on the wire. The engine itself knows
 /// no dialect; a daemon that must accept one supplies it here.
 pub struct Router<S> {
-    handlers: HashMap<Box<str>, Box<dyn Handler<S>>>,
+    handlers: FxHashMap<Box<str>, Box<dyn Handler<S>>>,
     guard: Option<Guard<S>>,
     rewrite: Option<Rewrite>,
     result_with_error: Option<BothPolicy>,
@@ -192,7 +204,7 @@ impl<S: Send + Sync + 'static> Router<S> {
     #[allow(clippy::new_ret_no_self)]
     pub fn new() -> RouterBuilder<S> {
         RouterBuilder {
-            router: Router { handlers: HashMap::new(), guard: None, rewrite: None, result_with_error: None },
+            router: Router { handlers: FxHashMap::default(), guard: None, rewrite: None, result_with_error: None },
             duplicates: Vec::new(),
         }
     }
@@ -200,7 +212,7 @@ impl<S: Send + Sync + 'static> Router<S> {
     /// A router with no methods, for the client side of a connection that only
     /// sends requests.
     pub fn empty() -> Arc<Self> {
-        Arc::new(Router { handlers: HashMap::new(), guard: None, rewrite: None, result_with_error: None })
+        Arc::new(Router { handlers: FxHashMap::default(), guard: None, rewrite: None, result_with_error: None })
     }
 
     /// The registered method names, sorted.
@@ -363,9 +375,13 @@ mod tests {
 
     #[test]
     fn raw_results_pass_through_and_others_serialise() {
-        assert_eq!(to_json(raw(r#"{"a": [1, 2]}"#)).unwrap(), br#"{"a": [1, 2]}"#);
-        assert_eq!(to_json(serde_json::json!({"a": 1})).unwrap(), br#"{"a":1}"#);
-        assert_eq!(to_json(()).unwrap(), b"null");
+        let id = Id::Int(7);
+        assert_eq!(
+            respond(&id, raw(r#"{"a": [1, 2]}"#)).unwrap(),
+            br#"{"jsonrpc":"2.0","id":7,"result":{"a": [1, 2]}}"#
+        );
+        assert_eq!(respond(&id, serde_json::json!({"a": 1})).unwrap(), br#"{"jsonrpc":"2.0","id":7,"result":{"a":1}}"#);
+        assert_eq!(respond(&Id::from("x"), ()).unwrap(), br#"{"jsonrpc":"2.0","id":"x","result":null}"#);
     }
 
     #[test]
