@@ -30,7 +30,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -791,47 +791,55 @@ impl<S: Send + Sync + 'static> Connection<S> {
                 frame = reader.next(), if may_read => {
                     missed_pings = 0;
                     // Handle this frame and any others already buffered (a pipelining
-                    // client sends many per read) without a trip through select! each.
-                    let mut next = Some(frame);
-                    let mut budget = READ_BATCH;
-                    while let Some(frame) = next.take() {
-                        match frame {
-                            None => {
-                                // No more answers can arrive: fail our calls now rather
-                                // than at their timeouts, and fire call tokens, but
-                                // finish the handlers (a client that half-closed still
-                                // reads its replies).
-                                reading = false;
-                                handle.fail_all_pending();
-                                handle.end_of_input();
-                                break;
-                            }
-                            Some(Err(e)) => {
-                                tracing::debug!(conn = shared.conn_id, error = %e, "read failed");
-                                reading = false;
-                                handle.fail_all_pending();
-                                handle.end_of_input();
-                                break;
-                            }
-                            Some(Ok(Frame::Unsupported { close_code, reason })) => {
-                                tracing::info!(conn = shared.conn_id, close_code, reason, "closing connection");
-                                handle.close(close_code, reason);
-                                break;
-                            }
-                            Some(Ok(frame)) => {
-                                if let Err(reason) = work.on_frame(frame).await {
-                                    break 'serve reason;
+                    // client sends many per read) without a trip through select! each,
+                    // in one poll: a message costs no future or wake-up of its own.
+                    let mut first = Some(frame);
+                    let read = std::future::poll_fn(|cx| {
+                        let mut next = first.take();
+                        let mut budget = READ_BATCH;
+                        while let Some(frame) = next.take() {
+                            match frame {
+                                None => {
+                                    // No more answers can arrive: fail our calls now rather
+                                    // than at their timeouts, and fire call tokens, but
+                                    // finish the handlers (a client that half-closed still
+                                    // reads its replies).
+                                    reading = false;
+                                    handle.fail_all_pending();
+                                    handle.end_of_input();
+                                    break;
+                                }
+                                Some(Err(e)) => {
+                                    tracing::debug!(conn = shared.conn_id, error = %e, "read failed");
+                                    reading = false;
+                                    handle.fail_all_pending();
+                                    handle.end_of_input();
+                                    break;
+                                }
+                                Some(Ok(Frame::Unsupported { close_code, reason })) => {
+                                    tracing::info!(conn = shared.conn_id, close_code, reason, "closing connection");
+                                    handle.close(close_code, reason);
+                                    break;
+                                }
+                                Some(Ok(frame)) => {
+                                    if let Err(reason) = work.on_frame(frame, cx) {
+                                        return Poll::Ready(Err(reason));
+                                    }
                                 }
                             }
+                            budget -= 1;
+                            if budget == 0 || (outbox.is_full() && !handle.has_pending_calls()) {
+                                break;
+                            }
+                            next = match reader.poll_next_unpin(cx) {
+                                Poll::Ready(frame) => Some(frame),
+                                Poll::Pending => None,
+                            };
                         }
-                        budget -= 1;
-                        if budget == 0 || (outbox.is_full() && !handle.has_pending_calls()) {
-                            break;
-                        }
-                        next = match std::future::poll_fn(|cx| Poll::Ready(reader.poll_next_unpin(cx))).await {
-                            Poll::Ready(frame) => Some(frame),
-                            Poll::Pending => None,
-                        };
+                        Poll::Ready(Ok(()))
+                    });
+                    if let Err(reason) = read.await {
+                        break 'serve reason;
                     }
                 }
             }
@@ -1207,15 +1215,22 @@ impl<S: Send + Sync + 'static> Work<S> {
                 Err(_quiet) => return Ok(true),
                 Ok(None | Some(Err(_))) => return Ok(false),
                 Ok(Some(Ok(Frame::Unsupported { .. }))) => return Ok(true),
-                Ok(Some(Ok(frame))) => self.on_frame(frame).await?,
+                Ok(Some(Ok(frame))) => {
+                    let mut frame = Some(frame);
+                    std::future::poll_fn(|cx| Poll::Ready(frame.take().map_or(Ok(()), |f| self.on_frame(f, cx))))
+                        .await?
+                }
             }
         }
         Ok(true)
     }
 
-    async fn on_frame(&mut self, frame: Frame) -> Result<(), CloseReason> {
+    /// Handles one frame. Not async: a handler is polled once with the
+    /// connection task's context, `cx`, and nothing else waits, so a message
+    /// costs no future of its own.
+    fn on_frame(&mut self, frame: Frame, cx: &mut Context<'_>) -> Result<(), CloseReason> {
         match frame {
-            Frame::Message(bytes) => self.on_message(&bytes).await,
+            Frame::Message(bytes) => self.on_message(&bytes, cx),
             Frame::TooLarge(None) => self.write_error(&Id::Null, &too_large()),
             Frame::TooLarge(Some(sniffed)) => match sniffed.id {
                 Some(id) if sniffed.has_method => self.write_error(&id, &too_large()),
@@ -1232,27 +1247,27 @@ impl<S: Send + Sync + 'static> Work<S> {
         }
     }
 
-    async fn on_message(&mut self, bytes: &[u8]) -> Result<(), CloseReason> {
+    fn on_message(&mut self, bytes: &[u8], cx: &mut Context<'_>) -> Result<(), CloseReason> {
         let size = bytes.len();
         match message::parse(bytes, self.config().max_batch) {
             Parsed::Rejected(error) => self.write_error(&Id::Null, &error),
-            Parsed::Single(Ok(message)) => self.on_single(message, size).await,
+            Parsed::Single(Ok(message)) => self.on_single(message, size, cx),
             Parsed::Single(Err(invalid)) if self.is_our_call(&invalid) => {
                 self.fail_malformed_answer(invalid.id);
                 Ok(())
             }
             Parsed::Single(Err(invalid)) => match self.router.rewrite_invalid(bytes) {
                 Some(rewritten) => match message::parse(&rewritten, 1) {
-                    Parsed::Single(Ok(message)) => self.on_single(message, size).await,
+                    Parsed::Single(Ok(message)) => self.on_single(message, size, cx),
                     _ => self.write_error(&invalid.id, &invalid.error),
                 },
                 None => self.write_error(&invalid.id, &invalid.error),
             },
-            Parsed::Batch(items) => self.on_batch(items, size).await,
+            Parsed::Batch(items) => self.on_batch(items, size),
         }
     }
 
-    async fn on_single(&mut self, message: Message<'_>, size: usize) -> Result<(), CloseReason> {
+    fn on_single(&mut self, message: Message<'_>, size: usize, cx: &mut Context<'_>) -> Result<(), CloseReason> {
         match message {
             Message::Request { id, method, params } => {
                 if let Err(error) = self.admit(&id) {
@@ -1279,10 +1294,7 @@ impl<S: Send + Sync + 'static> Work<S> {
                 }
                 // Most handlers finish without waiting for anything: poll once
                 // here, with this task's waker, and answer at once if so.
-                let polled = std::future::poll_fn(|cx| {
-                    Poll::Ready(std::panic::catch_unwind(AssertUnwindSafe(|| handler.as_mut().poll(cx))))
-                })
-                .await;
+                let polled = std::panic::catch_unwind(AssertUnwindSafe(|| handler.as_mut().poll(cx)));
                 let outcome = match polled {
                     Ok(Poll::Pending) => None,
                     Ok(Poll::Ready(result)) => Some(Ok(result)),
@@ -1378,7 +1390,7 @@ impl<S: Send + Sync + 'static> Work<S> {
         self.handle.complete(&id, reply);
     }
 
-    async fn on_batch(&mut self, items: Vec<Result<Message<'_>, Invalid>>, size: usize) -> Result<(), CloseReason> {
+    fn on_batch(&mut self, items: Vec<Result<Message<'_>, Invalid>>, size: usize) -> Result<(), CloseReason> {
         let start_now = self.backlog.requests.is_empty() && self.can_start();
         let has_requests = items.iter().any(|item| matches!(item, Ok(Message::Request { .. })));
         if has_requests && !start_now && !self.backlog.has_room(size) {
