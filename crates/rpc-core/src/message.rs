@@ -48,7 +48,7 @@ impl Id {
     fn from_text(text: &str) -> Option<Id> {
         match text.as_bytes().first()? {
             b'"' => decode_str(text).map(|s| Id::String(s.into())),
-            b'0'..=b'9' if is_plain_integer(text) => text.parse().ok().map(Id::Int).or_else(|| Id::number(text)),
+            b'0'..=b'9' => plain_integer(text).map(Id::Int).or_else(|| Id::number(text)),
             b'-' | b'0'..=b'9' => Id::number(text),
             b'n' => Some(Id::Null),
             _ => None,
@@ -97,10 +97,17 @@ impl From<u64> for Id {
     }
 }
 
-/// Digits only, without a leading zero (JSON allows none anyway): text that
-/// `u64` formatting would reproduce exactly.
-fn is_plain_integer(text: &str) -> bool {
-    text.bytes().all(|b| b.is_ascii_digit()) && (text.len() == 1 || !text.starts_with('0'))
+/// The value of digits only, without a leading zero (JSON allows none
+/// anyway), below 2^64: text that `u64` formatting would reproduce exactly.
+fn plain_integer(text: &str) -> Option<u64> {
+    let digits = text.as_bytes();
+    if digits.len() > 1 && digits[0] == b'0' {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &d| match d {
+        b'0'..=b'9' => n.checked_mul(10)?.checked_add(u64::from(d - b'0')),
+        _ => None,
+    })
 }
 
 impl From<&str> for Id {
