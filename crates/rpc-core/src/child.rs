@@ -92,6 +92,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -329,9 +330,10 @@ fn finish_spawn(
     let stdout = child.stdout.take();
     let (signals, requests) = mpsc::unbounded_channel();
     let (exit_tx, exit) = watch::channel(None);
+    let reaped = Arc::new(AtomicBool::new(false));
     let group = KillGroupOnDrop(Pid::from_raw(i32::try_from(pid).unwrap_or(0)));
-    tokio::spawn(watch_child(child, group, name.clone(), requests, exit_tx));
-    Ok(ChildProcess { name, pid, stdin, stdout, stderr, signals, exit })
+    tokio::spawn(watch_child(child, group, name.clone(), requests, (exit_tx, reaped.clone())));
+    Ok(ChildProcess { name, pid, stdin, stdout, stderr, signals, exit, reaped })
 }
 
 /// The group's id: the program's pid, or on a terminal the leader's (see the
@@ -663,6 +665,9 @@ pub struct ChildProcess {
     /// Signals for the watcher to send to the group; closing it kills the group.
     signals: mpsc::UnboundedSender<Signal>,
     exit: watch::Receiver<Option<Exit>>,
+    /// `exit` is set: one load for [`ChildProcess::has_exited`], which health
+    /// checks call on every ping, where the watch takes a lock.
+    reaped: Arc<AtomicBool>,
 }
 
 impl ChildProcess {
@@ -708,7 +713,7 @@ impl ChildProcess {
 
     /// Whether the child has ended and been reaped.
     pub fn has_exited(&self) -> bool {
-        self.exit.borrow().is_some()
+        self.reaped.load(Ordering::Acquire)
     }
 
     /// SIGKILLs the whole group at once. Does nothing once it has exited.
@@ -748,7 +753,7 @@ async fn watch_child(
     killer: KillGroupOnDrop,
     name: String,
     mut requests: mpsc::UnboundedReceiver<Signal>,
-    exit: watch::Sender<Option<Exit>>,
+    (exit, reaped): (watch::Sender<Option<Exit>>, Arc<AtomicBool>),
 ) {
     let group = killer.0;
     let status = loop {
@@ -770,6 +775,7 @@ async fn watch_child(
     drop(killer);
     let status = Exit::from_wait(status);
     tracing::debug!(child = %name, pid = group.as_raw(), %status, "child process exited");
+    reaped.store(true, Ordering::Release);
     exit.send_replace(Some(status));
 }
 

@@ -33,5 +33,5 @@ pub mod token;
 pub use codec::{Frame, Outbound, Transport};
 pub use message::{Id, RpcError};
 pub use peer::{CallError, CancelNotice, Connection, Goodbye, PeerConfig, PeerHandle, PeerStats};
-pub use router::{Ctx, Gate, NoParams, Router};
+pub use router::{ConnCtx, Ctx, Gate, NoParams, Router};
 pub use shutdown::Shutdown;

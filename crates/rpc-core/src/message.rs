@@ -49,7 +49,7 @@ impl Id {
         match text.as_bytes().first()? {
             b'"' => decode_str(text).map(|s| Id::String(s.into())),
             b'0'..=b'9' => plain_integer(text).map(Id::Int).or_else(|| Id::number(text)),
-            b'-' | b'0'..=b'9' => Id::number(text),
+            b'-' => Id::number(text),
             b'n' => Some(Id::Null),
             _ => None,
         }

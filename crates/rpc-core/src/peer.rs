@@ -47,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 use crate::codec::{Frame, Outbound, Transport};
 use crate::message::{self, Id, Invalid, Kind, Message, Outcome, Parsed, RpcError};
 use crate::outbox::{Drain, Drained, Outbox, PushError};
-use crate::router::{Ctx, HandlerFuture, Router};
+use crate::router::{ConnCtx, Ctx, HandlerFuture, Router};
 use crate::shutdown::Shutdown;
 
 /// Limits and timeouts of one connection. The defaults are the engine's
@@ -1039,7 +1039,8 @@ impl IncomingBacklog {
 struct Work<S> {
     handle: PeerHandle,
     router: Arc<Router<S>>,
-    state: Arc<S>,
+    /// What every call's `Ctx` shares.
+    conn: Arc<ConnCtx<S>>,
     running: FuturesUnordered<BoxFuture<'static, Done>>,
     backlog: IncomingBacklog,
     /// Ids of incoming requests not yet answered, to refuse duplicates.
@@ -1055,9 +1056,9 @@ impl<S: Send + Sync + 'static> Work<S> {
     fn new(handle: PeerHandle, router: Arc<Router<S>>, state: Arc<S>) -> Self {
         let backlog = IncomingBacklog::new(&handle.shared.config);
         Work {
+            conn: Arc::new(ConnCtx { peer: handle.clone(), state }),
             handle,
             router,
-            state,
             running: FuturesUnordered::new(),
             backlog,
             in_flight: HashSet::new(),
@@ -1072,7 +1073,7 @@ impl<S: Send + Sync + 'static> Work<S> {
     }
 
     fn ctx(&self, call: Option<&Id>) -> Ctx<S> {
-        Ctx::new(self.handle.clone(), self.state.clone(), call.cloned())
+        Ctx::on(&self.conn, call.cloned())
     }
 
     fn config(&self) -> &PeerConfig {

@@ -24,22 +24,42 @@ use crate::peer::PeerHandle;
 
 /// What a handler gets besides its params: the connection it serves, that
 /// connection's own state (`S`, e.g. "has said hello", "is the browser of X"),
-/// and the id of the request it answers.
+/// and the id of the request it answers. `ctx.peer` and `ctx.state` are the
+/// [`ConnCtx`]'s, shared by every call on the connection (one reference count
+/// a call, not two).
 pub struct Ctx<S> {
+    conn: Arc<ConnCtx<S>>,
+    call: Option<Id>,
+}
+
+/// The part of a [`Ctx`] that is the same for every call on a connection.
+pub struct ConnCtx<S> {
     pub peer: PeerHandle,
     pub state: Arc<S>,
-    call: Option<Id>,
+}
+
+impl<S> std::ops::Deref for Ctx<S> {
+    type Target = ConnCtx<S>;
+
+    fn deref(&self) -> &ConnCtx<S> {
+        &self.conn
+    }
 }
 
 impl<S> Clone for Ctx<S> {
     fn clone(&self) -> Self {
-        Ctx { peer: self.peer.clone(), state: self.state.clone(), call: self.call.clone() }
+        Ctx { conn: self.conn.clone(), call: self.call.clone() }
     }
 }
 
 impl<S> Ctx<S> {
     pub fn new(peer: PeerHandle, state: Arc<S>, call: Option<Id>) -> Self {
-        Ctx { peer, state, call }
+        Ctx { conn: Arc::new(ConnCtx { peer, state }), call }
+    }
+
+    /// A call's context on a connection whose [`ConnCtx`] already exists.
+    pub fn on(conn: &Arc<ConnCtx<S>>, call: Option<Id>) -> Self {
+        Ctx { conn: conn.clone(), call }
     }
 
     /// The id of the request being handled (`None` for a notification).
