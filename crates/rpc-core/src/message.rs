@@ -706,7 +706,11 @@ pub fn response_with<R: Serialize + ?Sized>(id: &Id, result: &R) -> serde_json::
     Ok(out)
 }
 
-fn write_response<W: std::io::Write, R: Serialize + ?Sized>(out: &mut W, id: &Id, result: &R) -> serde_json::Result<()> {
+fn write_response<W: std::io::Write, R: Serialize + ?Sized>(
+    out: &mut W,
+    id: &Id,
+    result: &R,
+) -> serde_json::Result<()> {
     let io = serde_json::Error::io;
     out.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":").map_err(io)?;
     match id {

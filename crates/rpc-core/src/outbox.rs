@@ -241,6 +241,9 @@ pub(crate) struct Drain {
     unflushed: bool,
     /// Responses handed to the sink since the last flush.
     unflushed_responses: u64,
+    /// Of those, the ones handed over by [`Drain::write_now`], which the
+    /// outbox never counted.
+    unflushed_direct: u64,
     /// Bytes handed to the sink in this turn, taken off the count at its end
     /// (one atomic update a turn rather than one a message).
     handed_bytes: u64,
@@ -248,6 +251,9 @@ pub(crate) struct Drain {
     closing: bool,
     /// Since when the sink has refused to take or flush data.
     blocked_since: Option<Instant>,
+    /// The sink refused an item [`Drain::write_now`] handed it; the next
+    /// drain reports it.
+    broken: Option<io::Error>,
 }
 
 impl Drain {
@@ -257,10 +263,47 @@ impl Drain {
             batch: VecDeque::new(),
             unflushed: false,
             unflushed_responses: 0,
+            unflushed_direct: 0,
             handed_bytes: 0,
             closing: false,
             blocked_since: None,
+            broken: None,
         }
+    }
+
+    /// Hands an item from the connection task itself straight to the sink,
+    /// when nothing is queued or being written ahead of it: it then goes out
+    /// in the order the queue would have given it, without the queue's lock
+    /// and accounting (a reply to a pipelined request costs no more than its
+    /// encoding). `Err(item)` when it must be queued instead: something is
+    /// ahead of it, a close went out, or the sink is full (the queue then
+    /// holds it, within the outbox's limits). The next [`Drain::poll_drain`]
+    /// flushes it.
+    pub fn write_now(&mut self, outbox: &Outbox, item: Outbound) -> Result<(), Outbound> {
+        if self.closing || self.broken.is_some() || !self.batch.is_empty() || outbox.len.load(Ordering::Relaxed) != 0 {
+            return Err(item);
+        }
+        // A sink that is not ready (its buffer over the limit and the socket
+        // full) registers this no-op waker; the item is then queued, and the
+        // connection task's next poll of the drain registers its own.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match self.sink.as_mut().poll_ready(&mut cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(_)) | Poll::Pending => return Err(item),
+        }
+        let response = is_response(&item);
+        if let Err(e) = self.sink.as_mut().start_send(item) {
+            self.broken = Some(e);
+        }
+        self.unflushed = true;
+        self.unflushed_direct += u64::from(response);
+        Ok(())
+    }
+
+    /// Replies handed over by [`Drain::write_now`] and not flushed yet: owed,
+    /// like the outbox's own, for the stall timeout.
+    pub fn owed_direct(&self) -> u64 {
+        self.unflushed_direct
     }
 
     /// When the sink started refusing data, for the stall timeout.
@@ -273,6 +316,9 @@ impl Drain {
     /// cannot take more (registered for writability).
     pub fn poll_drain(&mut self, outbox: &Outbox, cx: &mut Context<'_>) -> Poll<io::Result<Drained>> {
         outbox.writer.register(cx.waker());
+        if let Some(e) = self.broken.take() {
+            return Poll::Ready(Err(e));
+        }
         let mut progressed = false;
         let result = self.write_batch(outbox, cx, &mut progressed);
         outbox.release(std::mem::take(&mut self.handed_bytes), 0);
@@ -335,6 +381,7 @@ impl Drain {
             match self.sink.as_mut().poll_flush(cx) {
                 Poll::Ready(Ok(())) => {
                     self.unflushed = false;
+                    self.unflushed_direct = 0;
                     outbox.release(0, std::mem::take(&mut self.unflushed_responses));
                 }
                 Poll::Ready(Err(e)) => return Some(Poll::Ready(Err(e))),
@@ -405,6 +452,37 @@ mod tests {
             Ok::<_, io::Error>(tx)
         });
         (Box::pin(sink), rx)
+    }
+
+    #[tokio::test]
+    async fn a_direct_write_never_overtakes_what_is_queued() {
+        let (sink, mut rx) = channel_sink(64);
+        let outbox = Outbox::new(8, 1 << 20);
+        let mut drain = Drain::new(sink);
+        // Nothing ahead: straight to the sink, flushed by the next drain.
+        assert!(drain.write_now(&outbox, message(1)).is_ok());
+        assert_eq!(drain.owed_direct(), 0, "a notification is not owed");
+        // Something queued (another task's event): the reply queues behind it.
+        outbox.push_now(message(2)).unwrap();
+        let refused = drain.write_now(&outbox, message(3)).unwrap_err();
+        outbox.push_now(refused).unwrap();
+        std::future::poll_fn(|cx| drain.poll_drain(&outbox, cx)).await.unwrap();
+        for n in 1..=3 {
+            assert_eq!(rx.recv().await, Some(message(n)));
+        }
+        // A reply written directly is owed until flushed.
+        let reply = Outbound::message(Kind::Response, "{}");
+        assert!(drain.write_now(&outbox, reply).is_ok());
+        assert_eq!(drain.owed_direct(), 1);
+        // Flushing it is all there is to do: the drain then waits for more.
+        let polled = std::future::poll_fn(|cx| Poll::Ready(drain.poll_drain(&outbox, cx))).await;
+        assert!(polled.is_pending());
+        assert_eq!(drain.owed_direct(), 0);
+        assert_eq!(rx.recv().await, Some(Outbound::message(Kind::Response, "{}")));
+        // After a close, nothing more goes out directly.
+        outbox.push_now(Outbound::Close { code: 1000, reason: String::new() }).unwrap();
+        drain.finish(&outbox, Duration::from_secs(1)).await;
+        assert!(drain.write_now(&outbox, message(4)).is_err());
     }
 
     #[tokio::test]

@@ -638,9 +638,8 @@ impl<S: Send + Sync + 'static> Connection<S> {
         let shared = handle.shared.clone();
         let config = &shared.config;
         let outbox = &shared.outbox;
-        let mut drain = Drain::new(transport.writer);
         let mut reader = transport.reader;
-        let mut work = Work::new(handle.clone(), router, state);
+        let mut work = Work::new(handle.clone(), router, state, Drain::new(transport.writer));
         let mut keepalive = transport.wants_keepalive.then(|| {
             let mut t = tokio::time::interval_at(Instant::now() + config.keepalive, config.keepalive);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -704,7 +703,8 @@ impl<S: Send + Sync + 'static> Connection<S> {
             work.start_waiting();
             // The stall clock runs only while writes are blocked *and* replies
             // are owed: events alone never close a connection (§5).
-            stalled_since = match drain.blocked_since().is_some() && outbox.owed() > 0 {
+            let owed = outbox.owed() as u64 + work.drain.owed_direct();
+            stalled_since = match work.drain.blocked_since().is_some() && owed > 0 {
                 true => Some(stalled_since.unwrap_or_else(Instant::now)),
                 false => None,
             };
@@ -724,7 +724,7 @@ impl<S: Send + Sync + 'static> Connection<S> {
                         break reason;
                     }
                 }
-                drained = std::future::poll_fn(|cx| drain.poll_drain(outbox, cx)) => match drained {
+                drained = std::future::poll_fn(|cx| work.drain.poll_drain(outbox, cx)) => match drained {
                     Ok(Drained::Progress) => {}
                     Ok(Drained::Closed) => {
                         sink_done = true;
@@ -848,7 +848,7 @@ impl<S: Send + Sync + 'static> Connection<S> {
         handle.fail_all_pending();
         shared.closing.cancel();
         // Dropping the work cancels handlers still running (they lost their peer).
-        drop(work);
+        let Work { mut drain, .. } = work;
         if !sink_done {
             if reason == CloseReason::Shutdown
                 && let Some(bye) = config.goodbye.as_ref().filter(|g| g.awaited.is_none())
@@ -1041,6 +1041,9 @@ struct Work<S> {
     router: Arc<Router<S>>,
     /// What every call's `Ctx` shares.
     conn: Arc<ConnCtx<S>>,
+    /// The write side: replies written here go straight to the transport
+    /// when nothing is queued ahead of them.
+    drain: Drain,
     running: FuturesUnordered<BoxFuture<'static, Done>>,
     backlog: IncomingBacklog,
     /// Ids of incoming requests not yet answered, to refuse duplicates.
@@ -1053,10 +1056,11 @@ struct Work<S> {
 }
 
 impl<S: Send + Sync + 'static> Work<S> {
-    fn new(handle: PeerHandle, router: Arc<Router<S>>, state: Arc<S>) -> Self {
+    fn new(handle: PeerHandle, router: Arc<Router<S>>, state: Arc<S>, drain: Drain) -> Self {
         let backlog = IncomingBacklog::new(&handle.shared.config);
         Work {
             conn: Arc::new(ConnCtx { peer: handle.clone(), state }),
+            drain,
             handle,
             router,
             running: FuturesUnordered::new(),
@@ -1111,9 +1115,14 @@ impl<S: Send + Sync + 'static> Work<S> {
         }
     }
 
-    /// Queues a reply; the connection task writes it when it next drains.
+    /// Writes a reply, or queues it behind what is queued already; either way
+    /// the connection task flushes it when it next drains.
     fn write(&mut self, kind: Kind, json: Vec<u8>) -> Result<(), CloseReason> {
-        self.handle.shared.outbox.push_now(Outbound::message(kind, json)).map_err(|_| CloseReason::Closed)
+        let outbox = &self.handle.shared.outbox;
+        match self.drain.write_now(outbox, Outbound::message(kind, json)) {
+            Ok(()) => Ok(()),
+            Err(item) => outbox.push_now(item).map_err(|_| CloseReason::Closed),
+        }
     }
 
     /// Answers a message the reader refused (unreadable, invalid, too large,

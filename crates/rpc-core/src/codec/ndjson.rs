@@ -12,6 +12,9 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use super::{Frame, Outbound};
 
+/// The least room a read gets (tokio-util's own initial buffer size).
+const READ_ROOM: usize = 8 * 1024;
+
 #[derive(Clone, Debug)]
 pub struct NdjsonCodec {
     max_line: usize,
@@ -60,6 +63,14 @@ impl Decoder for NdjsonCodec {
                     return Ok(Some(Frame::TooLarge(None)));
                 }
                 self.searched = buf.len();
+                // The next read goes into the buffer's spare room, which lines
+                // split off the front use up: with a few bytes left, a read
+                // takes a fraction of what is waiting and another read (often
+                // one that finds nothing) follows. Once the lines read so far
+                // are dropped, making room moves nothing and allocates nothing.
+                if buf.capacity() - buf.len() < READ_ROOM / 2 {
+                    buf.reserve(READ_ROOM);
+                }
                 return Ok(None);
             };
             let mut line = buf.split_to(end + 1);
@@ -128,6 +139,21 @@ mod tests {
     use super::*;
     use crate::codec::test_support::{decode_in_chunks, random_chunks};
     use crate::message::Kind;
+
+    #[test]
+    fn a_read_always_gets_room_once_the_lines_are_taken() {
+        let mut codec = NdjsonCodec::new(1 << 20);
+        let mut buf = BytesMut::with_capacity(READ_ROOM);
+        let line = format!("{}\n", "x".repeat(99));
+        // Lines read and handled (dropped) one by one, as the peer does, until
+        // the buffer's room is nearly used up.
+        while buf.capacity() - buf.len() >= line.len() {
+            buf.extend_from_slice(line.as_bytes());
+            assert!(matches!(codec.decode(&mut buf).unwrap(), Some(Frame::Message(_))));
+        }
+        assert!(codec.decode(&mut buf).unwrap().is_none());
+        assert!(buf.capacity() - buf.len() >= READ_ROOM / 2, "only {} bytes of room", buf.capacity() - buf.len());
+    }
 
     fn messages(frames: &[Frame]) -> Vec<String> {
         frames
