@@ -146,6 +146,12 @@ struct Inner {
     console: Arc<ConsoleLog>,
     turn: Arc<tokio::sync::Mutex<Slot>>,
     state: watch::Sender<State>,
+    /// While `state` is `Running` with a live process, that process's
+    /// generation (never 0); otherwise 0. Health checks read this one word
+    /// instead of taking the state's lock; it is cleared when the process
+    /// exits, as the state would then read "starting".
+    running: Arc<AtomicU64>,
+    generations: AtomicU64,
     counters: Counters,
     stop: CancellationToken,
     /// Shutdown began: no evaluation starts any more.
@@ -166,6 +172,8 @@ impl Runtime {
             console,
             turn: Arc::new(tokio::sync::Mutex::new(Slot::new())),
             state: watch::Sender::new(State::Starting),
+            running: Arc::new(AtomicU64::new(0)),
+            generations: AtomicU64::new(0),
             counters: Counters::default(),
             stop: CancellationToken::new(),
             draining: CancellationToken::new(),
@@ -267,6 +275,9 @@ impl Runtime {
     /// which must not allocate for a running runtime (see [`Snapshot`]). A
     /// process that exited and waits for the keeper's restart is `starting`.
     pub fn health(&self) -> (&'static str, Option<String>) {
+        if self.inner.running.load(Ordering::Acquire) != 0 {
+            return ("running", None);
+        }
         health_of(&self.inner.state.borrow())
     }
 
@@ -347,7 +358,7 @@ impl Runtime {
             tracing::info!(pid, %exited, "ruby runtime stopped");
             inner.console.mark(&format!("runtime pid {pid} stopped ({exited}): daemon shutting down"));
         }
-        inner.state.send_replace(State::Stopped);
+        inner.set_state(State::Stopped);
     }
 }
 
@@ -362,10 +373,29 @@ fn health_of(state: &State) -> (&'static str, Option<String>) {
 }
 
 impl Inner {
+    /// Every change of state goes through here, to keep `running` with it.
+    fn set_state(&self, state: State) {
+        match &state {
+            State::Running(process) => {
+                let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+                // Set before the watcher can run, so an exit it sees at once
+                // still clears it.
+                self.running.store(generation, Ordering::Release);
+                let (running, exited) = (self.running.clone(), process.exit_watch());
+                tokio::spawn(async move {
+                    exited.await;
+                    let _ = running.compare_exchange(generation, 0, Ordering::AcqRel, Ordering::Relaxed);
+                });
+            }
+            _ => self.running.store(0, Ordering::Release),
+        }
+        self.state.send_replace(state);
+    }
+
     /// Starts a process (the turn must be held).
     async fn start(&self, slot: &mut Slot) -> Result<Arc<RubyProcess>, RuntimeError> {
         slot.process = None;
-        self.state.send_replace(State::Starting);
+        self.set_state(State::Starting);
         match RubyProcess::spawn(&self.command, &self.console, STARTUP_TIMEOUT).await {
             Ok(process) => {
                 let process = Arc::new(process);
@@ -379,13 +409,13 @@ impl Inner {
                 }
                 slot.ran_before = true;
                 slot.process = Some(process.clone());
-                self.state.send_replace(State::Running(process.clone()));
+                self.set_state(State::Running(process.clone()));
                 Ok(process)
             }
             Err(e) => {
                 tracing::warn!("{e}");
                 self.console.mark(&e.0);
-                self.state.send_replace(State::Unavailable(e.0.clone()));
+                self.set_state(State::Unavailable(e.0.clone()));
                 Err(RuntimeError::Unavailable { message: e.0 })
             }
         }
@@ -404,7 +434,7 @@ impl Inner {
         tracing::error!("{message}");
         self.console.mark(&message);
         slot.process = None;
-        self.state.send_replace(State::Unavailable(message));
+        self.set_state(State::Unavailable(message));
     }
 
     /// The live process, started on demand (a missing interpreter may have

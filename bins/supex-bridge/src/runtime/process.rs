@@ -323,6 +323,12 @@ impl RubyProcess {
     pub fn has_exited(&self) -> bool {
         self.child.has_exited()
     }
+
+    /// Resolves when the process has exited; owns what it needs, so it can
+    /// be awaited in a task without keeping the process alive.
+    pub fn exit_watch(&self) -> impl Future<Output = Exit> + Send + 'static {
+        self.child.exited()
+    }
 }
 
 impl Drop for RubyProcess {

@@ -7,13 +7,16 @@
 
 use std::io;
 
-use bytes::{BufMut, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
 use super::{Frame, Outbound};
 
 /// The least room a read gets (tokio-util's own initial buffer size).
 const READ_ROOM: usize = 8 * 1024;
+
+/// Lines up to this long are copied out of the read buffer rather than split off it.
+const COPY_BELOW: usize = 1024;
 
 #[derive(Clone, Debug)]
 pub struct NdjsonCodec {
@@ -73,19 +76,29 @@ impl Decoder for NdjsonCodec {
                 }
                 return Ok(None);
             };
-            let mut line = buf.split_to(end + 1);
             self.searched = 0;
-            line.truncate(end);
-            if line.last() == Some(&b'\r') {
-                line.truncate(end - 1);
-            }
-            if line.len() > self.max_line {
+            let len = if end > 0 && buf[end - 1] == b'\r' { end - 1 } else { end };
+            if len > self.max_line {
+                buf.advance(end + 1);
                 return Ok(Some(Frame::TooLarge(None)));
             }
-            if line.iter().all(u8::is_ascii_whitespace) {
+            if buf[..len].iter().all(u8::is_ascii_whitespace) {
+                buf.advance(end + 1);
                 continue;
             }
-            return Ok(Some(Frame::Message(line.freeze())));
+            // A short line is copied out: an allocation of its own costs less
+            // than sharing the read buffer (two atomic reference counts a line,
+            // and a buffer that cannot be reused until every line is gone).
+            let line = if len <= COPY_BELOW {
+                let line = Bytes::copy_from_slice(&buf[..len]);
+                buf.advance(end + 1);
+                line
+            } else {
+                let mut line = buf.split_to(end + 1);
+                line.truncate(len);
+                line.freeze()
+            };
+            return Ok(Some(Frame::Message(line)));
         }
     }
 
