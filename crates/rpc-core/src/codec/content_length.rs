@@ -66,11 +66,14 @@ impl Decoder for ContentLengthCodec {
                             self.resync("header line too long", &line);
                             continue;
                         }
+                        super::make_room(buf);
                         return Ok(None);
                     };
-                    let raw = buf.split_to(nl + 1);
-                    let line = trim_line_end(&raw);
+                    // The line is read where it lies, then consumed.
+                    let consumed = nl + 1;
+                    let line = trim_line_end(&buf[..consumed]);
                     if line.is_empty() {
+                        buf.advance(consumed);
                         match (*length, *any_header) {
                             (_, false) => continue, // stray blank line before a header
                             (Some(n), true) if n > self.max_body => {
@@ -80,12 +83,13 @@ impl Decoder for ContentLengthCodec {
                                 buf.reserve(n.saturating_sub(buf.len()));
                                 self.state = State::Body(n);
                             }
-                            (None, true) => self.resync("headers without Content-Length", line),
+                            (None, true) => self.resync("headers without Content-Length", b""),
                         }
                         continue;
                     }
                     let Some(colon) = line.iter().position(|&b| b == b':') else {
                         self.resync("not a header", line);
+                        buf.advance(consumed);
                         continue;
                     };
                     let (name, value) = (line[..colon].trim_ascii(), line[colon + 1..].trim_ascii());
@@ -94,6 +98,7 @@ impl Decoder for ContentLengthCodec {
                             Some(n) => *length = Some(n),
                             None => {
                                 self.resync("Content-Length is not a number", line);
+                                buf.advance(consumed);
                                 continue;
                             }
                         }
@@ -104,13 +109,14 @@ impl Decoder for ContentLengthCodec {
                         );
                     }
                     *any_header = true;
+                    buf.advance(consumed);
                 }
                 State::Body(n) => {
                     let n = *n;
                     if buf.len() < n {
                         return Ok(None);
                     }
-                    let body = buf.split_to(n).freeze();
+                    let body = super::take_message(buf, n, n);
                     self.state = State::Headers { length: None, any_header: false };
                     return Ok(Some(Frame::Message(body)));
                 }

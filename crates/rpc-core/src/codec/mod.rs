@@ -13,7 +13,7 @@ pub mod websocket;
 use std::io;
 use std::pin::Pin;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::{Sink, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
@@ -115,6 +115,44 @@ impl Transport {
             Ok::<_, io::Error>(tx)
         });
         Transport { reader: Box::pin(reader), writer: Box::pin(writer), wants_keepalive: false }
+    }
+}
+
+/// The least room a read into a framing's buffer gets (tokio-util's own
+/// initial buffer size).
+const READ_ROOM: usize = 8 * 1024;
+
+/// Messages up to this long are copied out of the read buffer rather than
+/// split off it.
+const COPY_BELOW: usize = 1024;
+
+/// Makes room for the next read once the messages taken from `buf` are gone.
+/// The next read goes into the buffer's spare room, which messages split off
+/// the front use up: with a few bytes left, a read takes a fraction of what
+/// is waiting and another read (often one that finds nothing) follows. With
+/// nothing else holding the buffer, making room moves nothing and allocates
+/// nothing.
+fn make_room(buf: &mut BytesMut) {
+    if buf.capacity() - buf.len() < READ_ROOM / 2 {
+        buf.reserve(READ_ROOM);
+    }
+}
+
+/// Takes a message of `len` bytes off the front of `buf` and consumes
+/// `consumed` bytes (the message and its framing). A short message is copied
+/// into its own allocation, which costs less than sharing the read buffer
+/// (two atomic reference counts a message, and a buffer that cannot be reused
+/// until every message is gone); a long one is split off without a copy.
+fn take_message(buf: &mut BytesMut, len: usize, consumed: usize) -> Bytes {
+    use bytes::Buf;
+    if len <= COPY_BELOW {
+        let message = Bytes::copy_from_slice(&buf[..len]);
+        buf.advance(consumed);
+        message
+    } else {
+        let mut message = buf.split_to(consumed);
+        message.truncate(len);
+        message.freeze()
     }
 }
 

@@ -7,16 +7,10 @@
 
 use std::io;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
 use super::{Frame, Outbound};
-
-/// The least room a read gets (tokio-util's own initial buffer size).
-const READ_ROOM: usize = 8 * 1024;
-
-/// Lines up to this long are copied out of the read buffer rather than split off it.
-const COPY_BELOW: usize = 1024;
 
 #[derive(Clone, Debug)]
 pub struct NdjsonCodec {
@@ -66,14 +60,7 @@ impl Decoder for NdjsonCodec {
                     return Ok(Some(Frame::TooLarge(None)));
                 }
                 self.searched = buf.len();
-                // The next read goes into the buffer's spare room, which lines
-                // split off the front use up: with a few bytes left, a read
-                // takes a fraction of what is waiting and another read (often
-                // one that finds nothing) follows. Once the lines read so far
-                // are dropped, making room moves nothing and allocates nothing.
-                if buf.capacity() - buf.len() < READ_ROOM / 2 {
-                    buf.reserve(READ_ROOM);
-                }
+                super::make_room(buf);
                 return Ok(None);
             };
             self.searched = 0;
@@ -86,18 +73,7 @@ impl Decoder for NdjsonCodec {
                 buf.advance(end + 1);
                 continue;
             }
-            // A short line is copied out: an allocation of its own costs less
-            // than sharing the read buffer (two atomic reference counts a line,
-            // and a buffer that cannot be reused until every line is gone).
-            let line = if len <= COPY_BELOW {
-                let line = Bytes::copy_from_slice(&buf[..len]);
-                buf.advance(end + 1);
-                line
-            } else {
-                let mut line = buf.split_to(end + 1);
-                line.truncate(len);
-                line.freeze()
-            };
+            let line = super::take_message(buf, len, end + 1);
             return Ok(Some(Frame::Message(line)));
         }
     }
@@ -156,7 +132,7 @@ mod tests {
     #[test]
     fn a_read_always_gets_room_once_the_lines_are_taken() {
         let mut codec = NdjsonCodec::new(1 << 20);
-        let mut buf = BytesMut::with_capacity(READ_ROOM);
+        let mut buf = BytesMut::with_capacity(super::super::READ_ROOM);
         let line = format!("{}\n", "x".repeat(99));
         // Lines read and handled (dropped) one by one, as the peer does, until
         // the buffer's room is nearly used up.
@@ -165,7 +141,11 @@ mod tests {
             assert!(matches!(codec.decode(&mut buf).unwrap(), Some(Frame::Message(_))));
         }
         assert!(codec.decode(&mut buf).unwrap().is_none());
-        assert!(buf.capacity() - buf.len() >= READ_ROOM / 2, "only {} bytes of room", buf.capacity() - buf.len());
+        assert!(
+            buf.capacity() - buf.len() >= super::super::READ_ROOM / 2,
+            "only {} bytes of room",
+            buf.capacity() - buf.len()
+        );
     }
 
     fn messages(frames: &[Frame]) -> Vec<String> {
