@@ -25,7 +25,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::CommandFactory;
 use rpc_core::cli;
-use rpc_core::daemon;
+use rpc_core::daemon::{self, Threads};
 
 use config::{Cli, Command, Config, EndpointArgs, ServeArgs};
 
@@ -40,7 +40,7 @@ fn main() -> ExitCode {
     if let Err(e) = cli.log.init() {
         return cli::bad_configuration(&e);
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match Threads::per_core().runtime() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("btcp-broker: starting the async runtime: {e}");

@@ -89,6 +89,17 @@ pub enum Threads {
 }
 
 impl Threads {
+    /// A worker for each core this process may run on, or [`Threads::One`]
+    /// when that is one (a machine with one core, or a daemon pinned to one
+    /// with `taskset` or systemd's `CPUAffinity=`): a pool of one worker only
+    /// adds hand-offs between threads that share the core.
+    pub fn per_core() -> Threads {
+        match std::thread::available_parallelism() {
+            Ok(n) if n.get() > 1 => Threads::Workers(n.get()),
+            _ => Threads::One,
+        }
+    }
+
     /// Builds the runtime.
     pub fn runtime(self) -> io::Result<tokio::runtime::Runtime> {
         match self {
