@@ -1,9 +1,10 @@
 //! `GET /ws`: the WebSocket transport.
 //!
 //! The handshake is done here rather than by a framework extractor so that the
-//! connection runs on rpc-core's tokio-tungstenite adapter (its read buffer is
-//! sized for many idle connections) and so that every refusal is a plain HTTP
-//! status with a JSON reason, sent before any upgrade.
+//! connection runs on rpc-core's tokio-tungstenite adapter (its read buffer
+//! exists only while there is input to take, for many idle connections) and
+//! so that every refusal is a plain HTTP status with a JSON reason, sent
+//! before any upgrade.
 
 use std::sync::Arc;
 
@@ -13,9 +14,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
 use rpc_core::codec::websocket;
-use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::Role;
 
 use super::admission::{self, PeerAddr, Rejection, reject};
 use super::request;
@@ -48,12 +47,7 @@ pub async fn upgrade(State(broker): State<Arc<Broker>>, mut request: Request) ->
     broker.shutdown.spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
-                let ws = WebSocketStream::from_raw_socket(
-                    TokioIo::new(upgraded),
-                    Role::Server,
-                    Some(websocket::config(max_message)),
-                )
-                .await;
+                let ws = websocket::server(TokioIo::new(upgraded), max_message).await;
                 broker::serve_peer(task_broker, websocket::transport(ws), spec).await;
             }
             Err(e) => tracing::debug!(error = %e, "websocket upgrade did not complete"),
