@@ -6,8 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use futures_util::FutureExt;
 use rpc_core::codec::Frame;
 use rpc_core::fanout;
+use rpc_core::peer::CloseReason;
 use rpc_core::{Connection, PeerConfig, PeerHandle, Router, Shutdown, Transport};
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -203,6 +205,38 @@ struct Replaced<'a> {
 
 /// Serves one browser or agent until it goes: attach, welcome, run, detach.
 pub async fn serve_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpec) {
+    open_peer(broker, transport, spec).await.serve().await;
+}
+
+/// A peer attached and welcomed (or told why not): what is left is to run its
+/// connection, then detach it.
+///
+/// The two halves are separate futures so that a connection's task does not
+/// carry the first while it runs the second: an `async fn` doing both keeps
+/// its arguments and the locals borrowed before the run beside the
+/// connection's future for the connection's whole life. For a WebSocket
+/// agent that took the task's future from 2136 to 2800 bytes, and its
+/// allocation from mimalloc's 2.5 KiB class to its 3 KiB one (B8).
+/// See [`Opened::serve`].
+pub struct Opened {
+    conn: Connection<ConnState>,
+    /// Given back when the connection has ended.
+    slot: PeerSlot,
+    /// `None` when the peer was refused: its connection only says why.
+    after: Option<AfterRun>,
+}
+
+/// What detaching a peer needs, held while its connection runs: kept small.
+struct AfterRun {
+    broker: Arc<Broker>,
+    state: Arc<ConnState>,
+    peer: PeerHandle,
+    client_type: ClientType,
+    transport_kind: TransportKind,
+}
+
+/// Attaches a peer to its session and welcomes it.
+pub async fn open_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpec) -> Opened {
     let PeerSpec { client_type, session_id, client_id, version, transport: transport_kind, event_stream, slot } = spec;
     let state = Arc::new(ConnState {
         broker: broker.clone(),
@@ -240,8 +274,7 @@ pub async fn serve_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpe
             tracing::warn!(%client_id, %error, "connection refused");
             let _ = peer.notify("error", serde_json::json!({"code": -32000, "message": error.to_string()})).await;
             peer.close(1013, "session or broker full");
-            let _ = conn.run().await;
-            return;
+            return Opened { conn, slot, after: None };
         }
     };
     let available_sessions = (client_type == ClientType::Agent).then(|| broker.sessions.with_browser());
@@ -267,33 +300,52 @@ pub async fn serve_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpe
         %version,
         "peer connected"
     );
+    let conn = conn.with_shutdown(&broker.shutdown);
+    Opened { conn, slot, after: Some(AfterRun { broker, state, peer, client_type, transport_kind }) }
+}
 
-    let reason = conn.with_shutdown(&broker.shutdown).run().await;
+impl Opened {
+    /// Runs the connection until either side closes it, then detaches the
+    /// peer. A plain `Map` over the connection's future: nothing but what
+    /// detaching needs is kept beside it.
+    pub fn serve(self) -> impl Future<Output = ()> + Send + 'static {
+        let Opened { conn, slot, after } = self;
+        conn.run().map(move |reason| {
+            if let Some(after) = after {
+                after.detach(reason);
+            }
+            drop(slot);
+        })
+    }
+}
 
-    match client_type {
-        ClientType::Browser => {
-            if let Some(session) = state.session() {
-                // A replaced browser leaving must not unseat its successor.
-                if session.detach_browser(peer.conn_id()) {
-                    session.notify_agents("session/browserDisconnected", &SessionEvent { session_id: &session.id });
+impl AfterRun {
+    fn detach(self, reason: CloseReason) {
+        let AfterRun { broker, state, peer, client_type, transport_kind } = self;
+        match client_type {
+            ClientType::Browser => {
+                if let Some(session) = state.session() {
+                    // A replaced browser leaving must not unseat its successor.
+                    if session.detach_browser(peer.conn_id()) {
+                        session.notify_agents("session/browserDisconnected", &SessionEvent { session_id: &session.id });
+                    }
+                    let evicted = broker.sessions.evict_over_budget();
+                    broker.metrics.tool_lists_evicted(evicted);
                 }
-                let evicted = broker.sessions.evict_over_budget();
-                broker.metrics.tool_lists_evicted(evicted);
+            }
+            ClientType::Agent => {
+                state.leave();
             }
         }
-        ClientType::Agent => {
-            state.leave();
-        }
+        broker.metrics.peer_closed(client_type, transport_kind);
+        tracing::info!(
+            conn = peer.conn_id(),
+            client = %state.client_id,
+            client_type = client_type.as_str(),
+            ?reason,
+            "peer disconnected"
+        );
     }
-    broker.metrics.peer_closed(client_type, transport_kind);
-    tracing::info!(
-        conn = peer.conn_id(),
-        client = %client_id,
-        client_type = client_type.as_str(),
-        ?reason,
-        "peer disconnected"
-    );
-    drop(slot);
 }
 
 /// With the SSE session fallback on, a browser's session id is what a POST

@@ -1,9 +1,10 @@
 //! `GET /ws`: the WebSocket transport.
 //!
 //! The handshake is done here rather than by a framework extractor so that the
-//! connection runs on rpc-core's tokio-tungstenite adapter (its read buffer is
-//! sized for many idle connections) and so that every refusal is a plain HTTP
-//! status with a JSON reason, sent before any upgrade.
+//! connection runs on rpc-core's tokio-tungstenite adapter (its read buffer
+//! exists only while there is input to take, for many idle connections) and
+//! so that every refusal is a plain HTTP status with a JSON reason, sent
+//! before any upgrade.
 
 use std::sync::Arc;
 
@@ -11,15 +12,15 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures_util::FutureExt;
+use futures_util::future::OptionFuture;
 use hyper_util::rt::TokioIo;
 use rpc_core::codec::websocket;
-use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::Role;
 
 use super::admission::{self, PeerAddr, Rejection, reject};
 use super::request;
-use crate::broker::{self, Broker};
+use crate::broker::{self, Broker, Opened};
 use crate::metrics::TransportKind;
 
 pub async fn upgrade(State(broker): State<Arc<Broker>>, mut request: Request) -> Response {
@@ -45,20 +46,22 @@ pub async fn upgrade(State(broker): State<Arc<Broker>>, mut request: Request) ->
     let on_upgrade = hyper::upgrade::on(&mut request);
     let max_message = broker.config.max_message;
     let task_broker = broker.clone();
-    broker.shutdown.spawn(async move {
+    // Two futures, chained: the one that lets the peer in (and holds the
+    // upgrade and the request's details) is gone by the time the connection
+    // runs, rather than kept beside it for the connection's life.
+    let opening = async move {
         match on_upgrade.await {
             Ok(upgraded) => {
-                let ws = WebSocketStream::from_raw_socket(
-                    TokioIo::new(upgraded),
-                    Role::Server,
-                    Some(websocket::config(max_message)),
-                )
-                .await;
-                broker::serve_peer(task_broker, websocket::transport(ws), spec).await;
+                let ws = websocket::server(TokioIo::new(upgraded), max_message).await;
+                Some(broker::open_peer(task_broker, websocket::transport(ws), spec).await)
             }
-            Err(e) => tracing::debug!(error = %e, "websocket upgrade did not complete"),
+            Err(e) => {
+                tracing::debug!(error = %e, "websocket upgrade did not complete");
+                None
+            }
         }
-    });
+    };
+    broker.shutdown.spawn(opening.then(|opened| OptionFuture::from(opened.map(Opened::serve))));
     Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)
         .header(header::CONNECTION, "upgrade")
