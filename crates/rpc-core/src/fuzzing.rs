@@ -17,8 +17,6 @@ use std::task::{Context, Poll};
 use bytes::BytesMut;
 use futures_util::{FutureExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_util::codec::Decoder;
 
 use crate::codec::{self, ContentLengthCodec, Frame, NdjsonCodec};
@@ -82,9 +80,7 @@ pub fn content_length(data: &[u8]) {
 pub fn websocket(data: &[u8]) {
     let read_size = data.first().map_or(1, |&b| usize::from(b % 64) + 1);
     let io = Replay { data: data.to_vec(), at: 0, read_size };
-    let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(codec::websocket::config(MAX_MESSAGE)))
-        .now_or_never()
-        .expect("wrapping a socket does not wait");
+    let ws = codec::websocket::server(io, MAX_MESSAGE).now_or_never().expect("wrapping a socket does not wait");
     let mut reader = codec::websocket::transport(ws).reader;
     let mut last = None;
     loop {
