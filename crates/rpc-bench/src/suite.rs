@@ -468,8 +468,11 @@ pub async fn run(options: Options, cores: Option<pin::Cores>) -> Result<()> {
             for curve in &scaling {
                 let medians: Vec<f64> = curve.target.iter().map(|runs| median(runs.clone()).per_second).collect();
                 let base: Vec<f64> = curve.baseline.iter().map(|runs| median(runs.clone()).per_second).collect();
-                let (at_peak, peak) =
-                    medians.iter().copied().enumerate().fold((0, 0.0), |best, (i, t)| if t > best.1 { (i, t) } else { best });
+                let (at_peak, peak) = medians
+                    .iter()
+                    .copied()
+                    .enumerate()
+                    .fold((0, 0.0), |best, (i, t)| if t > best.1 { (i, t) } else { best });
                 let last = *medians.last().unwrap();
                 // The same connection counts on the raw echo: how much of the
                 // fall from the daemon's best point the load side accounts for.
