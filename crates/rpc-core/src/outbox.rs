@@ -251,9 +251,11 @@ pub(crate) struct Drain {
     closing: bool,
     /// Since when the sink has refused to take or flush data.
     blocked_since: Option<Instant>,
-    /// The sink refused an item [`Drain::write_now`] handed it; the next
-    /// drain reports it.
+    /// The sink failed when [`Drain::write_now`] used it: the error, until
+    /// the next drain reports it, and from then on that it failed (a sink
+    /// is not polled after it failed).
     broken: Option<io::Error>,
+    failed: bool,
 }
 
 impl Drain {
@@ -268,6 +270,7 @@ impl Drain {
             closing: false,
             blocked_since: None,
             broken: None,
+            failed: false,
         }
     }
 
@@ -280,7 +283,7 @@ impl Drain {
     /// holds it, within the outbox's limits). The next [`Drain::poll_drain`]
     /// flushes it.
     pub fn write_now(&mut self, outbox: &Outbox, item: Outbound) -> Result<(), Outbound> {
-        if self.closing || self.broken.is_some() || !self.batch.is_empty() || outbox.len.load(Ordering::Relaxed) != 0 {
+        if self.closing || self.failed || !self.batch.is_empty() || outbox.len.load(Ordering::Relaxed) != 0 {
             return Err(item);
         }
         // A sink that is not ready (its buffer over the limit and the socket
@@ -289,15 +292,26 @@ impl Drain {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         match self.sink.as_mut().poll_ready(&mut cx) {
             Poll::Ready(Ok(())) => {}
-            Poll::Ready(Err(_)) | Poll::Pending => return Err(item),
+            Poll::Pending => return Err(item),
+            Poll::Ready(Err(e)) => {
+                // A sink that failed must not be polled again (some panic):
+                // the next drain reports the failure instead.
+                self.fail(e);
+                return Err(item);
+            }
         }
         let response = is_response(&item);
         if let Err(e) = self.sink.as_mut().start_send(item) {
-            self.broken = Some(e);
+            self.fail(e);
         }
         self.unflushed = true;
         self.unflushed_direct += u64::from(response);
         Ok(())
+    }
+
+    fn fail(&mut self, e: io::Error) {
+        self.failed = true;
+        self.broken = Some(e);
     }
 
     /// Replies handed over by [`Drain::write_now`] and not flushed yet: owed,
@@ -316,8 +330,8 @@ impl Drain {
     /// cannot take more (registered for writability).
     pub fn poll_drain(&mut self, outbox: &Outbox, cx: &mut Context<'_>) -> Poll<io::Result<Drained>> {
         outbox.writer.register(cx.waker());
-        if let Some(e) = self.broken.take() {
-            return Poll::Ready(Err(e));
+        if self.failed {
+            return Poll::Ready(Err(self.broken.take().unwrap_or_else(|| io::ErrorKind::BrokenPipe.into())));
         }
         let mut progressed = false;
         let result = self.write_batch(outbox, cx, &mut progressed);
@@ -483,6 +497,45 @@ mod tests {
         outbox.push_now(Outbound::Close { code: 1000, reason: String::new() }).unwrap();
         drain.finish(&outbox, Duration::from_secs(1)).await;
         assert!(drain.write_now(&outbox, message(4)).is_err());
+    }
+
+    /// A sink that fails its first `poll_ready` and panics if polled after
+    /// that, as `SinkMapErr` (the WebSocket writer) does.
+    struct FailsOnce(bool);
+
+    impl futures_util::Sink<Outbound> for FailsOnce {
+        type Error = io::Error;
+
+        fn poll_ready(mut self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            assert!(!self.0, "polled after it failed");
+            self.0 = true;
+            Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()))
+        }
+
+        fn start_send(self: std::pin::Pin<&mut Self>, _: Outbound) -> io::Result<()> {
+            unreachable!("never ready")
+        }
+
+        fn poll_flush(self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            panic!("polled after it failed")
+        }
+
+        fn poll_close(self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            panic!("polled after it failed")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sink_that_failed_a_direct_write_is_reported_and_never_polled_again() {
+        let outbox = Outbox::new(8, 1 << 20);
+        let mut drain = Drain::new(Box::pin(FailsOnce(false)));
+        let refused = drain.write_now(&outbox, message(1)).unwrap_err();
+        assert!(drain.write_now(&outbox, refused).is_err(), "a failed sink takes nothing more");
+        outbox.push_now(message(2)).unwrap();
+        for _ in 0..2 {
+            let failed = std::future::poll_fn(|cx| drain.poll_drain(&outbox, cx)).await;
+            assert!(failed.is_err());
+        }
     }
 
     #[tokio::test]
