@@ -8,7 +8,8 @@
 //!   after anything it cannot carry on from;
 //! - every reply to a parsed message is itself a valid message carrying the
 //!   same id, and a request re-serialised reads back the same;
-//! - the fast scanner for common messages reads what serde reads.
+//! - the fast scanner for common messages reads what serde reads, and a
+//!   message with an id is never taken for a notification.
 
 use std::io;
 use std::pin::Pin;
@@ -136,9 +137,13 @@ impl AsyncWrite for Replay {
 pub fn parse(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         message::check_scanner(text);
+        message::check_id_kept(text);
         // Each member of a batch is read like a single message.
         if let Ok(items) = serde_json::from_str::<Vec<&serde_json::value::RawValue>>(text) {
-            items.iter().for_each(|item| message::check_scanner(item.get()));
+            for item in items {
+                message::check_scanner(item.get());
+                message::check_id_kept(item.get());
+            }
         }
     }
     match message::parse(data, 16) {

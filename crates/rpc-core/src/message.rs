@@ -558,6 +558,17 @@ pub(crate) fn check_scanner(text: &str) {
     }
 }
 
+/// For the fuzz target: a message with an `id` member is never taken for a
+/// notification (it would go unanswered). Panics if it is.
+pub(crate) fn check_id_kept(text: &str) {
+    if let Ok(members) = members_by_serde(text)
+        && members.id.is_some()
+        && let Ok(Message::Notification { .. }) = parse_object(text)
+    {
+        panic!("{text:?} has an id but was read as a notification");
+    }
+}
+
 fn parse_object(text: &str) -> Result<Message<'_>, Invalid> {
     let members = match scan(text) {
         Some(members) => members,
@@ -584,11 +595,18 @@ fn message_from(raw: Members<'_>) -> Result<Message<'_>, Invalid> {
     };
     let id = match raw.id {
         None => None,
-        Some(v) if v.starts_with('"') => text_of(v).map(|s| Id::String(s.into())),
-        Some(v) => match Id::from_text(v) {
-            Some(id) => Some(id),
-            None => return Err(invalid(None, "id must be a string, a number or null")),
-        },
+        Some(v) => {
+            // A string that does not decode (a lone surrogate escape) is no
+            // id, but the member is there: never a notification.
+            let id = match v.starts_with('"') {
+                true => text_of(v).map(|s| Id::String(s.into())),
+                false => Id::from_text(v),
+            };
+            match id {
+                Some(id) => Some(id),
+                None => return Err(invalid(None, "id must be a string, a number or null")),
+            }
+        }
     };
     match raw.jsonrpc {
         Some(v) if text_of(v).as_deref() == Some(JSONRPC_VERSION) => {}
@@ -951,6 +969,18 @@ mod tests {
             Ok(Message::Response { outcome: Outcome::Malformed(_), .. })
         ));
         assert!(single(r#"{"jsonrpc":"2.0","result":1}"#).is_err());
+    }
+
+    #[test]
+    fn an_id_that_does_not_decode_is_refused_not_taken_for_a_notification() {
+        // Found by the `legacy` fuzz target: a lone surrogate in a string id.
+        for text in
+            [r#"{"jsonrpc":"2.0","id":"sr\udb1501e","method":"m"}"#, r#"{"jsonrpc":"2.0","id":"\ud800","method":"m"}"#]
+        {
+            let Err(invalid) = single(text) else { panic!("{text} was accepted") };
+            assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
+            check_id_kept(text);
+        }
     }
 
     #[test]
