@@ -321,8 +321,6 @@ struct Members<'a> {
     params: Option<&'a RawValue>,
     result: Option<&'a RawValue>,
     error: Option<&'a RawValue>,
-    /// The scalars' strings are known to hold no escapes (the scanner read them).
-    plain: bool,
 }
 
 /// The same members read by serde, for any object the scanner passes over.
@@ -357,7 +355,6 @@ fn members_by_serde(text: &str) -> serde_json::Result<Members<'_>> {
         params: raw.params,
         result: raw.result,
         error: raw.error,
-        plain: false,
     })
 }
 
@@ -371,7 +368,7 @@ fn members_by_serde(text: &str) -> serde_json::Result<Members<'_>> {
 /// checks both ways against each other).
 fn scan(text: &str) -> Option<Members<'_>> {
     let b = text.as_bytes();
-    let mut members = Members { plain: true, ..Members::default() };
+    let mut members = Members::default();
     let mut i = skip_ws(b, 0);
     if b.get(i) != Some(&b'{') {
         return None;
@@ -589,33 +586,23 @@ fn message_from(raw: Members<'_>) -> Result<Message<'_>, Invalid> {
         lacks_outcome: false,
     };
 
-    let text_of = |v| match raw.plain {
-        true => plain_text(v),
-        false => decode_str(v),
-    };
     let id = match raw.id {
         None => None,
-        Some(v) => {
-            // A string that does not decode (a lone surrogate escape) is no
-            // id, but the member is there: never a notification.
-            let id = match v.starts_with('"') {
-                true => text_of(v).map(|s| Id::String(s.into())),
-                false => Id::from_text(v),
-            };
-            match id {
-                Some(id) => Some(id),
-                None => return Err(invalid(None, "id must be a string, a number or null")),
-            }
-        }
+        // A string that does not decode (a lone surrogate escape) is no id,
+        // but the member is there: refused, never taken for a notification.
+        Some(v) => match Id::from_text(v) {
+            Some(id) => Some(id),
+            None => return Err(invalid(None, "id must be a string, a number or null")),
+        },
     };
     match raw.jsonrpc {
-        Some(v) if text_of(v).as_deref() == Some(JSONRPC_VERSION) => {}
+        Some(v) if decode_str(v).as_deref() == Some(JSONRPC_VERSION) => {}
         Some(_) => return Err(invalid(id, "jsonrpc must be exactly \"2.0\"")),
         None => return Err(invalid(id, "missing jsonrpc member")),
     }
 
     if let Some(method) = raw.method {
-        let Some(method) = text_of(method) else {
+        let Some(method) = decode_str(method) else {
             return Err(invalid(id, "method must be a string"));
         };
         let params = match raw.params {
@@ -665,11 +652,6 @@ fn classify(text: &str, e: serde_json::Error) -> RpcError {
         },
         _ => RpcError::parse_error(e),
     }
-}
-
-/// The content of a JSON string known to hold no escapes.
-fn plain_text(text: &str) -> Option<Cow<'_, str>> {
-    text.strip_prefix('"')?.strip_suffix('"').map(Cow::Borrowed)
 }
 
 /// Decodes a JSON string (as its validated text) without copying when it has no escapes.
@@ -731,10 +713,7 @@ fn write_response<W: std::io::Write, R: Serialize + ?Sized>(
 ) -> serde_json::Result<()> {
     let io = serde_json::Error::io;
     out.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":").map_err(io)?;
-    match id {
-        Id::Int(n) => out.write_all(itoa::Buffer::new().format(*n).as_bytes()).map_err(io)?,
-        other => serde_json::to_writer(&mut *out, other)?,
-    }
+    serde_json::to_writer(&mut *out, id)?;
     out.write_all(b",\"result\":").map_err(io)?;
     serde_json::to_writer(&mut *out, result)?;
     out.write_all(b"}").map_err(io)

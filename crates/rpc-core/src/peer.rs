@@ -799,18 +799,14 @@ impl<S: Send + Sync + 'static> Connection<S> {
                         let mut budget = READ_BATCH;
                         while let Some(frame) = next.take() {
                             match frame {
-                                None => {
+                                None | Some(Err(_)) => {
+                                    if let Some(Err(e)) = frame {
+                                        tracing::debug!(conn = shared.conn_id, error = %e, "read failed");
+                                    }
                                     // No more answers can arrive: fail our calls now rather
                                     // than at their timeouts, and fire call tokens, but
                                     // finish the handlers (a client that half-closed still
                                     // reads its replies).
-                                    reading = false;
-                                    handle.fail_all_pending();
-                                    handle.end_of_input();
-                                    break;
-                                }
-                                Some(Err(e)) => {
-                                    tracing::debug!(conn = shared.conn_id, error = %e, "read failed");
                                     reading = false;
                                     handle.fail_all_pending();
                                     handle.end_of_input();

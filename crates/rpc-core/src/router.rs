@@ -126,13 +126,9 @@ where
     }
 }
 
-/// The success response carrying a handler's result. A result that is already
-/// JSON text (a `Box<RawValue>` passed through from another connection) is
-/// copied in as it is, without a serializer pass.
-fn respond<R: Serialize + 'static>(id: &Id, value: R) -> Result<Vec<u8>, RpcError> {
-    if let Some(raw) = (&value as &dyn std::any::Any).downcast_ref::<Box<RawValue>>() {
-        return Ok(message::response_ok(id, raw.get().as_bytes()));
-    }
+/// The success response carrying a handler's result (a `Box<RawValue>`
+/// passed through from another connection is written as its text).
+fn respond<R: Serialize>(id: &Id, value: R) -> Result<Vec<u8>, RpcError> {
     message::response_with(id, &value).map_err(|e| RpcError::internal(format!("result did not serialise: {e}")))
 }
 

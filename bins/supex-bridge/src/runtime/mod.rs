@@ -381,7 +381,7 @@ impl Inner {
                 // Set before the watcher can run, so an exit it sees at once
                 // still clears it.
                 self.running.store(generation, Ordering::Release);
-                let (running, exited) = (self.running.clone(), process.exit_watch());
+                let (running, exited) = (self.running.clone(), process.exited());
                 tokio::spawn(async move {
                     exited.await;
                     let _ = running.compare_exchange(generation, 0, Ordering::AcqRel, Ordering::Relaxed);

@@ -315,19 +315,14 @@ impl RubyProcess {
     }
 
     /// Waits until the process has ended and been reaped (and with it
-    /// whatever else was left of its group).
-    pub async fn exited(&self) -> Exit {
-        self.child.exited().await
+    /// whatever else was left of its group). The future owns what it needs,
+    /// so a task can await it without keeping the process alive.
+    pub fn exited(&self) -> impl Future<Output = Exit> + Send + 'static {
+        self.child.exited()
     }
 
     pub fn has_exited(&self) -> bool {
         self.child.has_exited()
-    }
-
-    /// Resolves when the process has exited; owns what it needs, so it can
-    /// be awaited in a task without keeping the process alive.
-    pub fn exit_watch(&self) -> impl Future<Output = Exit> + Send + 'static {
-        self.child.exited()
     }
 }
 
