@@ -12,12 +12,13 @@
 //! `cargo test -p integration-tests`), and no other test may be running them
 //! meanwhile. `cargo test` runs test binaries one after another.
 
+use parking_lot::Mutex;
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use integration_tests::{bin_path, eventually, pids_matching};
@@ -69,7 +70,7 @@ impl RunAll {
             let (log, stderr) = (log.clone(), child.stderr.take().unwrap());
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                    let mut log = log.lock().unwrap();
+                    let mut log = log.lock();
                     log.push_str(&line);
                     log.push('\n');
                 }
@@ -79,7 +80,7 @@ impl RunAll {
     }
 
     fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
+        self.log.lock().clone()
     }
 
     /// Waits for the banner's last line (the build may take minutes on a
@@ -194,7 +195,7 @@ fn assert_nothing_left(log: &str, scratch: &Path, started: &[&str]) {
 
 #[test]
 fn run_all_starts_every_daemon_each_try_it_works_and_ctrl_c_leaves_nothing_behind() {
-    let _turn = DEFAULT_PORTS_IN_USE.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = DEFAULT_PORTS_IN_USE.lock();
     if DEFAULT_PORTS.iter().any(|p| listening(*p)) {
         eprintln!("SKIP: a default port ({DEFAULT_PORTS:?}) is in use on this machine");
         return;
@@ -229,7 +230,7 @@ fn run_all_starts_every_daemon_each_try_it_works_and_ctrl_c_leaves_nothing_behin
 
 #[test]
 fn run_all_with_the_bridge_port_taken_reports_supex_bridge_at_once_and_runs_the_others() {
-    let _turn = DEFAULT_PORTS_IN_USE.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = DEFAULT_PORTS_IN_USE.lock();
     if DEFAULT_PORTS.iter().any(|p| listening(*p)) {
         eprintln!("SKIP: a default port ({DEFAULT_PORTS:?}) is in use on this machine");
         return;
@@ -270,7 +271,7 @@ fn run_all_with_the_bridge_port_taken_reports_supex_bridge_at_once_and_runs_the_
 
 #[test]
 fn run_all_without_ruby_still_runs_the_bridge_and_its_try_it_says_how_to_get_ruby() {
-    let _turn = DEFAULT_PORTS_IN_USE.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = DEFAULT_PORTS_IN_USE.lock();
     if DEFAULT_PORTS.iter().any(|p| listening(*p)) {
         eprintln!("SKIP: a default port ({DEFAULT_PORTS:?}) is in use on this machine");
         return;

@@ -3,10 +3,11 @@
 //! whether its write finished before the signal was sent, and reads every
 //! answer until the daemon closes the connection.
 
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -121,7 +122,7 @@ impl Pipeline {
                             let Some(id) = value["id"].as_u64() else { continue };
                             answers.insert(id, value);
                             answered.fetch_add(1, Ordering::Relaxed);
-                            *state.in_flight.lock().unwrap() -= 1;
+                            *state.in_flight.lock() -= 1;
                             state.changed.notify_all();
                         }
                         Err(e) => break Some(e.to_string()),
@@ -137,9 +138,9 @@ impl Pipeline {
             let (mut before, mut after) = (Vec::new(), 0);
             for id in 1.. {
                 {
-                    let mut in_flight = state.in_flight.lock().unwrap();
+                    let mut in_flight = state.in_flight.lock();
                     while *in_flight >= window && !state.closed.load(Ordering::SeqCst) {
-                        in_flight = state.changed.wait_timeout(in_flight, Duration::from_millis(100)).unwrap().0;
+                        state.changed.wait_for(&mut in_flight, Duration::from_millis(100));
                     }
                     if state.closed.load(Ordering::SeqCst) {
                         break;

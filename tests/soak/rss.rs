@@ -2,9 +2,10 @@
 //! memory (and its children's) sampled on a thread of its own, the verdict
 //! that it stayed flat, and what the load saw go wrong.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -264,7 +265,7 @@ impl Tally {
 
     pub fn fail(&self, what: String) {
         self.failed.fetch_add(1, Ordering::Relaxed);
-        let mut first = self.first_failures.lock().unwrap();
+        let mut first = self.first_failures.lock();
         if first.len() < 10 {
             first.push(what);
         }
@@ -280,7 +281,7 @@ impl Tally {
     pub fn assert_clean(&self, name: &str, at_least: u64) {
         let (ok, failed) = (self.ok.load(Ordering::Relaxed), self.failed.load(Ordering::Relaxed));
         eprintln!("{name}: {ok} operations answered as expected, {failed} not");
-        let first = self.first_failures.lock().unwrap();
+        let first = self.first_failures.lock();
         assert!(failed == 0, "{name}: {failed} operations went wrong under load; the first: {first:#?}");
         assert!(ok >= at_least, "{name}: only {ok} operations completed (at least {at_least} expected)");
     }

@@ -5,11 +5,12 @@
 //! (`target/<profile>/`). Each daemon package has an integration test of its own,
 //! which makes `cargo test --workspace` (and nextest) build its binary first.
 
+use parking_lot::Mutex;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -88,7 +89,7 @@ impl Daemon {
                 if n == 0 {
                     break;
                 }
-                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                sink.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
             }
             let _ = done.send(());
         });
@@ -101,7 +102,7 @@ impl Daemon {
 
     /// Everything the daemon wrote to stderr so far.
     pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
+        self.stderr.lock().clone()
     }
 
     /// Waits until `addr` accepts TCP connections, or panics with the daemon's log.
@@ -143,7 +144,7 @@ impl Daemon {
         loop {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 // A grandchild still holding the pipe must not hang the test.
-                let _ = self.stderr_done.lock().unwrap().recv_timeout(Duration::from_secs(2));
+                let _ = self.stderr_done.lock().recv_timeout(Duration::from_secs(2));
                 return status;
             }
             if Instant::now() > deadline {

@@ -1,9 +1,10 @@
 //! The broker's shared state and the life of one browser or agent connection,
 //! whatever its transport: attach to a session, welcome, serve, detach.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use futures_util::FutureExt;
@@ -146,7 +147,7 @@ pub struct Joined {
 
 impl ConnState {
     pub fn session(&self) -> Option<Arc<Session>> {
-        self.joined.lock().unwrap().as_ref().map(|j| j.session.clone())
+        self.joined.lock().as_ref().map(|j| j.session.clone())
     }
 
     /// False once an SSE client's event stream has closed (WebSocket: always true).
@@ -162,7 +163,7 @@ impl ConnState {
             rpc_core::message::request(None, "notifications/missed", &serde_json::json!({ "count": count }))
                 .unwrap_or_default()
         }));
-        let previous = self.joined.lock().unwrap().replace(Joined { session, pump: Some(pump.abort_handle()) });
+        let previous = self.joined.lock().replace(Joined { session, pump: Some(pump.abort_handle()) });
         if let Some(previous) = previous {
             leave(previous);
         }
@@ -170,7 +171,7 @@ impl ConnState {
 
     /// Leaves the joined session, if any; returns its id.
     pub fn leave(&self) -> Option<Arc<str>> {
-        let joined = self.joined.lock().unwrap().take()?;
+        let joined = self.joined.lock().take()?;
         let id = joined.session.id.clone();
         leave(joined);
         Some(id)
@@ -373,7 +374,7 @@ fn attach_browser(
     let attached =
         broker.sessions.attach_browser(id, BrowserSlot { peer: peer.clone(), client_id: state.client_id.clone() })?;
     let session = attached.session;
-    *state.joined.lock().unwrap() = Some(Joined { session: session.clone(), pump: None });
+    *state.joined.lock() = Some(Joined { session: session.clone(), pump: None });
     if let Some(old) = attached.replaced {
         tracing::info!(session = %session.id, old = %old.client_id, new = %state.client_id, "browser replaced");
         let session_id = session.id.clone();

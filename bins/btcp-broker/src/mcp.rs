@@ -15,9 +15,10 @@
 //! - An MCP cancellation (or the client's timeout) cancels the forwarded
 //!   call at the broker (`notifications/cancelled`), which tells the browser.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mcp_front::CancellationToken;
@@ -315,7 +316,7 @@ impl HttpDoors {
     /// The MCP service for `session`, made on first use. `None` when too many
     /// sessions are served already.
     pub fn service(&self, session: &str) -> Option<McpService> {
-        let mut doors = self.doors.lock().unwrap();
+        let mut doors = self.doors.lock();
         if let Some(entry) = doors.get_mut(session) {
             entry.last_used = Instant::now();
             return Some(entry.service.clone());
@@ -356,7 +357,7 @@ impl HttpDoors {
                     return;
                 }
             }
-            self.doors.lock().unwrap().retain(|_, entry| {
+            self.doors.lock().retain(|_, entry| {
                 // Only the map holds the door: no MCP session or stream uses it.
                 let unused = Arc::strong_count(&entry.door) <= 2 && entry.last_used.elapsed() > HTTP_DOOR_IDLE;
                 if unused {

@@ -15,9 +15,10 @@
 //! session, never on the tools/call path (an agent holds its `Arc<Session>`).
 //! Lock order is map, then session.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -170,23 +171,23 @@ impl Session {
 
     /// The browser and the tool list, as one consistent snapshot.
     pub fn browser_and_tools(&self) -> (Option<PeerHandle>, Arc<ToolSet>) {
-        let state = self.state.lock().unwrap();
+        let state = self.state.lock();
         (state.browser.as_ref().map(|b| b.peer.clone()), state.tools.clone())
     }
 
     pub fn tools(&self) -> Arc<ToolSet> {
-        self.state.lock().unwrap().tools.clone()
+        self.state.lock().tools.clone()
     }
 
     pub fn browser(&self) -> Option<BrowserSlot> {
-        self.state.lock().unwrap().browser.clone()
+        self.state.lock().browser.clone()
     }
 
     /// Replaces the tool list, if `conn_id` is still this session's browser
     /// (a replaced browser's late registration must not overwrite its
     /// successor's). Returns whether it was.
     pub fn register_tools(&self, conn_id: u64, tools: Arc<ToolSet>) -> bool {
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.state.lock();
         if state.browser.as_ref().is_none_or(|b| b.peer.conn_id() != conn_id) {
             return false;
         }
@@ -220,7 +221,7 @@ impl Session {
     /// it was (a replaced browser leaving must not unseat its successor). Its
     /// tool list is then kept for its return, counted against the budget.
     pub fn detach_browser(&self, conn_id: u64) -> bool {
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.state.lock();
         let ours = state.browser.as_ref().is_some_and(|b| b.peer.conn_id() == conn_id);
         if ours {
             state.browser = None;
@@ -236,7 +237,7 @@ impl Session {
     }
 
     pub fn remove_agent(&self) {
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.state.lock();
         state.agents = state.agents.saturating_sub(1);
         if state.agents == 0 && state.browser.is_none() {
             state.idle_since = Some(Instant::now());
@@ -246,7 +247,7 @@ impl Session {
     }
 
     pub fn info(&self) -> SessionInfo {
-        let state = self.state.lock().unwrap();
+        let state = self.state.lock();
         let last = UNIX_EPOCH + Duration::from_millis(self.last_activity.load(Ordering::Relaxed));
         SessionInfo {
             id: self.id.clone(),
@@ -259,7 +260,7 @@ impl Session {
     }
 
     pub fn has_browser(&self) -> bool {
-        self.state.lock().unwrap().browser.is_some()
+        self.state.lock().browser.is_some()
     }
 }
 
@@ -294,9 +295,9 @@ impl SessionRegistry {
     /// Puts a browser in its session, creating the session if it is new, and
     /// unseats the browser that was there.
     pub fn attach_browser(&self, id: &str, slot: BrowserSlot) -> Result<Attached, AttachError> {
-        let mut sessions = self.sessions.lock().unwrap();
+        let mut sessions = self.sessions.lock();
         let session = self.get_or_create(&mut sessions, id)?;
-        let mut state = session.state.lock().unwrap();
+        let mut state = session.state.lock();
         let replaced = state.browser.replace(slot);
         if replaced.is_none() {
             // Its list is live again: its connection answers for it now.
@@ -313,13 +314,13 @@ impl SessionRegistry {
     /// its URL waits for a browser that has not arrived yet; `session/join`
     /// only joins sessions that exist.
     pub fn attach_agent(&self, id: &str, create: bool) -> Result<Arc<Session>, AttachError> {
-        let mut sessions = self.sessions.lock().unwrap();
+        let mut sessions = self.sessions.lock();
         let session = match sessions.get(id) {
             Some(session) => session.clone(),
             None if create => self.get_or_create(&mut sessions, id)?,
             None => return Err(AttachError::NotFound(id.to_owned())),
         };
-        let mut state = session.state.lock().unwrap();
+        let mut state = session.state.lock();
         if state.agents >= self.max_agents {
             return Err(AttachError::TooManyAgents { session: session.id.clone(), max: self.max_agents });
         }
@@ -352,44 +353,44 @@ impl SessionRegistry {
     /// Whether a new session could be created now (checked before an upgrade,
     /// so that a full broker answers HTTP 503 rather than accept and close).
     pub fn can_hold(&self, id: Option<&str>) -> bool {
-        let sessions = self.sessions.lock().unwrap();
+        let sessions = self.sessions.lock();
         id.is_some_and(|id| sessions.contains_key(id)) || sessions.len() < self.max_sessions
     }
 
     /// Whether one more agent fits in session `id` (a new session has room).
     pub fn has_agent_room(&self, id: &str) -> bool {
-        let sessions = self.sessions.lock().unwrap();
-        sessions.get(id).is_none_or(|s| s.state.lock().unwrap().agents < self.max_agents)
+        let sessions = self.sessions.lock();
+        sessions.get(id).is_none_or(|s| s.state.lock().agents < self.max_agents)
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
-        self.sessions.lock().unwrap().get(id).cloned()
+        self.sessions.lock().get(id).cloned()
     }
 
     /// Ids of the sessions that have a browser (what an agent can use).
     pub fn with_browser(&self) -> Vec<Arc<str>> {
-        let sessions: Vec<Arc<Session>> = self.sessions.lock().unwrap().values().cloned().collect();
+        let sessions: Vec<Arc<Session>> = self.sessions.lock().values().cloned().collect();
         let mut ids: Vec<Arc<str>> = sessions.into_iter().filter(|s| s.has_browser()).map(|s| s.id.clone()).collect();
         ids.sort_unstable();
         ids
     }
 
     pub fn list(&self) -> Vec<SessionInfo> {
-        let sessions: Vec<Arc<Session>> = self.sessions.lock().unwrap().values().cloned().collect();
+        let sessions: Vec<Arc<Session>> = self.sessions.lock().values().cloned().collect();
         let mut infos: Vec<SessionInfo> = sessions.iter().map(|s| s.info()).collect();
         infos.sort_unstable_by(|a, b| a.id.cmp(&b.id));
         infos
     }
 
     pub fn counts(&self) -> Counts {
-        let sessions = self.sessions.lock().unwrap();
+        let sessions = self.sessions.lock();
         let mut counts = Counts {
             sessions: sessions.len(),
             cached_tool_bytes: self.cache.bytes.load(Ordering::Relaxed),
             ..Counts::default()
         };
         for session in sessions.values() {
-            let state = session.state.lock().unwrap();
+            let state = session.state.lock();
             counts.browsers += usize::from(state.browser.is_some());
             counts.agents += state.agents;
         }
@@ -398,10 +399,10 @@ impl SessionRegistry {
 
     /// Removes sessions unattended for longer than `ttl`; returns how many.
     pub fn remove_idle(&self, ttl: Duration) -> usize {
-        let mut sessions = self.sessions.lock().unwrap();
+        let mut sessions = self.sessions.lock();
         let before = sessions.len();
         sessions.retain(|id, session| {
-            let state = session.state.lock().unwrap();
+            let state = session.state.lock();
             let expired =
                 state.browser.is_none() && state.agents == 0 && state.idle_since.is_some_and(|t| t.elapsed() >= ttl);
             if expired {
@@ -421,11 +422,11 @@ impl SessionRegistry {
         if !self.cache.over_budget() {
             return 0;
         }
-        let mut sessions = self.sessions.lock().unwrap();
+        let mut sessions = self.sessions.lock();
         let mut departed: Vec<(Instant, Arc<Session>)> = sessions
             .values()
             .filter_map(|session| {
-                let state = session.state.lock().unwrap();
+                let state = session.state.lock();
                 let cached = state.browser.is_none() && state.tools.bytes() > 0;
                 cached.then(|| (state.browser_left.unwrap_or_else(Instant::now), session.clone()))
             })
@@ -437,7 +438,7 @@ impl SessionRegistry {
             if !self.cache.over_budget() {
                 break;
             }
-            let mut state = session.state.lock().unwrap();
+            let mut state = session.state.lock();
             // Browsers attach under the map lock, which is held: still departed.
             let bytes = state.tools.bytes();
             self.cache.remove(bytes);

@@ -6,9 +6,10 @@
 //! renamed over the target, and the directory synced, so a crash leaves the
 //! old file or the new one, never half of either.
 
+use parking_lot::Mutex;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::watch;
 
@@ -88,7 +89,7 @@ impl Document {
     }
 
     pub fn file(&self) -> Option<PathBuf> {
-        self.held.lock().unwrap().file.clone()
+        self.held.lock().file.clone()
     }
 
     /// The message in `format`, or -32003 when none is open.
@@ -96,7 +97,7 @@ impl Document {
     /// per version), or -32003 when none is open.
     pub fn get(&self, format: Format) -> Result<(Arc<str>, Option<PathBuf>), RpcError> {
         let (message, file) = {
-            let held = self.held.lock().unwrap();
+            let held = self.held.lock();
             let message = held.message.clone().ok_or_else(errors::no_message)?;
             if format == Format::Hl7
                 && let Some(text) = &held.hl7
@@ -108,7 +109,7 @@ impl Document {
         // Rendering a large message happens outside the lock.
         let text: Arc<str> = tree::render(&message, format).map_err(|e| RpcError::new(errors::GENERAL, e))?.into();
         if format == Format::Hl7 {
-            let mut held = self.held.lock().unwrap();
+            let mut held = self.held.lock();
             // Kept only if no edit came in between.
             if held.message.as_ref().is_some_and(|now| Arc::ptr_eq(now, &message)) {
                 held.hl7 = Some(text.clone());
@@ -118,7 +119,7 @@ impl Document {
     }
 
     pub fn snapshot(&self) -> Option<Snapshot> {
-        let held = self.held.lock().unwrap();
+        let held = self.held.lock();
         held.message.as_ref().map(|m| Snapshot { text: m.to_string(), file: held.file.clone() })
     }
 
@@ -126,7 +127,7 @@ impl Document {
     /// is not a message in `format`.
     pub fn set(&self, text: &str, format: Format, by: &str) -> Result<(), RpcError> {
         let message = tree::read(text, format).map_err(invalid)?;
-        let mut held = self.held.lock().unwrap();
+        let mut held = self.held.lock();
         held.message = Some(Arc::new(message));
         held.hl7 = None;
         drop(held);
@@ -139,7 +140,7 @@ impl Document {
     pub fn patch(&self, patches: &[Patch], by: &str) -> Result<PatchOutcome, RpcError> {
         let mut outcome = PatchOutcome { success: true, patches_applied: 0, errors: Vec::new() };
         {
-            let mut held = self.held.lock().unwrap();
+            let mut held = self.held.lock();
             held.hl7 = None;
             let message = Arc::make_mut(held.message.as_mut().ok_or_else(errors::no_message)?);
             for (index, p) in patches.iter().enumerate() {
@@ -164,7 +165,7 @@ impl Document {
             Some((text, format)) => tree::read(text, format).map_err(invalid)?,
             None => Hl7Message::new_empty(),
         };
-        *self.held.lock().unwrap() = Held { message: Some(Arc::new(message)), ..Held::default() };
+        *self.held.lock() = Held { message: Some(Arc::new(message)), ..Held::default() };
         self.changed(Change::Opened { file: None, is_new: true });
         Ok(())
     }
@@ -183,8 +184,7 @@ impl Document {
         let text = String::from_utf8(bytes)
             .map_err(|_| RpcError::new(errors::INVALID_MESSAGE, format!("{}: not UTF-8 text", path.display())))?;
         let message = Hl7Message::parse(&text).map_err(invalid)?;
-        *self.held.lock().unwrap() =
-            Held { message: Some(Arc::new(message)), file: Some(path.clone()), ..Held::default() };
+        *self.held.lock() = Held { message: Some(Arc::new(message)), file: Some(path.clone()), ..Held::default() };
         self.changed(Change::Opened { file: Some(path.clone()), is_new: false });
         Ok(path)
     }
@@ -193,7 +193,7 @@ impl Document {
     /// -32003 when nothing is open; -32005 when there is no path to save to.
     pub async fn save(&self, path: Option<&Path>) -> Result<PathBuf, RpcError> {
         let (text, current) = {
-            let held = self.held.lock().unwrap();
+            let held = self.held.lock();
             let message = held.message.as_ref().ok_or_else(errors::no_message)?;
             (message.to_string(), held.file.clone())
         };
@@ -210,7 +210,7 @@ impl Document {
             .map_err(|e| RpcError::internal(e.to_string()))?
             .map_err(|e| RpcError::new(errors::GENERAL, format!("{}: {e}", target.display())))?;
         let save_as = current.as_deref() != Some(target.as_path());
-        self.held.lock().unwrap().file = Some(target.clone());
+        self.held.lock().file = Some(target.clone());
         self.changed(Change::Saved { file: target.clone(), save_as });
         Ok(target)
     }

@@ -6,9 +6,10 @@
 //! 5 s each), then the new list starts, each extension on its own, so one
 //! slow `initialize` holds up no other.
 
+use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use rpc_core::fanout::Fanout;
@@ -64,7 +65,7 @@ impl Host {
     }
 
     pub fn settings(&self) -> FileConfig {
-        self.settings.lock().unwrap().clone()
+        self.settings.lock().clone()
     }
 
     /// The router every extension connection shares.
@@ -73,7 +74,7 @@ impl Host {
     }
 
     pub fn extensions(&self) -> Vec<Arc<Extension>> {
-        self.extensions.lock().unwrap().clone()
+        self.extensions.lock().clone()
     }
 
     pub fn extension(&self, name: &str) -> Option<Arc<Extension>> {
@@ -113,7 +114,7 @@ impl Host {
             }
             started.push(extension);
         }
-        *self.extensions.lock().unwrap() = started;
+        *self.extensions.lock() = started;
     }
 
     /// The daemon is stopping: every extension gets `shutdown {reason:
@@ -138,7 +139,7 @@ impl Host {
         {
             let file = FileConfig::load(path)
                 .map_err(|e| RpcError::new(errors::GENERAL, format!("config not reloaded: {e}")))?;
-            *self.settings.lock().unwrap() = file.clone();
+            *self.settings.lock() = file.clone();
             self.ui.set_policy(file.ui.clone());
         }
         match name {
@@ -156,7 +157,7 @@ impl Host {
                 old.stop(if now_disabled { StopReason::Disabled } else { StopReason::Reload }).await;
                 let Some(spec) = spec else {
                     // Gone from the file: it stays stopped and leaves the list.
-                    self.extensions.lock().unwrap().retain(|e| e.name() != name);
+                    self.extensions.lock().retain(|e| e.name() != name);
                     return Ok(self.extensions().iter().map(|e| e.name().to_owned()).collect());
                 };
                 let log_path = self.data_dir.join("logs").join(format!("{name}.log"));
@@ -164,7 +165,7 @@ impl Host {
                 if fresh.spec.enabled && !self.closing.load(Ordering::SeqCst) {
                     supervisor::start(self.clone(), fresh.clone());
                 }
-                let mut list = self.extensions.lock().unwrap();
+                let mut list = self.extensions.lock();
                 if let Some(slot) = list.iter_mut().find(|e| e.name() == name) {
                     *slot = fresh;
                 }

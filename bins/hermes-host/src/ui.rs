@@ -13,8 +13,9 @@
 //! Windows get their ids here (`<extension>-window-<n>`), so the host knows
 //! whose each one is: closing another extension's window is -32008.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rpc_core::{CallError, PeerHandle, RpcError};
@@ -51,16 +52,16 @@ impl UiRoute {
     }
 
     pub fn set_policy(&self, policy: UiPolicy) {
-        *self.policy.lock().unwrap() = policy;
+        *self.policy.lock() = policy;
     }
 
     pub fn headless_confirm(&self) -> bool {
-        self.policy.lock().unwrap().headless_confirm
+        self.policy.lock().headless_confirm
     }
 
     /// Makes `peer` the UI; -32000 while another one is attached.
     pub fn attach(&self, peer: PeerHandle) -> Result<(), RpcError> {
-        let mut attached = self.attached.lock().unwrap();
+        let mut attached = self.attached.lock();
         match attached.as_ref() {
             Some(current) if !current.is_closed() && current.conn_id() != peer.conn_id() => {
                 Err(RpcError::new(errors::GENERAL, "another UI is attached"))
@@ -75,16 +76,16 @@ impl UiRoute {
     /// Forgets the UI of connection `conn_id` if it is the attached one, and
     /// returns the windows it had open (window, owner): they are gone with it.
     pub fn detach(&self, conn_id: u64) -> Vec<(String, String)> {
-        let mut attached = self.attached.lock().unwrap();
+        let mut attached = self.attached.lock();
         if attached.as_ref().is_none_or(|p| p.conn_id() != conn_id) {
             return Vec::new();
         }
         *attached = None;
-        self.windows.lock().unwrap().drain().collect()
+        self.windows.lock().drain().collect()
     }
 
     pub fn is_attached(&self) -> bool {
-        self.attached.lock().unwrap().as_ref().is_some_and(|p| !p.is_closed())
+        self.attached.lock().as_ref().is_some_and(|p| !p.is_closed())
     }
 
     /// Asks the attached UI, waiting as long as a person takes (no timeout),
@@ -95,7 +96,7 @@ impl UiRoute {
         params: &Value,
         cancel: CancellationToken,
     ) -> Result<Box<RawValue>, Unanswered> {
-        let peer = self.attached.lock().unwrap().clone().filter(|p| !p.is_closed()).ok_or(Unanswered::Headless)?;
+        let peer = self.attached.lock().clone().filter(|p| !p.is_closed()).ok_or(Unanswered::Headless)?;
         let answer = tokio::select! {
             answer = peer.request_raw(method, params, None) => answer,
             () = cancel.cancelled() => return Err(Unanswered::Failed(RpcError::new(errors::DIALOG_ERROR, "the request was abandoned"))),
@@ -111,15 +112,15 @@ impl UiRoute {
 
     pub fn new_window(&self, owner: &str) -> String {
         let id = format!("{owner}-window-{}", self.next_window.fetch_add(1, Ordering::Relaxed));
-        self.windows.lock().unwrap().insert(id.clone(), owner.to_owned());
+        self.windows.lock().insert(id.clone(), owner.to_owned());
         id
     }
 
     pub fn forget_window(&self, id: &str) -> Option<String> {
-        self.windows.lock().unwrap().remove(id)
+        self.windows.lock().remove(id)
     }
 
     pub fn owner_of(&self, id: &str) -> Option<String> {
-        self.windows.lock().unwrap().get(id).cloned()
+        self.windows.lock().get(id).cloned()
     }
 }

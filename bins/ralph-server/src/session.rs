@@ -6,8 +6,8 @@
 //! publishes one `state_change` event with only the fields that changed and
 //! saves `.ralph/state.json`: clients and the file can never disagree.
 
+use parking_lot::Mutex;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use bytes::Bytes;
 use rpc_core::child::LineRing;
@@ -132,19 +132,19 @@ impl Session {
     }
 
     pub fn fields(&self) -> Fields {
-        self.fields.lock().unwrap().clone()
+        self.fields.lock().clone()
     }
 
     pub fn interactive(&self) -> bool {
-        self.fields.lock().unwrap().interactive_mode
+        self.fields.lock().interactive_mode
     }
 
     pub fn agent(&self) -> String {
-        self.agent.lock().unwrap().clone()
+        self.agent.lock().clone()
     }
 
     pub fn set_agent(&self, agent: &str) {
-        *self.agent.lock().unwrap() = agent.to_owned();
+        *self.agent.lock() = agent.to_owned();
     }
 
     pub fn snapshot(&self) -> StatusReply {
@@ -168,7 +168,7 @@ impl Session {
     /// `updated_at`, publishes a `state_change` with the changed fields only
     /// and saves state.json.
     pub fn change(&self, edit: impl FnOnce(&mut Fields)) {
-        let mut fields = self.fields.lock().unwrap();
+        let mut fields = self.fields.lock();
         let before = fields.clone();
         edit(&mut fields);
         let mut data = Map::new();
@@ -199,7 +199,7 @@ impl Session {
     }
 
     pub fn record_failure(&self, failed: bool) -> u32 {
-        let mut count = self.consecutive_failures.lock().unwrap();
+        let mut count = self.consecutive_failures.lock();
         *count = if failed { *count + 1 } else { 0 };
         *count
     }
@@ -208,7 +208,7 @@ impl Session {
     /// One save at a time, each of the state as it is then: two at once would
     /// race on the temporary file, and a stale snapshot could land last.
     pub fn save(&self) {
-        let _saving = self.saving.lock().unwrap();
+        let _saving = self.saving.lock();
         let fields = self.fields();
         let state = SavedState {
             iteration: fields.iteration,
@@ -217,8 +217,8 @@ impl Session {
             current_story: fields.current_story.clone(),
             started_at: Some(fields.started_at.clone()),
             updated_at: Some(fields.updated_at.clone()),
-            pending_prompt: self.requests.lock().unwrap().pending_prompt.clone(),
-            consecutive_failures: *self.consecutive_failures.lock().unwrap(),
+            pending_prompt: self.requests.lock().pending_prompt.clone(),
+            consecutive_failures: *self.consecutive_failures.lock(),
         };
         if let Err(e) = state.save(&self.task_dir) {
             tracing::warn!(error = %e, "cannot save .ralph/state.json");
@@ -238,24 +238,24 @@ impl Session {
         self.recent.push(line);
     }
 
-    pub fn requests(&self) -> std::sync::MutexGuard<'_, Requests> {
-        self.requests.lock().unwrap()
+    pub fn requests(&self) -> parking_lot::MutexGuard<'_, Requests> {
+        self.requests.lock()
     }
 
     /// Records a request and wakes the loop.
     pub fn request(&self, make: impl FnOnce(&mut Requests)) {
-        make(&mut self.requests.lock().unwrap());
+        make(&mut self.requests.lock());
         self.wake.notify_one();
         // The pending prompt is part of what a resumed run needs.
         self.save();
     }
 
     pub fn attach_terminal(&self, input: Option<mpsc::Sender<Bytes>>) {
-        *self.terminal.lock().unwrap() = input;
+        *self.terminal.lock() = input;
     }
 
     pub fn terminal(&self) -> Option<mpsc::Sender<Bytes>> {
-        self.terminal.lock().unwrap().clone()
+        self.terminal.lock().clone()
     }
 }
 

@@ -7,8 +7,9 @@
 //! - 2026-07-28 sessions get them on their `subscriptions/listen` streams,
 //!   filtered by rmcp to what each stream asked for.
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rmcp::RoleServer;
 use rmcp::model::ResourceUpdatedNotificationParam;
@@ -72,7 +73,7 @@ impl Changes {
                 for change in changes {
                     let sent = match change {
                         Change::Tools if tools => peer.notify_tool_list_changed().await,
-                        Change::Resource(uri) if subscribed.lock().unwrap().contains(&uri) => {
+                        Change::Resource(uri) if subscribed.lock().contains(&uri) => {
                             peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri)).await
                         }
                         _ => Ok(()),

@@ -1,7 +1,8 @@
 //! [`Front`]: a [`Door`] as an rmcp server handler.
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, ListResourcesResult, ListToolsResult,
@@ -114,7 +115,7 @@ impl<D: Door> ServerHandler for Front<D> {
         if !self.resource_uris().contains(&request.uri) {
             return Err(McpError::resource_not_found(format!("no resource {}", request.uri), None));
         }
-        self.subscribed.lock().unwrap().insert(request.uri);
+        self.subscribed.lock().insert(request.uri);
         Ok(())
     }
 
@@ -124,7 +125,7 @@ impl<D: Door> ServerHandler for Front<D> {
         request: UnsubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.subscribed.lock().unwrap().remove(&request.uri);
+        self.subscribed.lock().remove(&request.uri);
         Ok(())
     }
 

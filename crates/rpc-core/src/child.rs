@@ -84,6 +84,7 @@
 //! children lead their own group and are stopped with it, but a SIGKILLed
 //! daemon leaves them running.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::fmt;
@@ -92,8 +93,8 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
@@ -825,7 +826,7 @@ impl LineRing {
     /// both limits. A line longer than [`LONGEST_LINE`] (or `max_bytes`, if
     /// less) is cut and ends in `…`.
     pub fn push(&self, line: &str) {
-        let mut ring = self.shared.lock().unwrap();
+        let mut ring = self.shared.lock();
         let line = cut(line, ring.longest_line());
         while !ring.lines.is_empty() && (ring.lines.len() >= ring.max_lines || ring.bytes + line.len() > ring.max_bytes)
         {
@@ -840,17 +841,17 @@ impl LineRing {
 
     /// The last `n` lines, oldest first.
     pub fn tail(&self, n: usize) -> Vec<String> {
-        let ring = self.shared.lock().unwrap();
+        let ring = self.shared.lock();
         ring.lines.iter().skip(ring.lines.len().saturating_sub(n)).cloned().collect()
     }
 
     /// Bytes held (lines without their newlines).
     pub fn bytes(&self) -> usize {
-        self.shared.lock().unwrap().bytes
+        self.shared.lock().bytes
     }
 
     fn longest_line(&self) -> usize {
-        self.shared.lock().unwrap().longest_line()
+        self.shared.lock().longest_line()
     }
 }
 

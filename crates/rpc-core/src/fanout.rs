@@ -14,8 +14,9 @@
 //! events, counted, not its connection, and when it drains again it reads the
 //! events queued before the gap, then the missed-count notice, then live ones.
 
+use parking_lot::Mutex;
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -166,7 +167,7 @@ impl<T> Drop for Registry<T> {
     /// The publisher is gone: wake every subscriber so it sees the end.
     fn drop(&mut self) {
         for (_, queue) in &self.queues {
-            queue.state.lock().unwrap().closed = true;
+            queue.state.lock().closed = true;
             queue.ready.notify_one();
         }
     }
@@ -200,7 +201,7 @@ impl<T: Clone + Weigh> Fanout<T> {
             state: Mutex::new(QueueState { items: VecDeque::new(), bytes: 0, missed: 0, topics, closed: false }),
             ready: Notify::new(),
         });
-        let mut registry = self.inner.lock().unwrap();
+        let mut registry = self.inner.lock();
         let id = registry.next_id;
         registry.next_id += 1;
         registry.queues.push((id, queue.clone()));
@@ -211,10 +212,10 @@ impl<T: Clone + Weigh> Fanout<T> {
     /// Never waits.
     pub fn publish(&self, topic: &str, item: &T) -> usize {
         let weight = item.weight();
-        let registry = self.inner.lock().unwrap();
+        let registry = self.inner.lock();
         let mut delivered = 0;
         for (_, queue) in &registry.queues {
-            let mut state = queue.state.lock().unwrap();
+            let mut state = queue.state.lock();
             if !state.topics.contains(topic) {
                 continue;
             }
@@ -235,7 +236,7 @@ impl<T: Clone + Weigh> Fanout<T> {
     }
 
     pub fn subscriber_count(&self) -> usize {
-        self.inner.lock().unwrap().queues.len()
+        self.inner.lock().queues.len()
     }
 }
 
@@ -251,7 +252,7 @@ impl<T: Weigh> Subscription<T> {
     pub async fn recv(&mut self) -> Option<Event<T>> {
         loop {
             {
-                let mut state = self.queue.state.lock().unwrap();
+                let mut state = self.queue.state.lock();
                 if state.missed > 0 {
                     return Some(Event::Missed(std::mem::take(&mut state.missed)));
                 }
@@ -285,13 +286,13 @@ impl<T> Clone for TopicsHandle<T> {
 impl<T> TopicsHandle<T> {
     /// Changes the topics in place and returns them as they now are.
     pub fn update(&self, change: impl FnOnce(&mut Topics)) -> Topics {
-        let mut state = self.queue.state.lock().unwrap();
+        let mut state = self.queue.state.lock();
         change(&mut state.topics);
         state.topics.clone()
     }
 
     pub fn topics(&self) -> Topics {
-        self.queue.state.lock().unwrap().topics.clone()
+        self.queue.state.lock().topics.clone()
     }
 }
 
@@ -302,21 +303,21 @@ impl<T> Subscription<T> {
     }
 
     pub fn set_topics(&self, topics: Topics) {
-        self.queue.state.lock().unwrap().topics = topics;
+        self.queue.state.lock().topics = topics;
     }
 
     /// Changes the topic set in place (for subscribe/unsubscribe calls).
     pub fn update_topics(&self, change: impl FnOnce(&mut Topics)) {
-        change(&mut self.queue.state.lock().unwrap().topics);
+        change(&mut self.queue.state.lock().topics);
     }
 
     pub fn topics(&self) -> Topics {
-        self.queue.state.lock().unwrap().topics.clone()
+        self.queue.state.lock().topics.clone()
     }
 
     /// Events waiting in the queue.
     pub fn len(&self) -> usize {
-        self.queue.state.lock().unwrap().items.len()
+        self.queue.state.lock().items.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -327,7 +328,7 @@ impl<T> Subscription<T> {
 impl<T> Drop for Subscription<T> {
     fn drop(&mut self) {
         if let Some(registry) = self.registry.upgrade() {
-            registry.lock().unwrap().queues.retain(|(id, _)| *id != self.id);
+            registry.lock().queues.retain(|(id, _)| *id != self.id);
         }
     }
 }

@@ -10,6 +10,7 @@
 //! idle sockets that never authenticate can fill at most that share, and a
 //! real client always finds a way in.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::fs;
 use std::future::Future;
@@ -17,7 +18,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixListener, UnixStream};
@@ -220,7 +221,7 @@ impl Unproven {
     /// Counts a new connection, closing the oldest unproven one if the share
     /// is taken.
     pub fn admit(&self, peer: PeerHandle, listener: &str) {
-        let mut peers = self.peers.lock().unwrap();
+        let mut peers = self.peers.lock();
         peers.retain(|p| !p.is_handshaken() && !p.is_closed());
         if peers.len() >= self.share
             && let Some(oldest) = peers.pop_front()
@@ -238,7 +239,7 @@ impl Unproven {
 
     /// Closes the oldest unproven connection to make room; whether there was one.
     fn evict_oldest(&self, listener: &str) -> bool {
-        let mut peers = self.peers.lock().unwrap();
+        let mut peers = self.peers.lock();
         peers.retain(|p| !p.is_handshaken() && !p.is_closed());
         match peers.pop_front() {
             Some(oldest) => {
@@ -256,7 +257,7 @@ impl Unproven {
 
     /// How many connections are waiting for their handshake.
     pub fn len(&self) -> usize {
-        let mut peers = self.peers.lock().unwrap();
+        let mut peers = self.peers.lock();
         peers.retain(|p| !p.is_handshaken() && !p.is_closed());
         peers.len()
     }

@@ -19,9 +19,10 @@
 //! make a stalled writer fatal: a subscriber that pauses loses events, not its
 //! connection (§5).
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::io;
-use std::sync::Mutex;
+
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -140,7 +141,7 @@ impl Outbox {
     /// Queues an item if there is room. `Err(Some(item))`: full; `Err(None)`: closed.
     fn try_push(&self, item: Outbound) -> Result<(), Option<Outbound>> {
         {
-            let mut queue = self.queue.lock().unwrap();
+            let mut queue = self.queue.lock();
             if queue.closed {
                 return Err(None);
             }
@@ -161,7 +162,7 @@ impl Outbox {
     /// what it adds. Does not wake the connection task: it is either the
     /// caller or is woken by `close`.
     pub fn push_now(&self, item: Outbound) -> Result<(), PushError> {
-        let mut queue = self.queue.lock().unwrap();
+        let mut queue = self.queue.lock();
         if queue.closed {
             return Err(PushError::Closed);
         }
@@ -200,7 +201,7 @@ impl Outbox {
 
     /// Refuses further items and releases every producer waiting for room.
     pub fn close(&self) {
-        self.queue.lock().unwrap().closed = true;
+        self.queue.lock().closed = true;
         self.room.notify_waiters();
         self.writer.wake();
     }
@@ -209,7 +210,7 @@ impl Outbox {
     /// buffers' capacity: the two ping-pong instead of reallocating. The bytes
     /// stay counted until each item is handed to the transport.
     fn take_all(&self, into: &mut VecDeque<Outbound>) {
-        let mut queue = self.queue.lock().unwrap();
+        let mut queue = self.queue.lock();
         std::mem::swap(&mut queue.items, into);
         self.len.store(0, Ordering::Relaxed);
     }

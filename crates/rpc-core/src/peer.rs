@@ -24,12 +24,13 @@
 //! connection ends, every pending call fails at once with
 //! [`CallError::Disconnected`].
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -329,7 +330,7 @@ impl PeerHandle {
             .map_err(|e| CallError::Malformed(format!("params did not serialise: {e}")))?;
         let (tx, rx) = oneshot::channel();
         {
-            let mut pending = shared.pending.lock().unwrap();
+            let mut pending = shared.pending.lock();
             if pending.closed {
                 return Err(CallError::Disconnected);
             }
@@ -421,7 +422,7 @@ impl PeerHandle {
     /// asked for it with [`Ctx::call_token`]), for a daemon's cancel message.
     /// Returns whether there was one.
     pub fn cancel_call(&self, id: &Id) -> bool {
-        match self.shared.cancellable.lock().unwrap().remove(id) {
+        match self.shared.cancellable.lock().remove(id) {
             Some(token) => {
                 token.cancel();
                 true
@@ -449,7 +450,7 @@ impl PeerHandle {
     /// abandoned at shutdown.
     pub(crate) fn call_token(&self, id: &Id) -> CancellationToken {
         self.shared.any_call_tokens.store(true, Ordering::Relaxed);
-        let mut tokens = self.shared.cancellable.lock().unwrap();
+        let mut tokens = self.shared.cancellable.lock();
         let token = tokens.entry(id.clone()).or_insert_with(|| self.shared.closing.child_token()).clone();
         if self.shared.input_ended.load(Ordering::Acquire) {
             token.cancel();
@@ -461,7 +462,7 @@ impl PeerHandle {
     fn end_of_input(&self) {
         self.shared.input_ended.store(true, Ordering::Release);
         if self.shared.any_call_tokens.load(Ordering::Relaxed) {
-            for token in self.shared.cancellable.lock().unwrap().values() {
+            for token in self.shared.cancellable.lock().values() {
                 token.cancel();
             }
         }
@@ -469,7 +470,7 @@ impl PeerHandle {
 
     fn complete(&self, id: &Id, reply: Reply) {
         let sender = id.as_u64().and_then(|n| {
-            let mut pending = self.shared.pending.lock().unwrap();
+            let mut pending = self.shared.pending.lock();
             let sender = pending.calls.remove(&n);
             self.shared.pending_len.store(pending.calls.len(), Ordering::Relaxed);
             sender
@@ -490,7 +491,7 @@ impl PeerHandle {
 
     fn fail_all_pending(&self) {
         let calls = {
-            let mut pending = self.shared.pending.lock().unwrap();
+            let mut pending = self.shared.pending.lock();
             pending.closed = true;
             self.shared.pending_len.store(0, Ordering::Relaxed);
             std::mem::take(&mut pending.calls)
@@ -503,7 +504,7 @@ impl PeerHandle {
     /// Forgets the cancellation token of a finished call, if it had one.
     fn forget_call_token(&self, id: &Id) {
         if self.shared.any_call_tokens.load(Ordering::Relaxed) {
-            self.shared.cancellable.lock().unwrap().remove(id);
+            self.shared.cancellable.lock().remove(id);
         }
     }
 }
@@ -543,7 +544,7 @@ struct ForgetOnDrop<'a> {
 impl Drop for ForgetOnDrop<'_> {
     fn drop(&mut self) {
         if let Some(id) = self.id {
-            let mut pending = self.shared.pending.lock().unwrap();
+            let mut pending = self.shared.pending.lock();
             pending.calls.remove(&id);
             self.shared.pending_len.store(pending.calls.len(), Ordering::Relaxed);
         }
@@ -1367,7 +1368,7 @@ impl<S: Send + Sync + 'static> Work<S> {
     /// caller waits for its timeout.
     fn is_our_call(&self, invalid: &Invalid) -> bool {
         invalid.lacks_outcome
-            && invalid.id.as_u64().is_some_and(|n| self.handle.shared.pending.lock().unwrap().calls.contains_key(&n))
+            && invalid.id.as_u64().is_some_and(|n| self.handle.shared.pending.lock().calls.contains_key(&n))
     }
 
     fn fail_malformed_answer(&self, id: Id) {

@@ -2,9 +2,9 @@
 //!
 //! Both are no-ops outside systemd, so daemons call them unconditionally.
 
+use parking_lot::Mutex;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
-use std::sync::Mutex;
 
 use nix::sys::socket::{AddressFamily, SockaddrLike, SockaddrStorage, getsockname};
 
@@ -34,11 +34,11 @@ static TAKEN: std::sync::Once = std::sync::Once::new();
 pub fn take_listener(name: Option<&str>, port: Option<u16>) -> io::Result<Option<Listener>> {
     let mut result = Ok(());
     TAKEN.call_once(|| match receive() {
-        Ok(list) => *ACTIVATED.lock().unwrap() = Some(list),
+        Ok(list) => *ACTIVATED.lock() = Some(list),
         Err(e) => result = Err(e),
     });
     result?;
-    let mut guard = ACTIVATED.lock().unwrap();
+    let mut guard = ACTIVATED.lock();
     let Some(list) = guard.as_mut() else {
         return Ok(None);
     };

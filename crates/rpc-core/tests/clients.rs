@@ -5,10 +5,11 @@
 
 mod common;
 
+use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::line::Line;
@@ -128,7 +129,7 @@ fn record_when_fired(tokens: &Arc<Tokens>, id: Option<Id>, token: CancellationTo
     let tokens = tokens.clone();
     tokio::spawn(async move {
         token.cancelled().await;
-        tokens.fired.lock().unwrap().push((id, Instant::now()));
+        tokens.fired.lock().push((id, Instant::now()));
     });
 }
 
@@ -159,7 +160,7 @@ fn token_router(tokens: Arc<Tokens>) -> Arc<Router<()>> {
         })
         .method("cancel", move |cx: Ctx<()>, p: CancelParams| {
             let found = cx.peer.cancel_call(&p.id);
-            cancels.cancelled.lock().unwrap().push(found);
+            cancels.cancelled.lock().push(found);
             async { Ok(()) }
         })
         .method("ping", |_, _: NoParams| async { Ok("pong") })
@@ -170,7 +171,7 @@ fn token_router(tokens: Arc<Tokens>) -> Arc<Router<()>> {
 async fn fired_within(tokens: &Tokens, since: Instant, limit: Duration) -> Option<Duration> {
     let deadline = since + limit;
     loop {
-        if let Some((_, at)) = tokens.fired.lock().unwrap().first() {
+        if let Some((_, at)) = tokens.fired.lock().first() {
             return Some(at.duration_since(since));
         }
         if Instant::now() >= deadline {
@@ -190,14 +191,14 @@ async fn a_token_handed_to_spawned_work_fires_when_the_client_disconnects() {
     assert_eq!(c.recv(WAIT).await["result"], "watching");
     // The call is answered, but the work it started still holds its token.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(tokens.fired.lock().unwrap().is_empty(), "fired while the connection was open");
+    assert!(tokens.fired.lock().is_empty(), "fired while the connection was open");
 
     drop(c);
     let gone = Instant::now();
     let fired = fired_within(&tokens, gone, Duration::from_secs(1)).await;
     eprintln!("token of spawned work fired {fired:?} after the disconnect");
     assert!(fired.is_some(), "the token did not fire within 1 s of the client disconnecting");
-    assert_eq!(tokens.fired.lock().unwrap()[0].0, Some(Id::from(1)));
+    assert_eq!(tokens.fired.lock()[0].0, Some(Id::from(1)));
     shutdown.begin();
 }
 
@@ -212,7 +213,7 @@ async fn the_token_of_a_running_call_fires_when_the_client_disconnects() {
     let mut c = Line::connect(addr).await;
     c.send(request("watch", json!({}), json!(1))).await;
     tokio::time::timeout(Duration::from_secs(2), tokens.started.notified()).await.expect("watch never started");
-    assert!(tokens.fired.lock().unwrap().is_empty(), "fired before anything happened");
+    assert!(tokens.fired.lock().is_empty(), "fired before anything happened");
 
     // The client goes away entirely while its call waits on a person.
     drop(c);
@@ -220,7 +221,7 @@ async fn the_token_of_a_running_call_fires_when_the_client_disconnects() {
     let fired = fired_within(&tokens, gone, Duration::from_secs(1)).await;
     eprintln!("token of the running call fired {fired:?} after the disconnect");
     assert!(fired.is_some(), "the running call's token did not fire within 1 s of its client disconnecting");
-    assert_eq!(tokens.fired.lock().unwrap()[0].0, Some(Id::from(1)));
+    assert_eq!(tokens.fired.lock()[0].0, Some(Id::from(1)));
     shutdown.begin();
 }
 
@@ -245,8 +246,8 @@ async fn the_cancel_token_fires_when_the_call_is_cancelled_and_the_connection_st
     assert_eq!(reply["error"]["code"], -32800, "{reply}");
     let fired = fired_within(&tokens, sent, Duration::from_secs(1)).await.expect("token did not fire");
     eprintln!("token fired {fired:?} after the cancel");
-    assert_eq!(*tokens.cancelled.lock().unwrap(), [true]);
-    let fired_ids: Vec<Option<Id>> = tokens.fired.lock().unwrap().iter().map(|(id, _)| id.clone()).collect();
+    assert_eq!(*tokens.cancelled.lock(), [true]);
+    let fired_ids: Vec<Option<Id>> = tokens.fired.lock().iter().map(|(id, _)| id.clone()).collect();
     assert_eq!(fired_ids, [Some(Id::from(7))], "only the cancelled call's token fires");
 
     // The connection stays open and serves; the other call is untouched.
@@ -256,12 +257,12 @@ async fn the_cancel_token_fires_when_the_call_is_cancelled_and_the_connection_st
         c.next_within(Duration::from_millis(200)).await.is_err(),
         "something else was sent or the connection closed"
     );
-    assert_eq!(tokens.fired.lock().unwrap().len(), 1);
+    assert_eq!(tokens.fired.lock().len(), 1);
     // Cancelling a call that is not in flight finds nothing.
     c.send(json!({"jsonrpc": "2.0", "method": "cancel", "params": {"id": 7}})).await;
     c.send(request("ping", json!({}), json!(10))).await;
     assert_eq!(c.recv(WAIT).await["id"], 10);
-    assert_eq!(*tokens.cancelled.lock().unwrap(), [true, false]);
+    assert_eq!(*tokens.cancelled.lock(), [true, false]);
     shutdown.begin();
 }
 

@@ -3,9 +3,10 @@
 //! `fanout::pump`. A subscriber that stops reading loses events, counted, not
 //! its connection, and slows neither the publisher nor the others.
 
+use parking_lot::Mutex;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -360,7 +361,7 @@ async fn topics_changed_while_publishing_deliver_exactly_the_subscribed_topics()
                 tokio::select! {
                     change = change_rx.recv() => {
                         let Some((change, ack)) = change else { return };
-                        let mut gate = gate.lock().unwrap();
+                        let mut gate = gate.lock();
                         subscription.update_topics(|topics| match &change {
                             Change::Add(topic) => topics.add(topic),
                             Change::Remove(topic) => topics.remove(topic),
@@ -392,7 +393,7 @@ async fn topics_changed_while_publishing_deliver_exactly_the_subscribed_topics()
     }
     let client_router = Router::<Received>::new()
         .method("event", |cx, event: Stamped| async move {
-            cx.state.events.lock().unwrap().push(event);
+            cx.state.events.lock().push(event);
             Ok(())
         })
         .method("dropped", |cx, _: NoParams| async move {
@@ -420,7 +421,7 @@ async fn topics_changed_while_publishing_deliver_exactly_the_subscribed_topics()
             while !stop.load(Ordering::Relaxed) {
                 for _ in 0..8 {
                     let topic = TOPICS[seq as usize % TOPICS.len()];
-                    let gate = gate.lock().unwrap();
+                    let gate = gate.lock();
                     let epoch = gate.history.len() - 1;
                     let stamped = Stamped { topic: topic.to_owned(), seq, epoch };
                     let json = format!(
@@ -435,7 +436,7 @@ async fn topics_changed_while_publishing_deliver_exactly_the_subscribed_topics()
                     seq += 1;
                 }
                 published.store(seq, Ordering::Relaxed);
-                while expected.len() > received.events.lock().unwrap().len() + 512 {
+                while expected.len() > received.events.lock().len() + 512 {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
@@ -473,7 +474,7 @@ async fn topics_changed_while_publishing_deliver_exactly_the_subscribed_topics()
 
     // An end marker, under the last set (`*`), then compare.
     let end = {
-        let gate = gate.lock().unwrap();
+        let gate = gate.lock();
         let epoch = gate.history.len() - 1;
         assert!(gate.history[epoch].contains("a"));
         let json = format!(
@@ -482,10 +483,9 @@ async fn topics_changed_while_publishing_deliver_exactly_the_subscribed_topics()
         assert_eq!(fanout.publish("a", &Bytes::from(json)), 1);
         Stamped { topic: "a".into(), seq: next_seq, epoch }
     };
-    wait_until(Duration::from_secs(10), "the end marker", || received.events.lock().unwrap().last() == Some(&end))
-        .await;
-    let got = received.events.lock().unwrap().clone();
-    let history = gate.lock().unwrap().history.clone();
+    wait_until(Duration::from_secs(10), "the end marker", || received.events.lock().last() == Some(&end)).await;
+    let got = received.events.lock().clone();
+    let history = gate.lock().history.clone();
     eprintln!("topics: {} published, {} delivered over {} topic sets", next_seq + 1, got.len(), history.len());
     assert_eq!(received.dropped.load(Ordering::Relaxed), 0);
     assert_eq!(got[..got.len() - 1], expected[..], "delivered events differ from those of the subscribed topics");
@@ -568,7 +568,7 @@ impl tracing::Subscriber for Capture {
         let mut fields = Fields(String::new());
         event.record(&mut fields);
         let meta = event.metadata();
-        self.0.lock().unwrap().push(format!("{} {}: {}", meta.level(), meta.target(), fields.0));
+        self.0.lock().push(format!("{} {}: {}", meta.level(), meta.target(), fields.0));
     }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
@@ -596,7 +596,7 @@ async fn a_client_disconnecting_ends_its_pump_without_a_warning() {
         .method("subscribe", |cx: Ctx<Arc<Hub>>, _: NoParams| async move {
             let subscription = cx.state.fanout.subscribe(Topics::all());
             let pump = tokio::spawn(fanout::pump(subscription, cx.peer.clone(), dropped_notice));
-            cx.state.pumps.lock().unwrap().push(pump);
+            cx.state.pumps.lock().push(pump);
             Ok("subscribed")
         })
         .build()
@@ -633,20 +633,20 @@ async fn a_client_disconnecting_ends_its_pump_without_a_warning() {
             tokio::task::yield_now().await;
         }
     }
-    let pumps_running = || hub.pumps.lock().unwrap().iter().filter(|p| !p.is_finished()).count();
+    let pumps_running = || hub.pumps.lock().iter().filter(|p| !p.is_finished()).count();
     assert_eq!(pumps_running(), 2);
 
     // Both clients go.
     drop(reading);
     drop(idle);
     wait_until(Duration::from_secs(5), "the pumps to end", || pumps_running() == 0).await;
-    let pumps = std::mem::take(&mut *hub.pumps.lock().unwrap());
+    let pumps = std::mem::take(&mut *hub.pumps.lock());
     for pump in pumps {
         pump.await.expect("a pump failed");
     }
     assert_eq!(hub.fanout.subscriber_count(), 0);
     shutdown.begin();
     tokio::time::timeout(Duration::from_secs(5), server).await.expect("the listener kept going").unwrap();
-    let logged = logged.lock().unwrap();
+    let logged = logged.lock();
     assert!(logged.is_empty(), "warnings or errors logged for a normal close: {logged:#?}");
 }

@@ -3,7 +3,8 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Framing, Seen, connect, connect_with, spec_router};
@@ -146,7 +147,7 @@ async fn notifications_are_handled_in_arrival_order() {
             async move {
                 // Uneven delays: handled concurrently, these would finish out of order.
                 tokio::time::sleep(Duration::from_micros((n[0] * 7919) % 5 * 300)).await;
-                seen.lock().unwrap().push(n[0]);
+                seen.lock().push(n[0]);
                 Ok(())
             }
         })
@@ -157,10 +158,10 @@ async fn notifications_are_handled_in_arrival_order() {
         client.notify("note", [n]).await.unwrap();
     }
     let deadline = Instant::now() + Duration::from_secs(5);
-    while order.lock().unwrap().len() < 200 && Instant::now() < deadline {
+    while order.lock().len() < 200 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(*order.lock().unwrap(), (0..200).collect::<Vec<_>>());
+    assert_eq!(*order.lock(), (0..200).collect::<Vec<_>>());
 }
 
 #[tokio::test]
@@ -418,7 +419,7 @@ async fn an_abandoned_request_tells_the_other_side_which_call_to_stop() {
         .method("hang", move |cx: rpc_core::Ctx<()>, _: Value| {
             let a = a.clone();
             async move {
-                a.lock().unwrap().push(serde_json::to_value(cx.request_id()).unwrap());
+                a.lock().push(serde_json::to_value(cx.request_id()).unwrap());
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 Ok("late")
             }
@@ -426,7 +427,7 @@ async fn an_abandoned_request_tells_the_other_side_which_call_to_stop() {
         .method("notifications/cancelled", move |_, p: Value| {
             let h = h.clone();
             async move {
-                h.lock().unwrap().push(p);
+                h.lock().push(p);
                 Ok(())
             }
         })
@@ -449,7 +450,7 @@ async fn an_abandoned_request_tells_the_other_side_which_call_to_stop() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     let echoed: Value = server.request("echo", json!({"after": "cancel"})).await.unwrap();
     assert_eq!(echoed, json!({"after": "cancel"}));
-    let asked = asked.lock().unwrap().clone();
-    let heard = heard.lock().unwrap().clone();
+    let asked = asked.lock().clone();
+    let heard = heard.lock().clone();
     assert_eq!(heard, vec![json!({"requestId": asked[0]})], "the notice names the abandoned request");
 }

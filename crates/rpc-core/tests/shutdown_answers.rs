@@ -6,8 +6,9 @@
 
 mod common;
 
+use parking_lot::Mutex;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::line::Line;
@@ -40,7 +41,7 @@ fn router(probe: Arc<Probe>) -> Arc<Router<()>> {
             async { Ok(()) }
         })
         .method("register", move |cx, _: NoParams| {
-            *register.peer.lock().unwrap() = Some(cx.peer.clone());
+            *register.peer.lock() = Some(cx.peer.clone());
             async { Ok("registered") }
         })
         .build()
@@ -246,7 +247,7 @@ async fn our_call_in_flight_gets_the_grace_and_its_answer() {
     let mut c = Line::connect(addr).await;
     c.send(request("register", json!({}), json!(1))).await;
     assert_eq!(c.recv(Duration::from_secs(1)).await["result"], "registered");
-    let server_side = probe.peer.lock().unwrap().clone().expect("registered");
+    let server_side = probe.peer.lock().clone().expect("registered");
 
     // The server asks the client something, and shutdown begins while it waits.
     let call = tokio::spawn(async move {

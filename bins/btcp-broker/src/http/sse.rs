@@ -61,7 +61,7 @@ pub async fn events(State(broker): State<Arc<Broker>>, request: Request) -> Resp
     let (inbox_tx, inbox_rx) = mpsc::channel(INBOX);
     let (outbox_tx, outbox_rx) = mpsc::channel(OUTBOX);
     let inbox = SseInbox { sender: inbox_tx, stream_open: stream_open.clone() };
-    broker.sse_inboxes.lock().unwrap().insert(client_id.clone(), inbox);
+    broker.sse_inboxes.lock().insert(client_id.clone(), inbox);
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
     let task_broker = broker.clone();
     let task_id = client_id.clone();
@@ -73,11 +73,11 @@ pub async fn events(State(broker): State<Arc<Broker>>, request: Request) -> Resp
         tokio::select! {
             () = &mut serve => {}
             _ = ended_rx => {
-                task_broker.sse_inboxes.lock().unwrap().remove(&task_id);
+                task_broker.sse_inboxes.lock().remove(&task_id);
                 serve.await;
             }
         }
-        task_broker.sse_inboxes.lock().unwrap().remove(&task_id);
+        task_broker.sse_inboxes.lock().remove(&task_id);
     });
     let stream = EventStream { outbox: outbox_rx, open: stream_open, ended: Some(ended_tx) };
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
@@ -218,7 +218,7 @@ fn sender_inbox(broker: &Broker, headers: &HeaderMap, query: &HashMap<String, St
             broker.sessions.get(session_id).and_then(|s| s.browser()).ok_or_else(unknown_client)?.client_id
         }
     };
-    let inbox = broker.sse_inboxes.lock().unwrap().get(&client_id).cloned().ok_or_else(unknown_client)?;
+    let inbox = broker.sse_inboxes.lock().get(&client_id).cloned().ok_or_else(unknown_client)?;
     if !inbox.stream_open.load(Ordering::Acquire) {
         return Err(closed());
     }

@@ -97,7 +97,7 @@ pub async fn call(cx: Ctx<ConnState>, params: CallParams) -> Result<Box<RawValue
         Err(error)
     };
 
-    if let Err(wait) = state.rate.lock().unwrap().try_take() {
+    if let Err(wait) = state.rate.lock().try_take() {
         return refuse(
             Outcome::RateLimited,
             RpcError::new(codes::RATE_LIMITED, "rate limited: too many tools/call")

@@ -7,7 +7,8 @@ pub mod extensions;
 pub mod message;
 pub mod session;
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use rpc_core::Router;
 use tokio::task::JoinHandle;
@@ -29,7 +30,7 @@ impl ControlConn {
 
 impl Drop for ControlConn {
     fn drop(&mut self) {
-        if let Some(pump) = self.pump.lock().unwrap().take() {
+        if let Some(pump) = self.pump.lock().take() {
             pump.abort();
         }
     }

@@ -82,7 +82,7 @@ pub async fn subscribe(ctx: Ctx<ControlConn>, params: SubscribeParams) -> Result
         serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": "missed", "params": {"count": count}}))
             .unwrap_or_default()
     }));
-    if let Some(old) = ctx.state.pump.lock().unwrap().replace(pump) {
+    if let Some(old) = ctx.state.pump.lock().replace(pump) {
         old.abort();
     }
     let events = if params.events.iter().any(|e| e == fanout::EVERY_TOPIC) {

@@ -5,10 +5,10 @@
 //! rpc-core's `LineRing` keeps lines without levels, so the pipe is read
 //! here; lines are cut at [`LONGEST_LINE`] like the engine does.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use rpc_core::child::LONGEST_LINE;
 use serde::Serialize;
@@ -95,7 +95,7 @@ impl ExtensionLog {
             _ => tracing::info!(extension = %self.name, "{}", entry.line),
         }
         {
-            let mut ring = self.ring.lock().unwrap();
+            let mut ring = self.ring.lock();
             if ring.len() >= RING_LINES {
                 ring.pop_front();
             }
@@ -112,12 +112,12 @@ impl ExtensionLog {
     }
 
     pub fn tail(&self, n: usize) -> Vec<LogLine> {
-        let ring = self.ring.lock().unwrap();
+        let ring = self.ring.lock();
         ring.iter().skip(ring.len().saturating_sub(n)).cloned().collect()
     }
 
     fn append(&self, text: &str) {
-        let mut file = self.file.lock().unwrap();
+        let mut file = self.file.lock();
         let Some(f) = file.as_mut() else { return };
         let _ = f.write_all(text.as_bytes());
         if f.metadata().is_ok_and(|m| m.len() > ROTATE_AT)

@@ -8,8 +8,7 @@ pub mod protocol;
 pub mod supervisor;
 pub mod wire;
 
-use std::sync::Mutex;
-
+use parking_lot::Mutex;
 use rpc_core::PeerHandle;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -111,16 +110,16 @@ impl Extension {
     }
 
     pub fn state(&self) -> State {
-        self.status.lock().unwrap().state.clone().unwrap_or(State::Stopped)
+        self.status.lock().state.clone().unwrap_or(State::Stopped)
     }
 
     pub fn info(&self) -> Option<InitializeResult> {
-        self.status.lock().unwrap().info.clone()
+        self.status.lock().info.clone()
     }
 
     /// The connection of a running extension.
     pub fn running_peer(&self) -> Option<PeerHandle> {
-        let status = self.status.lock().unwrap();
+        let status = self.status.lock();
         match status.state {
             Some(State::Running) => status.peer.clone(),
             _ => None,
@@ -128,31 +127,31 @@ impl Extension {
     }
 
     fn started(&self, pid: u32, peer: PeerHandle) {
-        let mut status = self.status.lock().unwrap();
+        let mut status = self.status.lock();
         status.state = Some(State::Starting);
         status.pid = Some(pid);
         status.peer = Some(peer);
     }
 
     fn initialized(&self, info: InitializeResult) {
-        let mut status = self.status.lock().unwrap();
+        let mut status = self.status.lock();
         status.state = Some(State::Running);
         status.info = Some(info);
     }
 
     fn exited(&self, state: State) {
-        let mut status = self.status.lock().unwrap();
+        let mut status = self.status.lock();
         status.state = Some(state);
         status.pid = None;
         status.peer = None;
     }
 
     fn restarted(&self) {
-        self.status.lock().unwrap().restarts += 1;
+        self.status.lock().restarts += 1;
     }
 
     pub fn listing(&self) -> Listing {
-        let status = self.status.lock().unwrap();
+        let status = self.status.lock();
         let state = status.state.clone().unwrap_or(State::Stopped);
         let info = status.info.as_ref();
         Listing {
@@ -194,7 +193,7 @@ impl Extension {
                 false
             }
         });
-        let task = self.task.lock().unwrap().take();
+        let task = self.task.lock().take();
         if let Some(task) = task {
             let _ = task.await;
         }

@@ -43,7 +43,7 @@ fn crash_policy() -> CrashPolicy {
 pub fn start(host: Arc<Host>, extension: Arc<Extension>) {
     let stop = extension.stop.subscribe();
     let task = tokio::spawn(supervise(host, extension.clone(), stop));
-    *extension.task.lock().unwrap() = Some(task);
+    *extension.task.lock() = Some(task);
 }
 
 /// How one run of the process ended.

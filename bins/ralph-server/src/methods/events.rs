@@ -8,7 +8,8 @@
 //! with `{"count": N}`. Topics change in place while the pump runs, so
 //! nothing already queued is lost uncounted.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rpc_core::fanout::{self, EVERY_TOPIC, Topics, TopicsHandle};
@@ -30,7 +31,7 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let topics = self.topics.lock().unwrap().as_ref().map(TopicsHandle::topics);
+        let topics = self.topics.lock().as_ref().map(TopicsHandle::topics);
         f.debug_struct("Client").field("topics", &topics).finish()
     }
 }
@@ -63,7 +64,7 @@ pub fn subscribe(session: Arc<Session>) -> impl Fn(Ctx<Client>, EventsParams) ->
         let session = session.clone();
         Box::pin(async move {
             check(&params.events)?;
-            let mut slot = ctx.state.topics.lock().unwrap();
+            let mut slot = ctx.state.topics.lock();
             let topics = match &*slot {
                 Some(handle) => handle.update(|topics| params.events.iter().for_each(|e| topics.add(e))),
                 None => {
@@ -86,7 +87,7 @@ pub fn unsubscribe() -> impl Fn(Ctx<Client>, EventsParams) -> Pending + Send + S
     move |ctx: Ctx<Client>, params: EventsParams| {
         Box::pin(async move {
             check(&params.events)?;
-            let topics = match &*ctx.state.topics.lock().unwrap() {
+            let topics = match &*ctx.state.topics.lock() {
                 Some(handle) => handle.update(|topics| params.events.iter().for_each(|e| topics.remove(e))),
                 None => Topics::none(),
             };

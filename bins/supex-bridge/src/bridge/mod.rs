@@ -4,10 +4,11 @@
 mod hello;
 pub use hello::ServerInfo;
 // The legacy dialect's adapter is the library's (lib.rs), where a fuzz target reaches it.
+use parking_lot::Mutex;
 use supex_bridge::bridge::legacy;
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rpc_core::{NoParams, Router};
 use serde_json::json;
@@ -27,11 +28,11 @@ pub struct BridgeConn {
 
 impl BridgeConn {
     pub fn workspace(&self) -> Option<PathBuf> {
-        self.workspace.lock().unwrap().clone()
+        self.workspace.lock().clone()
     }
 
     fn set_workspace(&self, dir: Option<PathBuf>) {
-        *self.workspace.lock().unwrap() = dir;
+        *self.workspace.lock() = dir;
     }
 }
 

@@ -7,9 +7,10 @@
 //! with `isError: true` and the bridge's message, so the model reads it. The
 //! next call after the bridge restarts connects again.
 
+use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_front::{
@@ -80,7 +81,7 @@ impl Upstream for Bridge {
     async fn connect(&self) -> Result<PeerHandle, String> {
         // Says how to start the bridge when nothing listens.
         let peer = connect(Server::Bridge, &self.addr, Duration::from_secs(10)).await?;
-        let caller = self.client.lock().unwrap().clone();
+        let caller = self.client.lock().clone();
         let mut hello = json!({
             "name": caller.name(),
             "version": caller.version(),
@@ -109,7 +110,7 @@ struct BridgeDoor {
 impl BridgeDoor {
     fn remember(&self, caller: &Caller) {
         if caller.client.is_some() {
-            *self.link.upstream().client.lock().unwrap() = caller.clone();
+            *self.link.upstream().client.lock() = caller.clone();
         }
     }
 }

@@ -6,11 +6,11 @@
 //! it appended to `console.log` in the log directory (rotated once at 10 MiB to
 //! `console.log.1`), so it survives the daemon.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 /// Lines kept in memory.
 const KEPT_LINES: usize = 10_000;
@@ -63,14 +63,14 @@ impl ConsoleLog {
     /// Adds one line (without its newline).
     pub fn push(&self, line: &str) {
         {
-            let mut lines = self.lines.lock().unwrap();
+            let mut lines = self.lines.lock();
             if lines.kept.len() == KEPT_LINES {
                 lines.kept.pop_front();
             }
             lines.kept.push_back(line.to_owned());
             lines.pushed += 1;
         }
-        let mut file = self.file.lock().unwrap();
+        let mut file = self.file.lock();
         if let Some(log) = file.as_mut()
             && let Err(e) = log.append(line)
         {
@@ -86,19 +86,19 @@ impl ConsoleLog {
 
     /// The last `n` lines, oldest first.
     pub fn tail(&self, n: usize) -> Vec<String> {
-        let lines = self.lines.lock().unwrap();
+        let lines = self.lines.lock();
         let kept = &lines.kept;
         kept.iter().skip(kept.len().saturating_sub(n)).cloned().collect()
     }
 
     /// A mark to pass to [`ConsoleLog::since`].
     pub fn seq(&self) -> u64 {
-        self.lines.lock().unwrap().pushed
+        self.lines.lock().pushed
     }
 
     /// The lines pushed after `seq` was taken (those still kept).
     pub fn since(&self, seq: u64) -> Vec<String> {
-        let lines = self.lines.lock().unwrap();
+        let lines = self.lines.lock();
         let new = usize::try_from(lines.pushed.saturating_sub(seq)).unwrap_or(usize::MAX);
         let kept = &lines.kept;
         kept.iter().skip(kept.len().saturating_sub(new)).cloned().collect()

@@ -9,11 +9,12 @@
 //! not reach it directly, and nothing it started outlives the daemon, even a
 //! SIGKILLed one.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
@@ -89,7 +90,7 @@ struct Pending {
 impl Link {
     fn fail_all(&self, exited: &Exit) {
         let calls = {
-            let mut pending = self.pending.lock().unwrap();
+            let mut pending = self.pending.lock();
             pending.exited = Some(exited.clone());
             std::mem::take(&mut pending.calls)
         };
@@ -111,7 +112,7 @@ impl Link {
             tracing::warn!(pid, error = ?reply.error, "the runtime could not read a request");
             return;
         };
-        let waiter = self.pending.lock().unwrap().calls.remove(&id);
+        let waiter = self.pending.lock().calls.remove(&id);
         match waiter {
             Some(tx) => {
                 let _ = tx.send(Ok(reply));
@@ -239,7 +240,7 @@ impl RubyProcess {
         let id = self.link.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         {
-            let mut pending = self.link.pending.lock().unwrap();
+            let mut pending = self.link.pending.lock();
             if let Some(exited) = &pending.exited {
                 let _ = tx.send(Err(exited.clone()));
                 return PendingReply { rx };
@@ -300,13 +301,13 @@ impl RubyProcess {
 
     /// Kills the process group at once (SIGKILL), remembering why.
     pub fn kill(&self, reason: KillReason) {
-        self.kill_reason.lock().unwrap().get_or_insert(reason);
+        self.kill_reason.lock().get_or_insert(reason);
         self.child.kill();
     }
 
     /// Why the daemon killed the process, if it did.
     pub fn kill_reason(&self) -> Option<KillReason> {
-        *self.kill_reason.lock().unwrap()
+        *self.kill_reason.lock()
     }
 
     /// Closes the request pipe: the driver's reader sees EOF and exits.

@@ -4,7 +4,8 @@
 
 pub mod line;
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -54,13 +55,13 @@ pub fn spec_router() -> Arc<Router<Seen>> {
             Ok(())
         })
         .method("fail", |_, _: NoParams| async move { Err::<(), _>(RpcError::new(-32042, "own error")) })
-        .method("seen", |cx, _: NoParams| async move { Ok(Value::Array(cx.state.notes.lock().unwrap().clone())) })
+        .method("seen", |cx, _: NoParams| async move { Ok(Value::Array(cx.state.notes.lock().clone())) })
         .build()
         .unwrap()
 }
 
 fn record(seen: &Seen, method: &str, params: Value) -> Result<(), RpcError> {
-    seen.notes.lock().unwrap().push(json!([method, params]));
+    seen.notes.lock().push(json!([method, params]));
     Ok(())
 }
 

@@ -10,9 +10,10 @@
 //! keep coming and once more [`SETTLE`] after the last, so an agent writing
 //! the files while it prints, and the loop's own blocks, are both seen.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use mcp_front::{Change, Changes, Link, Upstream};
@@ -50,10 +51,10 @@ impl Tasks {
     /// The task called `name`, known from now on: a new one starts being
     /// watched (its connection is made in the background).
     pub fn get(&self, name: &str, dir: Option<PathBuf>) -> Arc<Task> {
-        let mut known = self.known.lock().unwrap();
+        let mut known = self.known.lock();
         if let Some(task) = known.get(name) {
             if let Some(dir) = dir {
-                task.dir.lock().unwrap().get_or_insert(dir);
+                task.dir.lock().get_or_insert(dir);
             }
             return task.clone();
         }
@@ -98,7 +99,7 @@ impl Tasks {
         for name in self.with_sockets() {
             self.get(&name, None);
         }
-        let mut all: Vec<Arc<Task>> = self.known.lock().unwrap().values().cloned().collect();
+        let mut all: Vec<Arc<Task>> = self.known.lock().values().cloned().collect();
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all
     }
@@ -135,7 +136,7 @@ impl Task {
     }
 
     pub fn dir(&self) -> Option<PathBuf> {
-        self.dir.lock().unwrap().clone()
+        self.dir.lock().clone()
     }
 
     pub fn uri(&self, file: &str) -> String {
@@ -187,7 +188,7 @@ impl Task {
     fn look(&self, changes: &Changes) {
         let Some(dir) = self.dir() else { return };
         let now = FILES.map(|file| std::fs::metadata(dir.join(file)).ok().map(|m| (m.len(), m.modified().ok())));
-        let before = self.seen.lock().unwrap().replace(now);
+        let before = self.seen.lock().replace(now);
         if let Some(before) = before {
             for ((file, was), is) in FILES.iter().zip(before).zip(now) {
                 if was != is {
@@ -262,7 +263,7 @@ impl Upstream for TaskSocket {
         };
         let status: Value = serde_json::from_str(status.get()).unwrap_or_default();
         if let Some(dir) = status["task_dir"].as_str().filter(|d| !d.is_empty()) {
-            *self.dir.lock().unwrap() = Some(PathBuf::from(dir));
+            *self.dir.lock() = Some(PathBuf::from(dir));
         }
         Ok(peer)
     }
