@@ -22,6 +22,7 @@
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::io;
+use std::pin::Pin;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
@@ -29,7 +30,7 @@ use std::time::Duration;
 
 use futures_util::task::AtomicWaker;
 use tokio::sync::Notify;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use crate::codec::{FrameSink, Outbound};
 use crate::message::Kind;
@@ -232,6 +233,9 @@ pub(crate) enum Drained {
     Progress,
     /// A close went out: the transport is shut.
     Closed,
+    /// Writes made no progress for the stall limit while replies were owed:
+    /// the other side is not reading.
+    Stalled,
 }
 
 /// The connection task's side of the outbox: owns the transport's write half.
@@ -250,8 +254,12 @@ pub(crate) struct Drain {
     handed_bytes: u64,
     /// A close was handed to the sink: flush it, shut the sink, write nothing more.
     closing: bool,
-    /// Since when the sink has refused to take or flush data.
-    blocked_since: Option<Instant>,
+    /// How long writes may make no progress while replies are owed.
+    stall_limit: Duration,
+    /// Armed while the sink refuses data and replies are owed; fires at the
+    /// stall limit. It lives here, polled with every drain, so the rule holds
+    /// whatever else the connection task is doing or waiting for.
+    stall: Option<Pin<Box<Sleep>>>,
     /// The sink failed when [`Drain::write_now`] used it: the error, until
     /// the next drain reports it, and from then on that it failed (a sink
     /// is not polled after it failed).
@@ -260,7 +268,7 @@ pub(crate) struct Drain {
 }
 
 impl Drain {
-    pub fn new(sink: FrameSink) -> Self {
+    pub fn new(sink: FrameSink, stall_limit: Duration) -> Self {
         Drain {
             sink,
             batch: VecDeque::new(),
@@ -269,7 +277,8 @@ impl Drain {
             unflushed_direct: 0,
             handed_bytes: 0,
             closing: false,
-            blocked_since: None,
+            stall_limit,
+            stall: None,
             broken: None,
             failed: false,
         }
@@ -317,18 +326,15 @@ impl Drain {
 
     /// Replies handed over by [`Drain::write_now`] and not flushed yet: owed,
     /// like the outbox's own, for the stall timeout.
-    pub fn owed_direct(&self) -> u64 {
+    #[cfg(test)]
+    fn owed_direct(&self) -> u64 {
         self.unflushed_direct
-    }
-
-    /// When the sink started refusing data, for the stall timeout.
-    pub fn blocked_since(&self) -> Option<Instant> {
-        self.blocked_since
     }
 
     /// Writes what is queued and flushes it. Pending when there is nothing to
     /// write (the waker is then registered for new items) or when the sink
-    /// cannot take more (registered for writability).
+    /// cannot take more (registered for writability, and, with replies owed,
+    /// for the stall limit: then `Stalled` when it passes).
     pub fn poll_drain(&mut self, outbox: &Outbox, cx: &mut Context<'_>) -> Poll<io::Result<Drained>> {
         outbox.writer.register(cx.waker());
         if self.failed {
@@ -337,9 +343,14 @@ impl Drain {
         let mut progressed = false;
         let result = self.write_batch(outbox, cx, &mut progressed);
         outbox.release(std::mem::take(&mut self.handed_bytes), 0);
-        if progressed && outbox.waiting.load(Ordering::SeqCst) > 0 {
-            // Room was made (in messages or bytes): let waiting producers retry.
-            outbox.room.notify_waiters();
+        if progressed {
+            // A slow reader that takes some is not stalled: the clock starts
+            // again the next time the sink refuses.
+            self.stall = None;
+            if outbox.waiting.load(Ordering::SeqCst) > 0 {
+                // Room was made (in messages or bytes): let waiting producers retry.
+                outbox.room.notify_waiters();
+            }
         }
         match result {
             Some(poll) => poll,
@@ -369,12 +380,11 @@ impl Drain {
                     Poll::Ready(Err(e)) => return Some(Poll::Ready(Err(e))),
                     Poll::Pending => {
                         if *progressed {
-                            // A slow reader that takes some is not stalled; and the
-                            // connection task must look again (reader, stall clock).
-                            self.blocked_since = Some(Instant::now());
+                            // The connection task must look again (the reader may
+                            // read now that the outbox has room).
                             return Some(Poll::Ready(Ok(Drained::Progress)));
                         }
-                        return Some(self.blocked());
+                        return Some(self.blocked(outbox, cx));
                     }
                 }
                 self.closing = matches!(item, Outbound::Close { .. });
@@ -400,18 +410,15 @@ impl Drain {
                     outbox.release(0, std::mem::take(&mut self.unflushed_responses));
                 }
                 Poll::Ready(Err(e)) => return Some(Poll::Ready(Err(e))),
-                Poll::Pending if *progressed => {
-                    self.blocked_since = Some(Instant::now());
-                    return Some(Poll::Ready(Ok(Drained::Progress)));
-                }
-                Poll::Pending => return Some(self.blocked()),
+                Poll::Pending if *progressed => return Some(Poll::Ready(Ok(Drained::Progress))),
+                Poll::Pending => return Some(self.blocked(outbox, cx)),
             }
         }
-        self.blocked_since = None;
+        self.stall = None;
         if self.closing {
             return Some(match self.sink.as_mut().poll_close(cx) {
                 Poll::Ready(_) => Poll::Ready(Ok(Drained::Closed)),
-                Poll::Pending => self.blocked(),
+                Poll::Pending => self.blocked(outbox, cx),
             });
         }
         None
@@ -426,9 +433,21 @@ impl Drain {
         outbox.release(bytes, owed);
     }
 
-    fn blocked(&mut self) -> Poll<io::Result<Drained>> {
-        self.blocked_since.get_or_insert_with(Instant::now);
-        Poll::Pending
+    /// The sink refuses data and nothing was written this turn. With replies
+    /// owed the stall clock runs (from the first such turn since the last
+    /// progress); without, nothing is lost by waiting: a subscriber that
+    /// pauses loses events, never its connection (§5).
+    fn blocked(&mut self, outbox: &Outbox, cx: &mut Context<'_>) -> Poll<io::Result<Drained>> {
+        if outbox.owed() == 0 && self.unflushed_direct == 0 {
+            self.stall = None;
+            return Poll::Pending;
+        }
+        let limit = self.stall_limit;
+        let timer = self.stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Ok(Drained::Stalled)),
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     /// Drains until a close has gone out, for at most `limit` (a peer that is
@@ -438,7 +457,7 @@ impl Drain {
             loop {
                 match self.poll_drain(outbox, cx) {
                     Poll::Ready(Ok(Drained::Progress)) => continue,
-                    Poll::Ready(Ok(Drained::Closed) | Err(_)) => return Poll::Ready(()),
+                    Poll::Ready(Ok(Drained::Closed | Drained::Stalled) | Err(_)) => return Poll::Ready(()),
                     Poll::Pending => return Poll::Pending,
                 }
             }
@@ -473,7 +492,7 @@ mod tests {
     async fn a_direct_write_never_overtakes_what_is_queued() {
         let (sink, mut rx) = channel_sink(64);
         let outbox = Outbox::new(8, 1 << 20);
-        let mut drain = Drain::new(sink);
+        let mut drain = Drain::new(sink, Duration::from_secs(30));
         // Nothing ahead: straight to the sink, flushed by the next drain.
         assert!(drain.write_now(&outbox, message(1)).is_ok());
         assert_eq!(drain.owed_direct(), 0, "a notification is not owed");
@@ -529,7 +548,7 @@ mod tests {
     #[tokio::test]
     async fn a_sink_that_failed_a_direct_write_is_reported_and_never_polled_again() {
         let outbox = Outbox::new(8, 1 << 20);
-        let mut drain = Drain::new(Box::pin(FailsOnce(false)));
+        let mut drain = Drain::new(Box::pin(FailsOnce(false)), Duration::from_secs(30));
         let refused = drain.write_now(&outbox, message(1)).unwrap_err();
         assert!(drain.write_now(&outbox, refused).is_err(), "a failed sink takes nothing more");
         outbox.push_now(message(2)).unwrap();
@@ -543,7 +562,7 @@ mod tests {
     async fn items_are_written_in_queue_order_and_flushed_once_per_batch() {
         let (sink, mut rx) = channel_sink(64);
         let outbox = Outbox::new(8, 1 << 20);
-        let mut drain = Drain::new(sink);
+        let mut drain = Drain::new(sink, Duration::from_secs(30));
         for n in 0..5 {
             outbox.push(message(n), soon()).await.unwrap();
         }
@@ -576,7 +595,7 @@ mod tests {
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
         let (sink, _rx) = channel_sink(64);
-        let mut drain = Drain::new(sink);
+        let mut drain = Drain::new(sink, Duration::from_secs(30));
         let drained = std::future::poll_fn(|cx| drain.poll_drain(&outbox, cx)).await.unwrap();
         assert_eq!(drained, Drained::Progress);
         assert!(waiting.await.unwrap().is_ok());
@@ -597,7 +616,7 @@ mod tests {
         let refused = outbox.push(message(1), Some(Instant::now() + Duration::from_millis(20))).await;
         assert_eq!(refused, Err(PushError::TimedOut));
         let (sink, mut rx) = channel_sink(64);
-        let mut drain = Drain::new(sink);
+        let mut drain = Drain::new(sink, Duration::from_secs(30));
         std::future::poll_fn(|cx| drain.poll_drain(&outbox, cx)).await.unwrap();
         assert_eq!((outbox.bytes(), outbox.owed()), (0, 0));
         assert!(!outbox.is_full());

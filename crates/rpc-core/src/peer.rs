@@ -31,7 +31,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -637,211 +637,381 @@ impl<S: Send + Sync + 'static> Connection<S> {
     pub async fn run(self) -> CloseReason {
         let Connection { handle, transport, router, state, shutdown } = self;
         let shared = handle.shared.clone();
-        let config = &shared.config;
-        let outbox = &shared.outbox;
-        let mut reader = transport.reader;
-        let mut work = Work::new(handle.clone(), router, state, Drain::new(transport.writer));
-        let mut keepalive = transport.wants_keepalive.then(|| {
-            let mut t = tokio::time::interval_at(Instant::now() + config.keepalive, config.keepalive);
-            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            t
-        });
-        let mut handshake = config.handshake_deadline.map(|limit| Box::pin(tokio::time::sleep(limit)));
-        let mut missed_pings = 0u32;
-        let mut reading = true;
-        // Since when writes have made no progress while replies were owed.
-        let mut stalled_since: Option<Instant> = None;
-        // The goodbye request in flight, at shutdown.
-        let mut goodbye: Option<BoxFuture<'static, ()>> = None;
-        let mut goodbye_sent = false;
-        let mut abandoned = false;
-        // The transport's write side failed or was shut: nothing more to write.
-        let mut sink_done = false;
-        // Whether what the peer sent before the drain was read to the end.
-        let mut swept = false;
-        // Created once: building these futures anew for every message would
-        // register and unregister a waiter on each token every time.
+        let mut driver = Driver::new(handle, transport, router, state);
+        // Made once: building these futures anew for every turn would register
+        // and unregister a waiter on each token every time.
         let closing = shared.closing.cancelled();
         let draining = shutdown.draining();
         let aborted = shutdown.aborted();
         tokio::pin!(closing, draining, aborted);
+        let reason = std::future::poll_fn(|cx| {
+            let mut signals =
+                Signals { closing: closing.as_mut(), draining: draining.as_mut(), aborted: aborted.as_mut() };
+            driver.poll_run(&mut signals, cx)
+        })
+        .await;
+        driver.close(reason).await
+    }
+}
 
-        let reason = 'serve: loop {
-            if !reading && work.is_idle() {
-                break CloseReason::Eof;
+/// The three signals a connection watches besides its own sources.
+struct Signals<'a, 'b> {
+    /// The connection was closed from our side ([`PeerHandle::close`]).
+    closing: Pin<&'a mut (dyn Future<Output = ()> + Send + 'b)>,
+    /// The daemon began to shut down.
+    draining: Pin<&'a mut (dyn Future<Output = ()> + Send + 'b)>,
+    /// The grace period is over.
+    aborted: Pin<&'a mut (dyn Future<Output = ()> + Send + 'b)>,
+}
+
+/// Where a connection is in its life.
+enum Phase {
+    /// Reading, running handlers, writing.
+    Serving,
+    /// The daemon is shutting down: new requests are refused, what runs
+    /// finishes (`swept`: what the peer sent before is read, see `Sweep`).
+    Draining { swept: bool },
+    /// Everything owed is answered, and requests the peer sent before the
+    /// signal may still wait in the socket unread: they are read and answered
+    /// `shutting_down` rather than closed on (a close with unread input is a
+    /// reset, and they would go unanswered), until the input is quiet.
+    Sweeping(Sweep),
+    /// Everything is answered; the goodbye request is out, awaited with its
+    /// own timeout (the daemon opened this connection: a child told to stop).
+    SayingGoodbye(BoxFuture<'static, ()>),
+}
+
+/// The sweep at the end of a drain: bounded in frames and time, for a peer
+/// that keeps writing.
+struct Sweep {
+    quiet: Pin<Box<tokio::time::Sleep>>,
+    until: Instant,
+    frames: usize,
+}
+
+impl Sweep {
+    fn new() -> Sweep {
+        let now = Instant::now();
+        Sweep { quiet: Box::pin(tokio::time::sleep_until(now + SWEEP_QUIET)), until: now + SWEEP_LONGEST, frames: 0 }
+    }
+
+    /// A frame arrived: the input is not quiet yet.
+    fn heard(&mut self) {
+        self.frames += 1;
+        let next = (Instant::now() + SWEEP_QUIET).min(self.until);
+        self.quiet.as_mut().reset(next);
+    }
+}
+
+/// Returns a source's turn when it had something; carries on to the next
+/// source when it had nothing.
+macro_rules! source {
+    ($turn:expr) => {
+        if let ready @ Poll::Ready(_) = $turn {
+            return ready;
+        }
+    };
+}
+
+/// What one turn of the connection did.
+type Turn = Poll<Result<(), CloseReason>>;
+
+/// Turns taken in one poll before the task yields to its neighbours.
+const TURNS_PER_POLL: usize = 256;
+
+/// The running connection: its phase and every source of events it watches.
+///
+/// One turn ([`Driver::poll_turn`]) looks at each source in priority order and
+/// handles the first that has something, then the next turn starts again from
+/// the top. Every condition a source depends on (is the outbox full, does the
+/// peer owe us answers, are we draining) is read when the turn gets to it,
+/// never carried over from an earlier turn: a condition read before waiting
+/// and not looked at again is how a connection sleeps through its own
+/// deadline.
+struct Driver<S> {
+    handle: PeerHandle,
+    reader: crate::codec::FrameStream,
+    work: Work<S>,
+    phase: Phase,
+    /// The other side's input ended: nothing more can arrive.
+    input_ended: bool,
+    /// The grace period is over: whatever still ran was answered `shutting_down`.
+    abandoned: bool,
+    /// The transport's write side failed or was shut: nothing more to write.
+    sink_done: bool,
+    keepalive: Option<tokio::time::Interval>,
+    missed_pings: u32,
+    handshake: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S: Send + Sync + 'static> Driver<S> {
+    fn new(handle: PeerHandle, transport: Transport, router: Arc<Router<S>>, state: Arc<S>) -> Self {
+        let config = &handle.shared.config;
+        let keepalive = transport.wants_keepalive.then(|| {
+            let mut t = tokio::time::interval_at(Instant::now() + config.keepalive, config.keepalive);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
+        });
+        let handshake = config.handshake_deadline.map(|limit| Box::pin(tokio::time::sleep(limit)));
+        let drain = Drain::new(transport.writer, config.write_stall);
+        Driver {
+            work: Work::new(handle.clone(), router, state, drain),
+            handle,
+            reader: transport.reader,
+            phase: Phase::Serving,
+            input_ended: false,
+            abandoned: false,
+            sink_done: false,
+            keepalive,
+            missed_pings: 0,
+            handshake,
+        }
+    }
+
+    fn config(&self) -> &PeerConfig {
+        &self.handle.shared.config
+    }
+
+    fn outbox(&self) -> &Outbox {
+        &self.handle.shared.outbox
+    }
+
+    /// Takes turns until nothing has anything to say (`Pending`, every source
+    /// registered to wake us) or the connection is to close.
+    fn poll_run(&mut self, signals: &mut Signals<'_, '_>, cx: &mut Context<'_>) -> Poll<CloseReason> {
+        for _ in 0..TURNS_PER_POLL {
+            match self.poll_turn(signals, cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(reason)) => return Poll::Ready(reason),
+                Poll::Pending => return Poll::Pending,
             }
-            // Draining ends when nothing is owed either way: our own calls in
-            // flight (a call forwarded to this peer) get the grace period too,
-            // until it runs out.
-            if work.draining && work.is_idle() && goodbye.is_none() && (abandoned || !handle.has_pending_calls()) {
-                // Requests the peer sent before the signal may still wait in
-                // the socket unread: answer them `shutting_down` rather than
-                // close on them (a close with unread input is a reset, and
-                // they would go unanswered), then look again.
-                if reading && !swept {
-                    swept = true;
-                    match work.sweep_received(&mut reader).await {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            reading = false;
-                            handle.fail_all_pending();
-                            handle.end_of_input();
-                        }
-                        Err(reason) => break reason,
-                    }
-                    continue;
-                }
-                // Everything owed is answered: say goodbye, awaited when the
-                // daemon opened this connection, then close.
-                match config.goodbye.as_ref().filter(|g| g.awaited.is_some() && !goodbye_sent) {
-                    Some(bye) => {
-                        goodbye_sent = true;
-                        goodbye = Some(send_goodbye(handle.clone(), bye.clone()));
-                    }
-                    None => break CloseReason::Shutdown,
-                }
+        }
+        // Busy for a long while: let the other tasks on this thread run.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// One turn: the first source (in this order) with something to handle.
+    fn poll_turn(&mut self, signals: &mut Signals<'_, '_>, cx: &mut Context<'_>) -> Turn {
+        if signals.closing.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(CloseReason::Closed));
+        }
+        if !self.abandoned && signals.aborted.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(self.on_grace_over());
+        }
+        if let Some(turn) = self.next_phase() {
+            return Poll::Ready(turn);
+        }
+        self.work.start_waiting();
+        source!(self.poll_write(cx));
+        source!(self.poll_goodbye(cx));
+        source!(self.poll_handlers(cx));
+        source!(self.poll_notifications(cx));
+        source!(self.poll_keepalive(cx));
+        source!(self.poll_handshake(cx));
+        if matches!(self.phase, Phase::Serving) && signals.draining.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(self.on_drain_begun());
+        }
+        source!(self.poll_sweep(cx));
+        self.poll_read(cx)
+    }
+
+    /// Moves on when the current phase is over; `None` while it is not.
+    fn next_phase(&mut self) -> Option<Result<(), CloseReason>> {
+        if self.input_ended && self.work.is_idle() {
+            return Some(Err(CloseReason::Eof));
+        }
+        // Draining ends when nothing is owed either way: our own calls in
+        // flight (a call forwarded to this peer) get the grace period too.
+        let Phase::Draining { swept } = self.phase else { return None };
+        let nothing_owed = self.abandoned || !self.handle.has_pending_calls();
+        if !self.work.is_idle() || !nothing_owed {
+            return None;
+        }
+        if !swept && !self.input_ended {
+            self.phase = Phase::Sweeping(Sweep::new());
+            return Some(Ok(()));
+        }
+        match self.config().goodbye.as_ref().filter(|bye| bye.awaited.is_some()) {
+            Some(bye) => {
+                self.phase = Phase::SayingGoodbye(send_goodbye(self.handle.clone(), bye.clone()));
+                Some(Ok(()))
             }
-            work.start_waiting();
-            // The stall clock runs only while writes are blocked *and* replies
-            // are owed: events alone never close a connection (§5).
-            let owed = outbox.owed() as u64 + work.drain.owed_direct();
-            stalled_since = match work.drain.blocked_since().is_some() && owed > 0 {
-                true => Some(stalled_since.unwrap_or_else(Instant::now)),
-                false => None,
+            None => Some(Err(CloseReason::Shutdown)),
+        }
+    }
+
+    /// Shutdown began: requests that have not started are answered now.
+    fn on_drain_begun(&mut self) -> Result<(), CloseReason> {
+        self.phase = Phase::Draining { swept: false };
+        self.work.draining = true;
+        self.work.refuse_waiting()
+    }
+
+    /// The grace period is over: whatever still runs is answered
+    /// `shutting_down` and dropped; the goodbye still goes out.
+    fn on_grace_over(&mut self) -> Result<(), CloseReason> {
+        self.abandoned = true;
+        if matches!(self.phase, Phase::Serving) {
+            self.phase = Phase::Draining { swept: false };
+        }
+        self.work.draining = true;
+        self.work.abandon_all()
+    }
+
+    /// Writes what is queued. The write-stall rule lives in the drain (see
+    /// `Drain::poll_drain`), so its clock runs whenever writes are blocked
+    /// with replies owed, whatever else the connection is doing.
+    fn poll_write(&mut self, cx: &mut Context<'_>) -> Turn {
+        let outbox = &self.handle.shared.outbox;
+        match ready!(self.work.drain.poll_drain(outbox, cx)) {
+            Ok(Drained::Progress) => Poll::Ready(Ok(())),
+            Ok(Drained::Closed) => {
+                self.sink_done = true;
+                Poll::Ready(Err(CloseReason::Closed))
+            }
+            Ok(Drained::Stalled) => {
+                self.sink_done = true;
+                let limit = self.config().write_stall;
+                tracing::info!(conn = self.handle.conn_id(), ?limit, "the peer is not reading its replies; closing");
+                Poll::Ready(Err(CloseReason::Failed(format!(
+                    "write stalled for {limit:?} with replies owed: the peer is not reading"
+                ))))
+            }
+            Err(e) => {
+                self.sink_done = true;
+                Poll::Ready(Err(CloseReason::Failed(format!("write failed: {e}"))))
+            }
+        }
+    }
+
+    /// The goodbye was answered, or its timeout passed.
+    fn poll_goodbye(&mut self, cx: &mut Context<'_>) -> Turn {
+        match &mut self.phase {
+            Phase::SayingGoodbye(bye) => bye.as_mut().poll(cx).map(|()| Err(CloseReason::Shutdown)),
+            _ => Poll::Pending,
+        }
+    }
+
+    /// Writes the replies of handlers that finished: every one finished by
+    /// now, so they leave in one flush (answers arriving from another
+    /// connection would otherwise cost a write each).
+    fn poll_handlers(&mut self, cx: &mut Context<'_>) -> Turn {
+        let mut finished = 0;
+        while finished < READ_BATCH && !self.work.running.is_empty() {
+            match self.work.running.poll_next_unpin(cx) {
+                Poll::Ready(Some(done)) => self.work.finish(done)?,
+                Poll::Ready(None) | Poll::Pending => break,
+            }
+            finished += 1;
+        }
+        if finished > 0 { Poll::Ready(Ok(())) } else { Poll::Pending }
+    }
+
+    /// Runs notifications one at a time, in the order they arrived.
+    fn poll_notifications(&mut self, cx: &mut Context<'_>) -> Turn {
+        let counters = &self.handle.shared.counters;
+        ready!(self.work.backlog.poll_front_notification(cx));
+        self.work.backlog.finish_front_notification(counters);
+        Poll::Ready(Ok(()))
+    }
+
+    /// A liveness ping is due; too many unanswered ones close the connection.
+    fn poll_keepalive(&mut self, cx: &mut Context<'_>) -> Turn {
+        let Some(keepalive) = &mut self.keepalive else { return Poll::Pending };
+        ready!(keepalive.poll_tick(cx));
+        let misses = self.handle.shared.config.keepalive_misses;
+        if self.missed_pings >= misses {
+            return Poll::Ready(Err(CloseReason::Failed(format!("no answer to {} pings", self.missed_pings))));
+        }
+        self.missed_pings += 1;
+        match self.handle.shared.outbox.push_now(Outbound::Ping) {
+            Ok(()) => Poll::Ready(Ok(())),
+            Err(_) => Poll::Ready(Err(CloseReason::Failed("write queue closed".into()))),
+        }
+    }
+
+    /// The handshake deadline passed: close unless the handshake was done.
+    fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Turn {
+        let Some(deadline) = &mut self.handshake else { return Poll::Pending };
+        ready!(deadline.as_mut().poll(cx));
+        self.handshake = None;
+        if self.handle.is_handshaken() {
+            return Poll::Ready(Ok(()));
+        }
+        let limit = self.config().handshake_deadline.unwrap_or_default();
+        tracing::info!(conn = self.handle.conn_id(), ?limit, "no handshake within the deadline; closing");
+        Poll::Ready(Err(CloseReason::Failed(format!("no handshake within {limit:?}"))))
+    }
+
+    /// The sweep is over when the input has been quiet long enough, or it
+    /// read its share of frames.
+    fn poll_sweep(&mut self, cx: &mut Context<'_>) -> Turn {
+        let Phase::Sweeping(sweep) = &mut self.phase else { return Poll::Pending };
+        if sweep.frames < SWEEP_LIMIT {
+            ready!(sweep.quiet.as_mut().poll(cx));
+        }
+        self.phase = Phase::Draining { swept: true };
+        Poll::Ready(Ok(()))
+    }
+
+    /// Whether to read now. While the outbox is full the other side is not
+    /// reading our replies, and reading more requests would only queue more;
+    /// but answers to our own calls must always get through, and the sweep
+    /// reads what is left to answer it.
+    fn may_read(&self) -> bool {
+        !self.input_ended
+            && (matches!(self.phase, Phase::Sweeping(_)) || !self.outbox().is_full() || self.handle.has_pending_calls())
+    }
+
+    /// Handles the frames the reader has, up to a batch of them, in this
+    /// poll: a pipelining client sends many per read, and a message then
+    /// costs no future or wake-up of its own.
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Turn {
+        let mut handled = 0;
+        while handled < READ_BATCH && self.may_read() {
+            let frame = match self.reader.poll_next_unpin(cx) {
+                Poll::Ready(frame) => frame,
+                Poll::Pending => break,
             };
-            // While the outbox is full the other side is not reading our replies,
-            // and reading more requests would only queue more; but answers to
-            // our own calls must always get through.
-            let may_read = reading && (!outbox.is_full() || handle.has_pending_calls());
-            tokio::select! {
-                biased;
-                _ = &mut closing => break CloseReason::Closed,
-                _ = &mut aborted, if !abandoned => {
-                    // The grace period is over: whatever still runs is answered
-                    // `shutting_down` and dropped; the goodbye still goes out.
-                    abandoned = true;
-                    work.draining = true;
-                    if let Err(reason) = work.abandon_all() {
-                        break reason;
-                    }
+            handled += 1;
+            self.missed_pings = 0;
+            if let Phase::Sweeping(sweep) = &mut self.phase {
+                sweep.heard();
+            }
+            match frame {
+                Some(Ok(Frame::Unsupported { close_code, reason })) => {
+                    tracing::info!(conn = self.handle.conn_id(), close_code, reason, "closing connection");
+                    self.handle.close(close_code, reason);
+                    break;
                 }
-                drained = std::future::poll_fn(|cx| work.drain.poll_drain(outbox, cx)) => match drained {
-                    Ok(Drained::Progress) => {}
-                    Ok(Drained::Closed) => {
-                        sink_done = true;
-                        break CloseReason::Closed;
+                Some(Ok(frame)) => self.work.on_frame(frame, cx)?,
+                None | Some(Err(_)) => {
+                    if let Some(Err(e)) = frame {
+                        tracing::debug!(conn = self.handle.conn_id(), error = %e, "read failed");
                     }
-                    Err(e) => {
-                        sink_done = true;
-                        break CloseReason::Failed(format!("write failed: {e}"));
-                    }
-                },
-                _ = stall_timer(stalled_since, config.write_stall), if stalled_since.is_some() => {
-                    sink_done = true;
-                    break CloseReason::Failed("write stalled with replies owed: the peer is not reading".into());
-                }
-                () = run_goodbye(&mut goodbye), if goodbye.is_some() => {
-                    break CloseReason::Shutdown;
-                }
-                Some(done) = work.running.next(), if !work.running.is_empty() => {
-                    // Take every handler that has finished by now, so their replies
-                    // leave in one flush: answers arriving from another connection
-                    // would otherwise cost a write each.
-                    let mut next = Some(done);
-                    let mut budget = READ_BATCH;
-                    while let Some(done) = next.take() {
-                        if let Err(reason) = work.finish(done) {
-                            break 'serve reason;
-                        }
-                        budget -= 1;
-                        if budget == 0 || work.running.is_empty() {
-                            break;
-                        }
-                        next = match std::future::poll_fn(|cx| Poll::Ready(work.running.poll_next_unpin(cx))).await {
-                            Poll::Ready(done) => done,
-                            Poll::Pending => None,
-                        };
-                    }
-                }
-                () = work.backlog.run_front_notification(), if work.backlog.has_notifications() => {
-                    work.backlog.finish_front_notification(&shared.counters);
-                }
-                _ = tick(&mut keepalive) => {
-                    if missed_pings >= config.keepalive_misses {
-                        break CloseReason::Failed(format!("no answer to {missed_pings} pings"));
-                    }
-                    missed_pings += 1;
-                    if outbox.push_now(Outbound::Ping).is_err() {
-                        break CloseReason::Failed("write queue closed".into());
-                    }
-                }
-                () = deadline(&mut handshake), if handshake.is_some() => {
-                    handshake = None;
-                    if !handle.is_handshaken() {
-                        let limit = config.handshake_deadline.unwrap_or_default();
-                        tracing::info!(conn = shared.conn_id, ?limit, "no handshake within the deadline; closing");
-                        break CloseReason::Failed(format!("no handshake within {limit:?}"));
-                    }
-                }
-                _ = &mut draining, if !work.draining => {
-                    work.draining = true;
-                    if let Err(reason) = work.refuse_waiting() {
-                        break reason;
-                    }
-                }
-                frame = reader.next(), if may_read => {
-                    missed_pings = 0;
-                    // Handle this frame and any others already buffered (a pipelining
-                    // client sends many per read) without a trip through select! each,
-                    // in one poll: a message costs no future or wake-up of its own.
-                    let mut first = Some(frame);
-                    let read = std::future::poll_fn(|cx| {
-                        let mut next = first.take();
-                        let mut budget = READ_BATCH;
-                        while let Some(frame) = next.take() {
-                            match frame {
-                                None | Some(Err(_)) => {
-                                    if let Some(Err(e)) = frame {
-                                        tracing::debug!(conn = shared.conn_id, error = %e, "read failed");
-                                    }
-                                    // No more answers can arrive: fail our calls now rather
-                                    // than at their timeouts, and fire call tokens, but
-                                    // finish the handlers (a client that half-closed still
-                                    // reads its replies).
-                                    reading = false;
-                                    handle.fail_all_pending();
-                                    handle.end_of_input();
-                                    break;
-                                }
-                                Some(Ok(Frame::Unsupported { close_code, reason })) => {
-                                    tracing::info!(conn = shared.conn_id, close_code, reason, "closing connection");
-                                    handle.close(close_code, reason);
-                                    break;
-                                }
-                                Some(Ok(frame)) => {
-                                    if let Err(reason) = work.on_frame(frame, cx) {
-                                        return Poll::Ready(Err(reason));
-                                    }
-                                }
-                            }
-                            budget -= 1;
-                            if budget == 0 || (outbox.is_full() && !handle.has_pending_calls()) {
-                                break;
-                            }
-                            next = match reader.poll_next_unpin(cx) {
-                                Poll::Ready(frame) => Some(frame),
-                                Poll::Pending => None,
-                            };
-                        }
-                        Poll::Ready(Ok(()))
-                    });
-                    if let Err(reason) = read.await {
-                        break 'serve reason;
-                    }
+                    self.on_end_of_input();
+                    break;
                 }
             }
-        };
+        }
+        if handled > 0 { Poll::Ready(Ok(())) } else { Poll::Pending }
+    }
 
+    /// No more answers can arrive: fail our calls now rather than at their
+    /// timeouts, and fire call tokens, but finish the handlers (a client
+    /// that half-closed still reads its replies).
+    fn on_end_of_input(&mut self) {
+        self.input_ended = true;
+        self.handle.fail_all_pending();
+        self.handle.end_of_input();
+    }
+
+    /// Says the last words and closes the transport.
+    async fn close(self, reason: CloseReason) -> CloseReason {
+        let Driver { handle, work, sink_done, .. } = self;
+        let shared = &handle.shared;
+        let (config, outbox) = (&shared.config, &shared.outbox);
         handle.fail_all_pending();
         shared.closing.cancel();
         // Dropping the work cancels handlers still running (they lost their peer).
@@ -880,37 +1050,6 @@ fn send_goodbye(handle: PeerHandle, bye: Goodbye) -> BoxFuture<'static, ()> {
             tracing::info!(conn = handle.conn_id(), method = %bye.method, %error, "goodbye not answered");
         }
     })
-}
-
-async fn run_goodbye(goodbye: &mut Option<BoxFuture<'static, ()>>) {
-    match goodbye {
-        Some(fut) => fut.await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Resolves `limit` after writes stopped making progress with replies owed.
-async fn stall_timer(since: Option<Instant>, limit: Duration) {
-    match since {
-        Some(since) => tokio::time::sleep_until(since + limit).await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn deadline(timer: &mut Option<Pin<Box<tokio::time::Sleep>>>) {
-    match timer {
-        Some(t) => t.as_mut().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn tick(timer: &mut Option<tokio::time::Interval>) {
-    match timer {
-        Some(t) => {
-            t.tick().await;
-        }
-        None => std::future::pending().await,
-    }
 }
 
 /// Incoming work that cannot run yet: requests waiting for a handler slot (or
@@ -1018,10 +1157,10 @@ impl IncomingBacklog {
     }
 
     /// Runs the notification at the front of the queue (one at a time, in order).
-    async fn run_front_notification(&mut self) {
+    fn poll_front_notification(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         match self.notifications.front_mut() {
-            Some((handler, _)) => handler.await,
-            None => std::future::pending().await,
+            Some((handler, _)) => handler.as_mut().poll(cx),
+            None => Poll::Pending,
         }
     }
 
@@ -1205,31 +1344,6 @@ impl<S: Send + Sync + 'static> Work<S> {
             self.answer_owed(Owed::One(id), &shutting_down())?;
         }
         Ok(())
-    }
-
-    /// At the end of a drain: handles every frame already received (requests
-    /// are refused `shutting_down`, since the connection is draining), until
-    /// the input has been quiet for [`SWEEP_QUIET`]. Waiting, not just polling:
-    /// bytes that reached the socket since the last read are seen only once
-    /// the runtime's reactor has polled for them. `Ok(false)` when the input
-    /// ended.
-    async fn sweep_received(&mut self, reader: &mut crate::codec::FrameStream) -> Result<bool, CloseReason> {
-        // Bounded in frames and time, for a peer that keeps writing.
-        let until = Instant::now() + SWEEP_LONGEST;
-        for _ in 0..SWEEP_LIMIT {
-            let quiet_until = (Instant::now() + SWEEP_QUIET).min(until);
-            match tokio::time::timeout_at(quiet_until, reader.next()).await {
-                Err(_quiet) => return Ok(true),
-                Ok(None | Some(Err(_))) => return Ok(false),
-                Ok(Some(Ok(Frame::Unsupported { .. }))) => return Ok(true),
-                Ok(Some(Ok(frame))) => {
-                    let mut frame = Some(frame);
-                    std::future::poll_fn(|cx| Poll::Ready(frame.take().map_or(Ok(()), |f| self.on_frame(f, cx))))
-                        .await?
-                }
-            }
-        }
-        Ok(true)
     }
 
     /// Handles one frame. Not async: a handler is polled once with the

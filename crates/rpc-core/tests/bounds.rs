@@ -1,6 +1,15 @@
 //! Resource bounds: nothing a peer sends grows memory
-//! without limit. Every test runs over real TCP sockets and watches the
-//! engine's own counters (`PeerHandle::stats`) while the other side misbehaves.
+//! without limit. The tests run over real sockets and watch the engine's own
+//! counters (`PeerHandle::stats`) while the other side misbehaves.
+//!
+//! A client that never reads is played on a Unix socket pair: its buffers
+//! have a fixed size, so once they are full nothing more moves until the
+//! client reads. TCP's loopback buffers are resized by the kernel's autotuning
+//! and its receive queue is compacted under memory pressure, so there a full
+//! socket may take more bytes seconds later, and what a test sees would
+//! depend on the machine. The write-stall rule itself is also tested on a
+//! transport the test controls, on paused time: there the only clock is
+//! tokio's, and the outcome is the same on any machine under any load.
 //!
 //! The tests of this file run one at a time (see [`serial`]): one of them
 //! measures the process's resident memory, and the timing ones should not
@@ -13,10 +22,12 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use rpc_core::peer::CloseReason;
 use rpc_core::{CallError, Connection, Ctx, NoParams, PeerConfig, PeerHandle, Router, RpcError, Transport};
+use rpc_core::{Frame, Outbound};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// Held for the whole of each test in this file, so they run one at a time.
@@ -26,16 +37,15 @@ async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     SERIAL.lock().await
 }
 
-/// A server connection on a real TCP socket: the raw client stream connected
-/// to it, the server's handle and its task (which returns why it closed).
-async fn tcp_server<S: Send + Sync + 'static>(
+/// A server connection on a real socket (one end of a Unix socket pair): the
+/// raw client stream connected to it, the server's handle and its task
+/// (which returns why it closed).
+async fn socket_server<S: Send + Sync + 'static>(
     router: Arc<Router<S>>,
     state: S,
     config: PeerConfig,
-) -> (TcpStream, PeerHandle, JoinHandle<CloseReason>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-    let (server, _) = listener.accept().await.unwrap();
+) -> (UnixStream, PeerHandle, JoinHandle<CloseReason>) {
+    let (client, server) = UnixStream::pair().unwrap();
     let (r, w) = server.into_split();
     let (peer, conn) = Connection::new(Transport::ndjson(r, w, 1 << 20), router, Arc::new(state), config);
     (client, peer, tokio::spawn(conn.run()))
@@ -123,7 +133,7 @@ fn blob_router(started: Arc<AtomicUsize>) -> Arc<Router<()>> {
 /// Pipelines all the `blob` requests at once from a client that never reads.
 /// Returns the client's halves (the read half is never read; dropping it would
 /// close the socket).
-fn pipeline_blobs(client: TcpStream) -> (OwnedReadHalf, JoinHandle<OwnedWriteHalf>) {
+fn pipeline_blobs(client: UnixStream) -> (OwnedReadHalf, JoinHandle<OwnedWriteHalf>) {
     let (unread, mut write) = client.into_split();
     let requests: String = (0..BLOB_REQUESTS).map(|id| request_line(id, "blob", json!({}))).collect();
     // In a task: once the server stops reading, this may block until it closes.
@@ -145,7 +155,7 @@ async fn pipelined_large_replies_stay_within_the_write_budget() {
     const OVERHEAD: usize = 256;
     let config = blob_config();
     let started = Arc::new(AtomicUsize::new(0));
-    let (client, server, run) = tcp_server(blob_router(started.clone()), (), config.clone()).await;
+    let (client, server, run) = socket_server(blob_router(started.clone()), (), config.clone()).await;
     let rss_before = rss_bytes();
     let begun = Instant::now();
     let (_unread, writer) = pipeline_blobs(client);
@@ -211,7 +221,7 @@ async fn pipelined_large_replies_stay_within_the_write_budget() {
 async fn a_client_that_never_reads_its_replies_is_cut_off_after_the_write_stall() {
     let _serial = serial().await;
     let config = blob_config();
-    let (client, server, run) = tcp_server(blob_router(Arc::default()), (), config.clone()).await;
+    let (client, server, run) = socket_server(blob_router(Arc::default()), (), config.clone()).await;
     let begun = Instant::now();
     let (_unread, writer) = pipeline_blobs(client);
     let reason = match tokio::time::timeout(config.write_stall + Duration::from_secs(3), run).await {
@@ -225,12 +235,111 @@ async fn a_client_that_never_reads_its_replies_is_cut_off_after_the_write_stall(
     drop(writer);
 }
 
+/// A transport whose write side takes one message and then nothing more: a
+/// peer that stopped reading, without kernel buffers and their timing. The
+/// input is fed by the test.
+fn transport_that_takes_one() -> (mpsc::Sender<Frame>, mpsc::Receiver<Outbound>, Transport) {
+    let (input, inbound) = mpsc::channel(64);
+    let (outbound, unread) = mpsc::channel(1);
+    (input, unread, Transport::channels(inbound, outbound))
+}
+
+fn frame(id: u64, method: &str) -> Frame {
+    Frame::Message(request_line(id, method, json!({})).trim_end().to_owned().into())
+}
+
+fn assert_stalled(reason: &CloseReason) {
+    assert!(matches!(reason, CloseReason::Failed(why) if why.contains("stalled")), "{reason:?}");
+}
+
+/// Rule 1, on paused time: the second reply has nowhere to go, and nothing
+/// else happens on the connection after it. The stall clock must run anyway.
+///
+/// Observed before the rule moved into the drain: never closed. The reply was
+/// handed to the transport directly (nothing was queued ahead of it), so the
+/// connection loop saw no stall when it looked, and the drain's first refused
+/// flush came after the look; with no further event the loop slept for good.
+#[tokio::test(start_paused = true)]
+async fn a_reply_the_peer_never_takes_closes_the_connection_at_the_write_stall() {
+    let config = PeerConfig { write_stall: Duration::from_secs(2), ..PeerConfig::default() };
+    let (input, _unread, transport) = transport_that_takes_one();
+    let (server, conn) = Connection::new(transport, sleep_router(), Arc::new(()), config.clone());
+    let run = tokio::spawn(conn.run());
+    let began = tokio::time::Instant::now();
+    for id in 1..=2 {
+        input.send(frame(id, "ping")).await.unwrap();
+    }
+    let Ok(reason) = tokio::time::timeout(config.write_stall * 10, run).await else {
+        panic!("not closed {:?} after a reply it could not write: {:?}", began.elapsed(), server.stats());
+    };
+    let after = began.elapsed();
+    assert_stalled(&reason.unwrap());
+    assert!(after >= config.write_stall, "closed after {after:?}, before the stall limit");
+    assert!(after < config.write_stall + Duration::from_millis(50), "closed late: {after:?}");
+}
+
+/// Rule 1 and §5 together, on paused time: events the peer does not take
+/// never close the connection, however long; a reply owed then does, one
+/// stall limit after it was owed.
+#[tokio::test(start_paused = true)]
+async fn unread_events_never_close_a_connection_but_an_unread_reply_then_does() {
+    let config = PeerConfig { write_stall: Duration::from_secs(2), ..PeerConfig::default() };
+    let (input, _unread, transport) = transport_that_takes_one();
+    let (server, conn) = Connection::new(transport, sleep_router(), Arc::new(()), config.clone());
+    let run = tokio::spawn(conn.run());
+    let events = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            for n in 0..10 {
+                server.notify("event", [n]).await.unwrap();
+            }
+        })
+    };
+    tokio::time::sleep(config.write_stall * 50).await;
+    assert!(events.is_finished(), "ten small events fit in the outbox");
+    assert!(!run.is_finished(), "closed over events alone: {:?}", server.stats());
+    assert!(server.stats().queued_bytes > 0, "the events were taken: this proved nothing");
+
+    let asked = tokio::time::Instant::now();
+    input.send(frame(1, "ping")).await.unwrap();
+    let Ok(reason) = tokio::time::timeout(config.write_stall * 10, run).await else {
+        panic!("not closed with a reply owed: {:?}", server.stats());
+    };
+    let after = asked.elapsed();
+    assert_stalled(&reason.unwrap());
+    assert!(after >= config.write_stall && after < config.write_stall + Duration::from_millis(50), "{after:?}");
+}
+
+/// Rule 1, on paused time: a slow reader that takes something now and then
+/// is not stalled; the clock starts again at each bit of progress.
+#[tokio::test(start_paused = true)]
+async fn a_slow_reader_that_keeps_taking_replies_is_not_cut_off() {
+    let config = PeerConfig { write_stall: Duration::from_secs(2), ..PeerConfig::default() };
+    let (input, mut unread, transport) = transport_that_takes_one();
+    let (server, conn) = Connection::new(transport, sleep_router(), Arc::new(()), config.clone());
+    let run = tokio::spawn(conn.run());
+    for id in 1..=20 {
+        input.send(frame(id, "ping")).await.unwrap();
+    }
+    // One reply every 1.5 s: each within the limit of the one before.
+    for _ in 0..20 {
+        tokio::time::sleep(config.write_stall * 3 / 4).await;
+        assert!(unread.recv().await.is_some());
+    }
+    assert!(!run.is_finished(), "cut off while taking replies: {:?}", server.stats());
+    // Then it stops taking them, with none owed: kept.
+    tokio::time::sleep(config.write_stall * 10).await;
+    assert!(!run.is_finished());
+    drop(input);
+    assert_eq!(tokio::time::timeout(config.write_stall, run).await.unwrap().unwrap(), CloseReason::Eof);
+}
+
 /// Rule 2, requests: one slot, eight waiting, the rest refused at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_past_the_backlog_are_refused_at_once_and_the_waiting_ones_run_in_order() {
     let _serial = serial().await;
     let config = PeerConfig { max_concurrent: 1, backlog: 8, backlog_bytes: 64 * 1024, ..PeerConfig::default() };
-    let (client, server, _run) = tcp_server(sleep_router(), (), config).await;
+    let (client, server, _run) = socket_server(sleep_router(), (), config).await;
     let (read, mut write) = client.into_split();
     let mut lines = BufReader::new(read).lines();
 
@@ -288,7 +397,7 @@ async fn notifications_past_the_backlog_bytes_are_dropped_and_counted_and_the_co
             .unwrap()
     };
     let config = PeerConfig { backlog: 8, backlog_bytes: 64 * 1024, flood_limit: 1_000_000, ..PeerConfig::default() };
-    let (client, server, run) = tcp_server(router, (), config.clone()).await;
+    let (client, server, run) = socket_server(router, (), config.clone()).await;
     let (read, mut write) = client.into_split();
     let mut lines = BufReader::new(read).lines();
 
@@ -342,7 +451,7 @@ async fn notifications_past_the_backlog_bytes_are_dropped_and_counted_and_the_co
 async fn a_peer_flooding_past_the_backlog_is_disconnected() {
     let _serial = serial().await;
     let config = PeerConfig { max_concurrent: 1, backlog: 8, flood_limit: 100, ..PeerConfig::default() };
-    let (client, server, run) = tcp_server(sleep_router(), (), config).await;
+    let (client, server, run) = socket_server(sleep_router(), (), config).await;
     let (read, mut write) = client.into_split();
     let flood: String = (1..=500).map(|id| request_line(id, "sleep", json!([10_000]))).collect();
     let started = Instant::now();
@@ -515,15 +624,14 @@ async fn the_answer_to_our_own_call_is_read_while_the_outbox_is_full() {
     const REPLY: usize = 64 * 1024;
     let config = PeerConfig { write_budget: 64 * 1024, write_stall: Duration::from_secs(20), ..PeerConfig::default() };
     let router = Router::<()>::new().method("blob", |_, _: NoParams| async { Ok("x".repeat(REPLY)) }).build().unwrap();
-    let (client, server, run) = tcp_server(router, (), config.clone()).await;
+    let (client, server, run) = socket_server(router, (), config.clone()).await;
 
     // The server asks first (id 1), so its request is written before the outbox fills.
     let call = {
         let server = server.clone();
         tokio::spawn(async move { server.request_raw("question", &["?"], Some(Duration::from_secs(15))).await })
     };
-    let mut peeked = [0u8; 1];
-    tokio::time::timeout(Duration::from_secs(5), client.peek(&mut peeked))
+    tokio::time::timeout(Duration::from_secs(5), client.readable())
         .await
         .expect("the server's request was not written")
         .unwrap();
@@ -583,7 +691,7 @@ async fn no_request_starts_while_the_outbox_is_full() {
         write_stall: Duration::from_secs(30),
         ..PeerConfig::default()
     };
-    let (client, server, run) = tcp_server(router, (), config.clone()).await;
+    let (client, server, run) = socket_server(router, (), config.clone()).await;
     // A call the client never answers keeps the server reading whatever else comes.
     let _pending = {
         let server = server.clone();
@@ -633,7 +741,7 @@ async fn garbage_read_while_a_call_is_pending_does_not_grow_the_outbox_past_its_
     let _serial = serial().await;
     const LINES: usize = 100_000;
     let config = PeerConfig { write_budget: 64 * 1024, write_stall: Duration::from_secs(30), ..PeerConfig::default() };
-    let (client, server, run) = tcp_server(sleep_router(), (), config.clone()).await;
+    let (client, server, run) = socket_server(sleep_router(), (), config.clone()).await;
     let _pending = {
         let server = server.clone();
         tokio::spawn(async move { server.request_raw("never", &[0], None).await })
