@@ -43,7 +43,7 @@ fn main() -> ExitCode {
     let runtime = match Threads::per_core().runtime() {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("btcp-broker: starting the async runtime: {e}");
+            rpc_core::log_sink::report(format_args!("btcp-broker: starting the async runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -54,7 +54,7 @@ fn main() -> ExitCode {
         Some(command) => match runtime.block_on(client::run(&endpoint, command)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("btcp-broker: {e:#}");
+                rpc_core::log_sink::report(format_args!("btcp-broker: {e:#}"));
                 ExitCode::FAILURE
             }
         },

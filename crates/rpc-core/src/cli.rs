@@ -40,8 +40,11 @@ pub struct LogArgs {
 }
 
 impl LogArgs {
-    /// Installs the global subscriber: logs go to stderr, stdout stays for
-    /// output. A second call in one process leaves the first subscriber.
+    /// Installs the global subscriber: logs go to stderr through the
+    /// [`log_sink`](crate::log_sink) (a bounded queue and a thread, so a log
+    /// reader that stalls or goes away costs lines, counted, never the
+    /// daemon), stdout stays for output. A second call in one process leaves
+    /// the first subscriber.
     pub fn init(&self) -> Result<(), ConfigError> {
         use tracing_subscriber::EnvFilter;
         let mut filter =
@@ -53,7 +56,8 @@ impl LogArgs {
         }
         // Colours only for a person at a terminal, never in journald or files.
         let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-        let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+        let builder =
+            tracing_subscriber::fmt().with_env_filter(filter).with_writer(crate::log_sink::writer).with_ansi(ansi);
         let _already_set = match self.log_format {
             LogFormat::Text => builder.with_target(false).try_init(),
             LogFormat::Json => builder.json().flatten_event(true).try_init(),
@@ -151,7 +155,7 @@ fn env_of(command: &clap::Command, long: &str) -> Option<String> {
 /// Reports bad configuration as one line on stderr, `PROGRAM: bad
 /// configuration: SETTING: PROBLEM`, and returns exit code 2 for `main`.
 pub fn bad_configuration(error: &ConfigError) -> ExitCode {
-    eprintln!("{}: {error}", program_name());
+    crate::log_sink::report(format_args!("{}: {error}", program_name()));
     ExitCode::from(EXIT_BAD_CONFIG)
 }
 
@@ -211,7 +215,7 @@ impl CommonCommand {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("{program}: {e}");
+                crate::log_sink::report(format_args!("{program}: {e}"));
                 ExitCode::FAILURE
             }
         }

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use crate::config::{ConfigError, check_exposure};
 use crate::listen::{self, Listener, NdjsonLimits, SocketFile, Stream, UnixBindError};
+use crate::log_sink;
 use crate::router::Router;
 use crate::shutdown::{Shutdown, Stopped};
 use crate::systemd;
@@ -122,13 +123,15 @@ where
     T: Into<ExitCode>,
     E: Failure,
 {
-    match runtime.block_on(serve) {
+    let code = match runtime.block_on(serve) {
         Ok(outcome) => outcome.into(),
         Err(e) => {
-            eprintln!("{name}: {e}");
+            log_sink::report(format_args!("{name}: {e}"));
             e.exit_code()
         }
-    }
+    };
+    log_sink::flush(log_sink::FINAL_FLUSH);
+    code
 }
 
 /// [`exit_code_of`] on a new runtime of `threads`.
@@ -140,7 +143,7 @@ where
     match threads.runtime() {
         Ok(runtime) => exit_code_of(name, &runtime, serve),
         Err(e) => {
-            eprintln!("{name}: cannot start the async runtime: {e}");
+            log_sink::report(format_args!("{name}: cannot start the async runtime: {e}"));
             ExitCode::FAILURE
         }
     }

@@ -22,6 +22,7 @@ pub mod fanout;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod listen;
+pub mod log_sink;
 pub mod message;
 mod outbox;
 pub mod peer;
