@@ -28,15 +28,22 @@
 //! ```
 //!
 //! - The daemon dies → the kernel sends the leader SIGTERM → the leader sees
-//!   its parent is no longer the daemon and SIGKILLs its whole group, itself
-//!   included, so the program and everything it started go at once. Without the
-//!   leader the program's children would be orphaned.
+//!   its parent is no longer the daemon, leaves the group and SIGKILLs it, so
+//!   the program and everything it started go at once, then kills every
+//!   descendant that left the group (below) and exits. Without the leader the
+//!   program's children would be orphaned.
 //! - The leader dies (any way) → the kernel SIGKILLs the program.
-//! - The program exits → the leader exits the same way (same code, or the same
-//!   signal re-raised on itself), so the daemon reaps the program's real status,
-//!   and then kills whatever is left of the group. The leader does that too,
-//!   first, after leaving the group: the daemon may be gone (the program often
-//!   exits *because* it died: its stdin closed).
+//! - The program exits → the leader kills whatever is left (the group, and
+//!   every descendant that left it), then exits the same way (same code, or
+//!   the same signal re-raised on itself), so the daemon reaps the program's
+//!   real status. The leader does it, not the daemon: the daemon may be gone
+//!   (the program often exits *because* it died: its stdin closed).
+//! - A descendant that leaves the group (`setsid`, `setpgid`, a double fork)
+//!   is still caught: the leader is a **child subreaper**
+//!   (`PR_SET_CHILD_SUBREAPER`), so when such a process's parent dies it is
+//!   handed to the leader rather than to init, and at the end the leader
+//!   kills its children, reaps them, and kills the children they leave it,
+//!   until it has none.
 //! - The daemon's own stop sends SIGTERM to the group; the leader, whose parent
 //!   is still the daemon, ignores it and the program handles it.
 //!
@@ -78,11 +85,13 @@
 //! Costs and limits: the leader is a copy-on-write fork of the daemon that
 //! touches almost nothing, but it keeps the daemon's pages as they were at
 //! spawn time (memory the daemon later changes is then held twice). A
-//! descendant that leaves the group (`setsid`, `setpgid`) escapes it; only a
-//! cgroup catches those (systemd's `KillMode=control-group`, the default for
-//! services). On other Unixes there is no leader and no parent-death signal:
-//! children lead their own group and are stopped with it, but a SIGKILLed
-//! daemon leaves them running.
+//! descendant that leaves the group *and* whose parent lives on when the
+//! leader acts is found through its parent's death in the next round; one
+//! that gets itself reparented elsewhere (only possible with privileges, or
+//! under another subreaper below ours) is out of reach: under systemd,
+//! `KillMode=control-group` catches that too. On other Unixes there is no
+//! leader, no subreaper and no parent-death signal: children lead their own
+//! group and are stopped with it, but a SIGKILLed daemon leaves them running.
 
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -458,7 +467,7 @@ mod leader {
 
     use nix::errno::Errno;
     use nix::libc;
-    use nix::sys::prctl::set_pdeathsig;
+    use nix::sys::prctl::{set_child_subreaper, set_pdeathsig};
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     use nix::sys::signal::{SigHandler, SigSet, Signal, kill, killpg};
     use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
@@ -480,6 +489,9 @@ mod leader {
             return Err(Errno::ESRCH.into());
         }
         let leader = getpid();
+        // Descendants that leave the group are handed to the leader when
+        // their parent dies (not inherited by the program: fork clears it).
+        set_child_subreaper(true)?;
         // SAFETY: this process is the single-threaded child of a fork, so no
         // other thread can hold a lock that fork's atfork handlers or the
         // child would need; the child below only makes system calls until std
@@ -516,8 +528,11 @@ mod leader {
     }
 
     /// The leader's whole life: wait for the program to end and end the same
-    /// way, or for the daemon to die and kill the group (`group`: the
-    /// program's pid, or on a terminal the leader's own).
+    /// way, or for the daemon to die and end everything (`group`: the
+    /// program's pid, or on a terminal the leader's own). Either way nothing
+    /// the program started is left: the leader is a child subreaper, so a
+    /// descendant that left the group (`setsid`, a double fork) is handed to
+    /// it when its parent dies, and [`end_descendants`] kills them all.
     #[allow(unsafe_code)]
     fn lead(daemon: Pid, program: Pid, group: Pid) -> ! {
         close_everything();
@@ -532,41 +547,168 @@ mod leader {
             // SAFETY: `wake` is a valid signal set and `signal` a valid place
             // for the number (nix's `SigSet::wait` would unwrap it).
             unsafe { libc::sigwait(wake.as_ref(), &mut signal) };
-            let ended = waitpid(program, Some(WaitPidFlag::WNOHANG));
-            if matches!(ended, Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))) {
-                end_the_rest(daemon, program, group);
-            }
-            match ended {
-                Ok(WaitStatus::Exited(_, code)) => exit(code),
-                Ok(WaitStatus::Signaled(_, signal, _)) => die_like(signal),
-                Ok(_) => {}
-                // Cannot happen (the program is our only child, reaped only
-                // here); leaving is safer than spinning.
-                Err(_) => exit(1),
-            }
+            // Orphans handed to us end too; only the program's end matters.
+            let ended = reap(program);
             // A SIGTERM while the daemon lives is its graceful stop, sent to the
             // whole group: the program handles it. Only an orphaned leader acts.
             if getppid() != daemon {
-                let _ = killpg(group, Signal::SIGKILL);
+                end_everything(program, group);
+                exit(1);
+            }
+            match ended {
+                Some(WaitStatus::Exited(_, code)) => {
+                    end_everything(program, group);
+                    exit(code)
+                }
+                Some(WaitStatus::Signaled(_, signal, _)) => {
+                    end_everything(program, group);
+                    die_like(signal)
+                }
+                _ => {}
             }
         }
     }
 
-    /// The program has ended: what it started goes with it. The daemon kills
-    /// the rest of the group after its reap, but it may be gone or going: the
-    /// program often ends *because* the daemon died (its stdin closed), and a
-    /// dying daemon can close its pipes before its death reaches the leader.
-    /// So the leader does it now. It leaves the group first, to outlive the
-    /// kill and report the program's status; on a terminal it leads the group
-    /// and the session and cannot leave, so there it acts only once orphaned.
-    fn end_the_rest(daemon: Pid, program: Pid, group: Pid) {
-        if group == program {
-            if setpgid(Pid::from_raw(0), Pid::from_raw(0)).is_ok() {
-                let _ = killpg(group, Signal::SIGKILL);
+    /// Reaps every child that has ended (the program, and orphaned
+    /// descendants handed to us); the program's end, if it was among them.
+    fn reap(program: Pid) -> Option<WaitStatus> {
+        let mut program_ended = None;
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(status @ (WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, _, _))) => {
+                    if pid == program {
+                        program_ended = Some(status);
+                    }
+                }
+                Ok(WaitStatus::StillAlive) | Err(_) => return program_ended,
+                Ok(_) => {}
             }
-        } else if getppid() != daemon {
+        }
+    }
+
+    /// The program has ended, or the daemon has died: everything the program
+    /// started goes. The rest of the group at once (the leader leaves it
+    /// first, to outlive the kill; on a terminal it leads the group and the
+    /// session and cannot leave, so there the loop below does it), then every
+    /// descendant, whatever group or session it moved to.
+    fn end_everything(program: Pid, group: Pid) {
+        if group == program && setpgid(Pid::from_raw(0), Pid::from_raw(0)).is_ok() {
             let _ = killpg(group, Signal::SIGKILL);
         }
+        end_descendants();
+    }
+
+    /// Kills this process's children and reaps them, again and again, until
+    /// it has none: a child's own children are handed to us (the subreaper)
+    /// when it dies, and go in the next round. Ends when `waitpid` says there
+    /// is no child left at all.
+    fn end_descendants() {
+        let me = getpid();
+        loop {
+            kill_children_of(me);
+            match waitpid(Pid::from_raw(-1), None) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// SIGKILLs every process whose parent is `parent`, found by reading
+    /// `/proc/<pid>/stat` (the `children` file of `/proc` needs a kernel
+    /// option many kernels lack). System calls on stack buffers only.
+    #[allow(unsafe_code)]
+    fn kill_children_of(parent: Pid) {
+        // SAFETY: a NUL-terminated path; the descriptor is closed below.
+        let dir = unsafe { libc::open(c"/proc".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        if dir < 0 {
+            return;
+        }
+        // u64s: getdents64 records are 8-byte aligned.
+        let mut buf = [0u64; 1024];
+        loop {
+            // SAFETY: the buffer is valid for its length in bytes.
+            let n = unsafe { libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), std::mem::size_of_val(&buf)) };
+            if n <= 0 {
+                break;
+            }
+            // SAFETY: the kernel wrote `n` bytes of records into the buffer.
+            let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize) };
+            let mut at = 0;
+            // A record: inode (8), offset (8), length (2), type (1), name (NUL-ended).
+            while at + 19 < bytes.len() {
+                let length = u16::from_ne_bytes([bytes[at + 16], bytes[at + 17]]) as usize;
+                if length == 0 {
+                    break;
+                }
+                let name = &bytes[at + 19..(at + length).min(bytes.len())];
+                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+                if let Some(pid) = parse_pid(name)
+                    && parent_of(pid) == Some(parent.as_raw())
+                {
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                }
+                at += length;
+            }
+        }
+        // SAFETY: our own descriptor, closed once.
+        unsafe { libc::close(dir) };
+    }
+
+    /// A decimal pid, or `None` for any other name.
+    fn parse_pid(digits: &[u8]) -> Option<i32> {
+        if digits.is_empty() || digits.len() > 9 {
+            return None;
+        }
+        let mut pid = 0i32;
+        for &d in digits {
+            if !d.is_ascii_digit() {
+                return None;
+            }
+            pid = pid * 10 + i32::from(d - b'0');
+        }
+        Some(pid)
+    }
+
+    /// The parent of `pid`, from `/proc/<pid>/stat`: `pid (comm) state ppid ...`.
+    #[allow(unsafe_code)]
+    fn parent_of(pid: i32) -> Option<i32> {
+        let mut path = [0u8; 32];
+        let mut len = 0;
+        let mut put = |bytes: &[u8]| {
+            path[len..len + bytes.len()].copy_from_slice(bytes);
+            len += bytes.len();
+        };
+        put(b"/proc/");
+        let mut digits = [0u8; 10];
+        let mut n = pid;
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        put(&digits[start..]);
+        put(b"/stat\0");
+        // SAFETY: `path` is NUL-terminated; the descriptor is closed below.
+        let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return None;
+        }
+        // The command name is at most 16 bytes: the parent's pid is well
+        // within the first 128, and no field before it but the name holds ')'.
+        let mut stat = [0u8; 128];
+        // SAFETY: the buffer is valid for its length; our descriptor, closed once.
+        let read = unsafe { libc::read(fd, stat.as_mut_ptr().cast(), stat.len()) };
+        unsafe { libc::close(fd) };
+        let stat = stat.get(..usize::try_from(read).ok()?)?;
+        let after_name = stat.iter().rposition(|&b| b == b')')?;
+        // `) S 1234 `: the state, then the parent's pid.
+        let rest = stat.get(after_name + 4..)?;
+        let end = rest.iter().position(|&b| b == b' ')?;
+        parse_pid(&rest[..end])
     }
 
     /// Closes every descriptor: the leader never reads or writes again, and

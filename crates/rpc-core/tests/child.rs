@@ -25,9 +25,15 @@ fn marked(marker: &str) -> Vec<u32> {
     processes().into_iter().filter(|p| p.cmdline.contains(marker)).map(|p| p.pid).collect()
 }
 
+/// Live processes in session `session`.
+fn in_session(session: u32) -> Vec<u32> {
+    processes().into_iter().filter(|p| p.session == session).map(|p| p.pid).collect()
+}
+
 struct Process {
     pid: u32,
     group: u32,
+    session: u32,
     cmdline: String,
 }
 
@@ -42,7 +48,8 @@ fn processes() -> Vec<Process> {
         };
         // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
         let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
-        let (Some(&state), Some(group)) = (fields.first(), fields.get(2).and_then(|g| g.parse().ok())) else {
+        let number = |i: usize| fields.get(i).and_then(|n| n.parse().ok());
+        let (Some(&state), Some(group), Some(session)) = (fields.first(), number(2), number(3)) else {
             continue;
         };
         if state == "Z" {
@@ -50,7 +57,7 @@ fn processes() -> Vec<Process> {
         }
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        found.push(Process { pid, group, cmdline });
+        found.push(Process { pid, group, session, cmdline });
     }
     found
 }
@@ -138,8 +145,11 @@ async fn wait_for_escaped(marker: &str) {
     assert!(eventually(Duration::from_secs(5), || !marked(&escaped).is_empty()).await, "no grandchild");
 }
 
+/// The program exits while a grandchild that left the group (setsid) holds
+/// its stdout: the exit is seen at once with its real status, and the
+/// grandchild goes with it (the leader, a subreaper, is handed it and kills it).
 #[tokio::test]
-async fn the_exit_is_reported_at_once_with_its_real_status_though_a_grandchild_holds_stdout() {
+async fn the_exit_is_reported_at_once_with_its_real_status_and_an_escaped_grandchild_goes_too() {
     let marker = unique("exit");
     let mut child = with_escaped_grandchild(&marker, "read -r line; exit 3")
         .stdin(Stdin::Piped)
@@ -150,11 +160,12 @@ async fn the_exit_is_reported_at_once_with_its_real_status_though_a_grandchild_h
     wait_for_escaped(&marker).await;
     let mut stdin = child.take_stdin().unwrap();
     tokio::io::AsyncWriteExt::write_all(&mut stdin, b"go\n").await.unwrap();
-    let exit = tokio::time::timeout(Duration::from_secs(2), child.exited()).await;
-    let escaped = marked(&format!("{marker}-escaped"));
+    let exit = tokio::time::timeout(Duration::from_secs(5), child.exited()).await;
+    let escaped = format!("{marker}-escaped");
+    let gone = eventually(Duration::from_secs(5), || marked(&escaped).is_empty()).await;
     kill_escaped(&marker);
-    let exit = exit.expect("the exit was not seen within 2 s");
-    assert!(!escaped.is_empty(), "the grandchild should still have been running");
+    let exit = exit.expect("the exit was not seen within 5 s");
+    assert!(gone, "the grandchild that left the group outlived its program");
     assert_eq!(exit, Exit::Code(3));
     assert_eq!(exit.to_string(), "exit status 3");
     assert!(child.has_exited());
@@ -177,7 +188,8 @@ async fn a_child_killed_by_a_signal_is_reported_as_such() {
 async fn a_peer_over_the_child_fails_its_pending_call_when_the_child_exits() {
     let marker = unique("peer");
     // Reads the first header line of our request, then exits; the escaped
-    // grandchild keeps both pipes open, so EOF never comes.
+    // grandchild holds both pipes until the leader ends it: the call must
+    // fail on the exit, not wait for the pipes' EOF.
     let mut child = with_escaped_grandchild(&marker, "read -r line; exit 3")
         .stdin(Stdin::Piped)
         .stdout(Stdout::Piped)
@@ -195,12 +207,10 @@ async fn a_peer_over_the_child_fails_its_pending_call_when_the_child_exits() {
     let started = Instant::now();
     let reply = peer.request_raw("hang", &(), Some(Duration::from_secs(60)));
     let reply = tokio::time::timeout(Duration::from_secs(5), reply).await;
-    let escaped = marked(&format!("{marker}-escaped"));
     kill_escaped(&marker);
     let reply = reply.expect("the call was still pending 5 s after the child exited");
     assert_eq!(reply.unwrap_err(), CallError::Disconnected);
     assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
-    assert!(!escaped.is_empty(), "the grandchild should still have been running");
     assert_eq!(child.exited().await, Exit::Code(3));
     let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
     // Asking for the pipes twice is an error, not a panic.
@@ -272,9 +282,11 @@ async fn a_missing_program_fails_the_spawn() {
 }
 
 /// SIGKILLs a parent process (this test binary, re-run as `parent_of_children`)
-/// whose children each started grandchildren: none of them may survive it.
-/// The second child was spawned from a thread that ended at once, so its
-/// parent-death signal fired early and was ignored; the leader still notices.
+/// whose children each started grandchildren, one in the child's group and
+/// one that left it for a session of its own (`setsid`) and started a child
+/// there: none of them may survive it. The second child was spawned from a
+/// thread that ended at once, so its parent-death signal fired early and was
+/// ignored; the leader still notices.
 #[test]
 fn no_descendant_outlives_a_sigkilled_parent() {
     let marker = unique("orphan");
@@ -296,23 +308,34 @@ fn no_descendant_outlives_a_sigkilled_parent() {
         }
     }
     assert_eq!(groups.len(), 2, "the parent did not start its children");
+    let escaped = format!("{marker}-escaped");
+    let sessions = || marked(&escaped);
     let settled = Instant::now() + Duration::from_secs(5);
-    // Each group: the leader, the shell and its two sleeps.
-    while groups.iter().any(|&g| members(g).len() < 4) && Instant::now() < settled {
+    // Each group: the leader, the shell and its sleep; each escaped session:
+    // a shell and its sleep.
+    let started = || -> (Vec<usize>, Vec<usize>) {
+        let sessions: Vec<usize> = sessions().into_iter().map(|s| in_session(s).len()).collect();
+        (groups.iter().map(|&g| members(g).len()).collect(), sessions)
+    };
+    while started() != (vec![3, 3], vec![2, 2]) && Instant::now() < settled {
         std::thread::sleep(Duration::from_millis(25));
     }
     // The second child's parent-death signal, sent when its spawning thread
     // ended, did not end it: the daemon was still alive.
-    let started: Vec<usize> = groups.iter().map(|&g| members(g).len()).collect();
-    assert_eq!(started, [4, 4], "the children did not start, or one ended early");
+    assert_eq!(started(), (vec![3, 3], vec![2, 2]), "the children did not start, or one ended early");
+    let escaped_sessions = sessions();
 
     kill(Pid::from_raw(parent.id() as i32), Signal::SIGKILL).unwrap();
     let _ = parent.wait();
+    let left = || -> Vec<u32> {
+        let sessions = escaped_sessions.iter().flat_map(|&s| in_session(s));
+        groups.iter().flat_map(|&g| members(g)).chain(marked(&marker)).chain(sessions).collect()
+    };
     let deadline = Instant::now() + Duration::from_secs(5);
-    while (!marked(&marker).is_empty() || groups.iter().any(|&g| !members(g).is_empty())) && Instant::now() < deadline {
+    while !left().is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(25));
     }
-    let left: Vec<u32> = groups.iter().flat_map(|&g| members(g)).chain(marked(&marker)).collect();
+    let left = left();
     for &pid in &left {
         let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
     }
@@ -327,7 +350,9 @@ fn parent_of_children() {
     };
     let marker = marker.to_string_lossy().into_owned();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let script = "sleep 300 & sleep 300 & wait";
+    // A sleep in the group, and a shell that left it (a session of its own,
+    // carrying `<marker>-escaped`) with a sleep of its own.
+    let script = r#"sleep 300 & setsid sh -c "sleep 300; :" "${0%-thread}-escaped" & wait"#;
     let from_this_thread = runtime.block_on(async { sh(script, &marker).spawn().unwrap() });
     let handle = runtime.handle().clone();
     let from_a_thread_that_ended = std::thread::spawn(move || {
