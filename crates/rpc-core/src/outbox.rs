@@ -200,6 +200,11 @@ impl Outbox {
         }
     }
 
+    /// Wakes the connection task, to look at its conditions again.
+    pub fn wake_connection(&self) {
+        self.writer.wake();
+    }
+
     /// Refuses further items and releases every producer waiting for room.
     pub fn close(&self) {
         self.queue.lock().closed = true;

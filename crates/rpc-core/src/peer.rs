@@ -336,6 +336,12 @@ impl PeerHandle {
             }
             pending.calls.insert(n, tx);
             shared.pending_len.store(pending.calls.len(), Ordering::Relaxed);
+            if pending.calls.len() == 1 {
+                // The connection reads while calls are pending, however full
+                // its outbox: it must look again now, even if this request
+                // itself waits for room (and so wakes no one).
+                shared.outbox.wake_connection();
+            }
         }
         // Removes the entry however this future ends unanswered: timed out,
         // failed to send, cancelled, or dropped by its caller.
