@@ -454,3 +454,33 @@ async fn an_abandoned_request_tells_the_other_side_which_call_to_stop() {
     let heard = heard.lock().clone();
     assert_eq!(heard, vec![json!({"requestId": asked[0]})], "the notice names the abandoned request");
 }
+
+/// The panic policy (README, "Panics"): a handler that panics while it holds
+/// shared state is answered -32603, and every later call on that state is
+/// answered correctly. With std's Mutex the panic poisoned the lock, and
+/// every later `lock().unwrap()` panicked in turn until the daemon restarted.
+#[tokio::test]
+async fn a_handler_that_panics_holding_a_lock_leaves_the_daemon_answering() {
+    #[derive(Default)]
+    struct Tally(Mutex<Vec<u64>>);
+    let router = Router::<Tally>::new()
+        .method("add", |ctx, [n]: [u64; 1]| async move {
+            let mut tally = ctx.state.0.lock();
+            if n == 13 {
+                panic!("unlucky number, with the lock held");
+            }
+            tally.push(n);
+            Ok(tally.len())
+        })
+        .method("sum", |ctx, _: NoParams| async move { Ok(ctx.state.0.lock().iter().sum::<u64>()) })
+        .build()
+        .unwrap();
+    let (_server, client) = pair(router, Router::<()>::empty(), PeerConfig::default());
+    assert_eq!(client.request::<usize>("add", [1]).await.unwrap(), 1);
+    match client.request::<usize>("add", [13]).await {
+        Err(CallError::Rpc(error)) => assert_eq!(error.code, -32603, "{error:?}"),
+        other => panic!("expected -32603 for the panic, got {other:?}"),
+    }
+    assert_eq!(client.request::<usize>("add", [2]).await.unwrap(), 2);
+    assert_eq!(client.request::<u64>("sum", json!({})).await.unwrap(), 3);
+}
