@@ -52,9 +52,22 @@ pub fn require_tool(tool: &str) -> bool {
     false
 }
 
+/// What reads a daemon's stderr, for the tests of a log reader that fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogReader {
+    /// The pipe's read end is closed at once: every write to it fails (EPIPE),
+    /// as after `daemon 2>&1 | grep x` once grep is gone.
+    Gone,
+    /// The read end stays open and is never read: once the pipe is full every
+    /// write to it would block, as with a paused pager or a stuck journald.
+    Stalled,
+}
+
 /// A daemon process started for one test; killed when dropped.
 pub struct Daemon {
     child: Option<Child>,
+    /// The read end of a stderr pipe nobody reads ([`LogReader::Stalled`]).
+    _unread_log: Option<std::os::fd::OwnedFd>,
     stderr: Arc<Mutex<String>>,
     /// Signalled when the stderr reader has read to the end of the pipe (in
     /// a mutex so that a `Daemon` can be shared with load threads).
@@ -93,7 +106,57 @@ impl Daemon {
             }
             let _ = done.send(());
         });
-        Daemon { child: Some(child), stderr, stderr_done: Mutex::new(stderr_done), name: bin.to_owned() }
+        Daemon {
+            child: Some(child),
+            _unread_log: None,
+            stderr,
+            stderr_done: Mutex::new(stderr_done),
+            name: bin.to_owned(),
+        }
+    }
+
+    /// Starts `bin` with its stderr on a pipe whose reader fails as `log`
+    /// says. Nothing of its log is seen: wait for it on its sockets.
+    pub fn start_with_log(
+        bin: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        cwd: Option<&Path>,
+        log: LogReader,
+    ) -> Daemon {
+        let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        // The smallest pipe the kernel makes (a page): a stalled reader's pipe
+        // is full after a few lines, not after 64 KiB of them.
+        let _ = nix::fcntl::fcntl(&write_end, nix::fcntl::FcntlArg::F_SETPIPE_SZ(4096));
+        let mut cmd = Command::new(bin_path(bin));
+        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(write_end));
+        cmd.env("RUST_LOG", "debug");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        }
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("starting {bin}: {e}"));
+        drop(cmd);
+        let unread = match log {
+            LogReader::Gone => None,
+            LogReader::Stalled => Some(read_end),
+        };
+        let (done, stderr_done) = std::sync::mpsc::channel();
+        let _ = done.send(());
+        Daemon {
+            child: Some(child),
+            _unread_log: unread,
+            stderr: Arc::default(),
+            stderr_done: Mutex::new(stderr_done),
+            name: bin.to_owned(),
+        }
+    }
+
+    /// Whether the process has exited (and is reaped), without waiting.
+    pub fn has_exited(&mut self) -> bool {
+        self.child.as_mut().unwrap().try_wait().unwrap().is_some()
     }
 
     pub fn pid(&self) -> u32 {

@@ -84,6 +84,7 @@ impl Broker {
         PeerConfig {
             keepalive: config.keepalive,
             request_timeout: config.call_timeout,
+            write_stall: config.write_stall,
             write_budget: config.write_budget,
             backlog_bytes: config.backlog_bytes,
             // Answers to forwarded calls may come through the SSE session

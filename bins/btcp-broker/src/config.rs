@@ -153,6 +153,11 @@ pub struct ServeArgs {
     /// run; past it requests are answered `overloaded` and notifications dropped.
     #[arg(long, env = "BTCP_BACKLOG_BYTES", default_value_t = rpc_core::peer::DEFAULT_BACKLOG_BYTES)]
     pub backlog_bytes: usize,
+    /// A connection whose messages make no progress for this long while it owes
+    /// replies is closed: an agent that never reads does not hold its slot and
+    /// budget (seconds, or `500ms`).
+    #[arg(long, env = "BTCP_WRITE_STALL", default_value = "30", value_parser = seconds)]
+    pub write_stall: Duration,
     /// Bytes of tool lists kept for browsers that have left (until they return
     /// or the idle TTL); past it the lists of the browsers that left longest
     /// ago are dropped first.
@@ -214,6 +219,7 @@ pub struct Config {
     pub shutdown_grace: Duration,
     pub write_budget: usize,
     pub backlog_bytes: usize,
+    pub write_stall: Duration,
     pub tools_budget: usize,
     pub sse_session_fallback: bool,
 }
@@ -289,6 +295,7 @@ impl Config {
             shutdown_grace: serve.shutdown_grace,
             write_budget: serve.write_budget,
             backlog_bytes: serve.backlog_bytes,
+            write_stall: serve.write_stall,
             tools_budget: serve.tools_budget,
             sse_session_fallback: serve.sse_session_fallback,
         })

@@ -108,6 +108,7 @@ pub struct Metrics {
     agents: Gauge,
     cached_tool_bytes: Gauge,
     tool_lists_evicted: Counter,
+    log_lines_dropped: Counter,
 }
 
 impl Metrics {
@@ -156,6 +157,12 @@ impl Metrics {
             "Tool lists of departed browsers dropped to stay within BTCP_TOOLS_BUDGET",
             tool_lists_evicted.clone(),
         );
+        let log_lines_dropped = Counter::default();
+        registry.register(
+            "log_lines_dropped",
+            "Log lines dropped because stderr's reader was not keeping up or had gone",
+            log_lines_dropped.clone(),
+        );
         Metrics {
             registry,
             calls,
@@ -168,6 +175,7 @@ impl Metrics {
             agents,
             cached_tool_bytes,
             tool_lists_evicted,
+            log_lines_dropped,
         }
     }
 
@@ -208,6 +216,8 @@ impl Metrics {
         self.browsers.set(counts.browsers as i64);
         self.agents.set(counts.agents as i64);
         self.cached_tool_bytes.set(i64::try_from(counts.cached_tool_bytes).unwrap_or(i64::MAX));
+        let dropped = rpc_core::log_sink::dropped_lines();
+        self.log_lines_dropped.inc_by(dropped.saturating_sub(self.log_lines_dropped.get()));
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out

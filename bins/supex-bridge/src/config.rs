@@ -72,6 +72,10 @@ pub struct ServeArgs {
     /// past it requests are answered `overloaded` and notifications dropped.
     #[arg(long, env = "SUPEX_BACKLOG_BYTES", default_value_t = rpc_core::peer::DEFAULT_BACKLOG_BYTES)]
     pub backlog_bytes: usize,
+    /// A connection whose replies make no progress for this long while it owes some is
+    /// closed: a client that never reads does not hold its slot and budget (seconds, or `500ms`).
+    #[arg(long, env = "SUPEX_WRITE_STALL", default_value = "30", value_parser = parse_seconds)]
+    pub write_stall: Duration,
     /// Directory of the runtime console log [default: <data dir>/supex-bridge/logs].
     #[arg(long, env = "SUPEX_LOG_DIR")]
     pub log_dir: Option<PathBuf>,
@@ -106,6 +110,7 @@ pub struct Config {
     pub hello_timeout: Duration,
     pub write_budget: usize,
     pub backlog_bytes: usize,
+    pub write_stall: Duration,
     pub log_dir: Option<PathBuf>,
 }
 
@@ -159,6 +164,7 @@ impl Config {
             hello_timeout: args.hello_timeout,
             write_budget: args.write_budget,
             backlog_bytes: args.backlog_bytes,
+            write_stall: args.write_stall,
             log_dir,
         })
     }

@@ -134,6 +134,7 @@ pub async fn run(config: Config) -> Result<Stopped, StartError> {
             // Every method but `ping` needs a hello: idle sockets that never
             // send one must not hold the connection slots.
             handshake_deadline: Some(config.hello_timeout),
+            write_stall: config.write_stall,
             write_budget: config.write_budget,
             backlog_bytes: config.backlog_bytes,
             ..PeerConfig::default()

@@ -86,6 +86,7 @@ async fn health(State(broker): State<Arc<Broker>>) -> Response {
         "agents": counts.agents,
         "uptime_s": broker.uptime_s(),
         "version": SERVER_VERSION,
+        "log_lines_dropped": rpc_core::log_sink::dropped_lines(),
     }))
     .into_response()
 }

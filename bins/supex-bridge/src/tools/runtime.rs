@@ -58,6 +58,8 @@ pub struct Pong {
     /// Why the runtime is unavailable.
     #[serde(skip_serializing_if = "Option::is_none")]
     problem: Option<String>,
+    /// Log lines lost since start (stderr's reader not keeping up, or gone).
+    log_lines_dropped: u64,
 }
 
 pub fn ping(cx: &ToolContext) -> Pong {
@@ -69,6 +71,7 @@ pub fn ping(cx: &ToolContext) -> Pong {
         ruby_version: snapshot.process.map(|p| p.ruby_version),
         runtime: snapshot.state,
         problem: snapshot.problem,
+        log_lines_dropped: rpc_core::log_sink::dropped_lines(),
     }
 }
 
