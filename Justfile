@@ -4,9 +4,11 @@
 build:
     cargo build --release --workspace --bins
 
-# The test suite, exactly as CI and the README run it.
+# The test suite, exactly as CI and the README run it (the engine's tests
+# in a release build too).
 test:
     cargo test --workspace
+    cargo test --release -p rpc-core
 
 # The same tests, faster, with cargo-nextest.
 nextest:
