@@ -1,11 +1,9 @@
 //! Shutdown answers rather than drops:
 //! queued requests are refused at once, running ones get the grace period and
-//! then the same error, our own calls in flight get the grace too, and the
-//! goodbye to a peer the daemon opened is a request it awaits. Over real TCP
-//! sockets.
+//! then the same error, and our own calls in flight get the grace too. Over
+//! real TCP sockets.
 
-mod common;
-
+use crate::common;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,10 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::line::Line;
 use rpc_core::listen::{self, Listener, NdjsonLimits};
-use rpc_core::peer::CloseReason;
-use rpc_core::{Connection, Goodbye, NoParams, PeerConfig, PeerHandle, Router, Shutdown, Transport};
+use rpc_core::{NoParams, PeerConfig, PeerHandle, Router, Shutdown};
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 /// What the server's handlers share with the test.
@@ -168,75 +164,6 @@ async fn a_running_batch_gets_one_array_of_shutting_down_errors_after_the_grace(
     assert!(took < Duration::from_secs(1), "answered long after the grace: {took:?}");
     c.expect_close(Duration::from_secs(1)).await;
     tokio::time::timeout(Duration::from_secs(3), waiter).await.expect("wait did not return").unwrap();
-}
-
-/// A connection the daemon opened (to a raw peer listening on TCP), with this
-/// goodbye, tied to `shutdown`. Returns the peer's end and the connection task.
-async fn outbound(goodbye: Goodbye, shutdown: &Shutdown) -> (Line, tokio::task::JoinHandle<CloseReason>) {
-    let listener = listen::bind_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
-    let stream = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-    let (other_side, _) = listener.accept().await.unwrap();
-    let (r, w) = stream.into_split();
-    let config = PeerConfig { goodbye: Some(goodbye), ..PeerConfig::default() };
-    let (_peer, conn) = Connection::new(Transport::ndjson(r, w, 1 << 20), Router::<()>::empty(), Arc::new(()), config);
-    let run = shutdown.spawn(conn.with_shutdown(shutdown).run());
-    (Line::new(other_side), run)
-}
-
-#[tokio::test]
-async fn an_awaited_goodbye_is_a_request_and_the_connection_waits_for_its_answer() {
-    let shutdown = Shutdown::new();
-    let bye = Goodbye::request("shutdown", json!({"reason": "daemon exit"}), Duration::from_secs(2));
-    let (mut child, run) = outbound(bye, &shutdown).await;
-    shutdown.begin();
-    let waiter = wait_in_background(&shutdown, Duration::from_secs(5));
-    let goodbye = child.recv(Duration::from_secs(1)).await;
-    assert_eq!(goodbye["method"], "shutdown", "{goodbye}");
-    assert_eq!(goodbye["params"], json!({"reason": "daemon exit"}));
-    let id = goodbye.get("id").cloned().filter(|id| !id.is_null()).expect("the goodbye is not a request: no id");
-
-    // Not closed while the answer is pending.
-    assert!(child.next_within(Duration::from_millis(300)).await.is_err(), "closed (or sent more) before the answer");
-    child.send(json!({"jsonrpc": "2.0", "id": id, "result": "bye"})).await;
-    let answered = Instant::now();
-    child.expect_close(Duration::from_secs(1)).await;
-    eprintln!("closed {:?} after the goodbye was answered", answered.elapsed());
-    assert_eq!(run.await.unwrap(), CloseReason::Shutdown);
-    tokio::time::timeout(Duration::from_secs(2), waiter).await.expect("wait did not return").unwrap();
-}
-
-#[tokio::test]
-async fn an_unanswered_goodbye_closes_the_connection_at_its_limit() {
-    let shutdown = Shutdown::new();
-    let bye = Goodbye::request("shutdown", json!({"reason": "daemon exit"}), Duration::from_secs(2));
-    let (mut child, run) = outbound(bye, &shutdown).await;
-    shutdown.begin();
-    let waiter = wait_in_background(&shutdown, Duration::from_secs(5));
-    let goodbye = child.recv(Duration::from_secs(1)).await;
-    let asked = Instant::now();
-    assert_eq!(goodbye["method"], "shutdown", "{goodbye}");
-    assert!(goodbye.get("id").is_some_and(|id| !id.is_null()), "the goodbye is not a request: {goodbye}");
-    child.expect_close(Duration::from_secs(4)).await;
-    let took = asked.elapsed();
-    eprintln!("unanswered goodbye: closed {took:?} after it was sent (limit 2 s)");
-    assert!(took >= Duration::from_millis(1900), "did not wait for the answer: {took:?}");
-    assert!(took < Duration::from_millis(2600), "waited past the limit: {took:?}");
-    assert_eq!(run.await.unwrap(), CloseReason::Shutdown);
-    tokio::time::timeout(Duration::from_secs(2), waiter).await.expect("wait did not return").unwrap();
-}
-
-#[tokio::test]
-async fn a_goodbye_notification_is_sent_without_an_id_then_the_close() {
-    let shutdown = Shutdown::new();
-    let bye = Goodbye::notification("goodbye", json!({"reason": "daemon exit"}));
-    let (mut child, run) = outbound(bye, &shutdown).await;
-    shutdown.begin();
-    let waiter = wait_in_background(&shutdown, Duration::from_secs(5));
-    let goodbye = child.recv(Duration::from_secs(1)).await;
-    assert_eq!(goodbye, json!({"jsonrpc": "2.0", "method": "goodbye", "params": {"reason": "daemon exit"}}));
-    child.expect_close(Duration::from_secs(1)).await;
-    assert_eq!(run.await.unwrap(), CloseReason::Shutdown);
-    tokio::time::timeout(Duration::from_secs(2), waiter).await.expect("wait did not return").unwrap();
 }
 
 #[tokio::test]

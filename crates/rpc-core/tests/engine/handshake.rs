@@ -2,8 +2,7 @@
 //! done it, over real TCP sockets
 //! served by `serve_ndjson`.
 
-mod common;
-
+use crate::common;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

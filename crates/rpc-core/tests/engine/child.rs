@@ -291,7 +291,7 @@ async fn a_missing_program_fails_the_spawn() {
 fn no_descendant_outlives_a_sigkilled_parent() {
     let marker = unique("orphan");
     let mut parent = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "parent_of_children", "--nocapture", "--test-threads=1"])
+        .args(["--exact", "child::parent_of_children", "--nocapture", "--test-threads=1"])
         .env("RPC_CORE_CHILD_PARENT", &marker)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -490,7 +490,7 @@ async fn a_terminal_child_refuses_other_stdio() {
 fn no_descendant_on_a_terminal_outlives_a_sigkilled_parent() {
     let marker = unique("tty-orphan");
     let mut parent = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "parent_of_terminal_children", "--nocapture", "--test-threads=1"])
+        .args(["--exact", "child::parent_of_terminal_children", "--nocapture", "--test-threads=1"])
         .env("RPC_CORE_CHILD_TTY_PARENT", &marker)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -57,7 +57,7 @@ impl Served {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run/daemon.sock");
         let child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "daemon_child", "--nocapture"])
+            .args(["--exact", "daemon::daemon_child", "--nocapture"])
             .env(CHILD_ENV, &path)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -3,8 +3,7 @@
 //! cancellation token in `Ctx`, and a gate that holds messages without holding
 //! the reader. Over real sockets served by `serve_ndjson`.
 
-mod common;
-
+use crate::common;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;

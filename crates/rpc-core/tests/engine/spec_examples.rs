@@ -2,8 +2,7 @@
 //! where the engine decides what the specification leaves open, each run on
 //! all three framings.
 
-mod common;
-
+use crate::common;
 use common::{FRAMINGS, Framing, connect, shape};
 use rpc_core::PeerConfig;
 use serde_json::json;
