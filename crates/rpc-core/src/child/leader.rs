@@ -11,7 +11,6 @@ use nix::sys::signal::{SigHandler, SigSet, Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, getpgrp, getpid, getppid, setpgid};
 
-
 /// Returns in the program's process (which std then execs); never returns
 /// in the leader. An error is reported by std as the spawn's error.
 #[allow(unsafe_code)]

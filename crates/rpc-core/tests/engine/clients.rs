@@ -26,7 +26,7 @@ const WAIT: Duration = Duration::from_secs(2);
 fn serve_tcp<S: Send + Sync + 'static>(
     router: Arc<Router<S>>,
     shutdown: &Shutdown,
-    new_state: impl Fn() -> S + Send + 'static,
+    new_state: impl Fn() -> S + Send + Sync + 'static,
 ) -> SocketAddr {
     let listener = listen::bind_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();

@@ -4,7 +4,9 @@
 use crate::common;
 use parking_lot::Mutex;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use common::{Framing, Seen, connect, connect_with, spec_router};
 use futures_util::future::join_all;
@@ -15,7 +17,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// Two peers connected by an in-memory pipe, NDJSON framed, each with its own
-/// method table. Returns (server side, client side) handles.
+/// method table. Returns (server side, client side) handles. Tests on such a
+/// pair run on paused time: no socket, no kernel, only tokio's clock, so what
+/// they time is the same on any machine under any load.
 fn pair<A, B>(server: Arc<Router<A>>, client: Arc<Router<B>>, server_config: PeerConfig) -> (PeerHandle, PeerHandle)
 where
     A: Default + Send + Sync + 'static,
@@ -46,7 +50,7 @@ fn client_router() -> Arc<Router<()>> {
         .unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn outgoing_request_times_out_and_a_late_answer_is_dropped() {
     let (server, _client) = pair(Router::<()>::empty(), client_router(), PeerConfig::default());
     let started = Instant::now();
@@ -59,7 +63,7 @@ async fn outgoing_request_times_out_and_a_late_answer_is_dropped() {
     assert_eq!(echoed, json!({"still": "alive"}));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn pending_calls_fail_at_once_when_the_connection_drops() {
     let (server, client) = pair(Router::<()>::empty(), client_router(), PeerConfig::default());
     let calls: Vec<_> = (0..10)
@@ -88,7 +92,7 @@ async fn pending_calls_fail_at_once_when_the_connection_drops() {
 /// handlers are waiting for answers from the client, it stops reading, so the
 /// answers they wait for are never read and the connection hangs for good.
 /// Here 64 handlers at once all wait on the client with a limit of 4 running.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn handlers_awaiting_the_other_side_do_not_deadlock_the_reader() {
     let server_router = Router::<()>::new()
         .method("ask", |cx, n: [u64; 1]| async move {
@@ -107,7 +111,7 @@ async fn handlers_awaiting_the_other_side_do_not_deadlock_the_reader() {
     assert_eq!(answers, (0..64u64).map(|n| n * 2 + 1).collect::<Vec<_>>());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn answers_route_to_the_caller_that_asked() {
     let (server, _client) = pair(Router::<()>::empty(), client_router(), PeerConfig::default());
     let calls = (0..200).map(|n| {
@@ -134,7 +138,7 @@ async fn duplicate_in_flight_id_is_refused_and_the_first_still_answers() {
     assert_eq!(again["result"], json!(["again"]));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn notifications_are_handled_in_arrival_order() {
     let order = Arc::new(Mutex::new(Vec::new()));
     let seen = order.clone();
@@ -401,7 +405,7 @@ async fn an_answer_without_result_or_error_fails_our_call_at_once_and_is_not_bou
     assert_eq!(reply["error"]["code"], -32600, "{reply}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_abandoned_request_tells_the_other_side_which_call_to_stop() {
     // The other side records the cancel notices it hears, and the ids it was asked with.
     let heard: Arc<Mutex<Vec<Value>>> = Arc::default();
@@ -451,7 +455,7 @@ async fn an_abandoned_request_tells_the_other_side_which_call_to_stop() {
 /// shared state is answered -32603, and every later call on that state is
 /// answered correctly. With std's Mutex the panic poisoned the lock, and
 /// every later `lock().unwrap()` panicked in turn until the daemon restarted.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_handler_that_panics_holding_a_lock_leaves_the_daemon_answering() {
     #[derive(Default)]
     struct Tally(Mutex<Vec<u64>>);
