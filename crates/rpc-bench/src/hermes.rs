@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
+use crate::daemon::{self, Daemon};
 use crate::load::{self, Flight, Report};
 use crate::pin;
-use crate::suite::{self, Daemon};
 
 /// The command the suite runs to start one measured run.
 pub const COMMAND: &str = "bench/getMessage";
@@ -282,7 +282,7 @@ impl HermesBench {
         std::fs::create_dir_all(&dir)?;
         let report = dir.join("report.json");
         let mut extension = vec![
-            suite::sibling("rpc-bench")?.display().to_string(),
+            daemon::sibling("rpc-bench")?.display().to_string(),
             "hermes-extension".into(),
             "--report".into(),
             report.display().to_string(),
@@ -317,7 +317,7 @@ impl HermesBench {
             bench.dir.join("message.hl7").display().to_string(),
         ];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        bench.host = Some(suite::start_on("hermes-host", &[], &args, cores.map(|c| c.server))?);
+        bench.host = Some(daemon::start_on("hermes-host", &[], &args, cores.map(|c| c.server))?);
         bench.wait_running()?;
         Ok(bench)
     }
@@ -369,7 +369,7 @@ impl HermesBench {
     /// One run of the same extension against the echo.
     pub fn echo_run(&self) -> Result<Report> {
         let _ = std::fs::remove_file(&self.report);
-        let mut echo = Command::new(suite::sibling("rpc-bench")?);
+        let mut echo = Command::new(daemon::sibling("rpc-bench")?);
         echo.arg("content-length-echo").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
         if let Some(cores) = self.cores {
             echo.args(["--cpu", &cores.server.to_string()]);

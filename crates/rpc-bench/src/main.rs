@@ -4,6 +4,7 @@
 //! targets (B1-B9, listed in BENCHMARKS.md) were met.
 
 mod baseline;
+mod daemon;
 mod hermes;
 mod load;
 mod pin;

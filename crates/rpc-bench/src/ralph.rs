@@ -25,9 +25,9 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
+use crate::daemon;
 use crate::load::Report;
 use crate::pin;
-use crate::suite;
 
 /// Every line of the agent starts with it.
 const TAG: &[u8] = b"rpcbench ";
@@ -250,7 +250,7 @@ impl RalphBench {
         let args = AgentArgs::default_for(seconds, warmup);
         let paced = Duration::from_micros(args.interval_us).mul_f64((args.lines + args.warmup_lines) as f64);
         let mut agent = vec![
-            suite::sibling("rpc-bench")?.display().to_string(),
+            daemon::sibling("rpc-bench")?.display().to_string(),
             "ralph-agent".into(),
             "--lines".into(),
             args.lines.to_string(),
@@ -296,7 +296,7 @@ impl RalphBench {
         ];
         let task_arg = task.display().to_string();
         let command = command.join(" ");
-        let mut daemon = suite::start_on(
+        let mut server = daemon::start_on(
             "ralph-server",
             &env,
             &["run", &task_arg, "--agent-cmd", &command],
@@ -314,10 +314,10 @@ impl RalphBench {
         .join()
         .map_err(|_| anyhow::anyhow!("the subscribers' thread panicked"))??;
         let flood = wait_flood(&report, self.timeout)?;
-        if daemon.wait_exit(Duration::from_secs(30)).is_none() {
+        if server.wait_exit(Duration::from_secs(30)).is_none() {
             eprintln!("  ralph-server did not exit within 30 s of its one iteration; stopping it");
         }
-        drop(daemon);
+        drop(server);
         let _ = std::fs::remove_dir_all(&run);
         let mut hist = Histogram::<u64>::new(3)?;
         let mut dropped = 0;

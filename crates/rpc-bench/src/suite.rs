@@ -9,13 +9,13 @@
 //! would be unfairly short.
 
 use std::fmt::Write as _;
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
+use crate::daemon::{free_addr, start_on, wait_for};
 use crate::load::{self, Load, Report};
 use crate::ralph::Subscribers;
 use crate::{baseline, hermes, pin, ralph};
@@ -54,85 +54,6 @@ struct Row {
     ratio: Option<f64>,
     target: &'static str,
     met: Option<bool>,
-}
-
-/// A process started for the suite; stopped (SIGTERM, so it can stop its own
-/// children) when dropped.
-pub(crate) struct Daemon {
-    child: Child,
-}
-
-impl Daemon {
-    pub(crate) fn spawn(command: &mut Command, cpu: Option<usize>) -> Result<Daemon> {
-        let program = command.get_program().to_owned();
-        let child = pin::spawn_on(command, cpu).with_context(|| format!("starting {}", program.display()))?;
-        Ok(Daemon { child })
-    }
-
-    /// Its stdin and stdout, if they were piped, to wire to another process.
-    pub(crate) fn pipes(&mut self) -> Option<(Stdio, Stdio)> {
-        Some((self.child.stdin.take()?.into(), self.child.stdout.take()?.into()))
-    }
-
-    /// Waits up to `timeout` for the process to exit by itself.
-    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        if self.wait_exit(Duration::from_secs(10)).is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
-
-/// A binary of the suite's own directory (the release build).
-pub(crate) fn sibling(bin: &str) -> Result<PathBuf> {
-    let dir = std::env::current_exe()?.parent().context("binary directory")?.to_owned();
-    let path = dir.join(bin);
-    if !path.exists() {
-        bail!("{} is not built (run `cargo build --release --workspace --bins`)", path.display());
-    }
-    Ok(path)
-}
-
-/// Starts a binary from the suite's own directory, pinned to `cpu`.
-pub(crate) fn start_on(bin: &str, env: &[(&str, String)], args: &[&str], cpu: Option<usize>) -> Result<Daemon> {
-    let mut cmd = Command::new(sibling(bin)?);
-    cmd.args(args).env("RUST_LOG", "warn").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    Daemon::spawn(&mut cmd, cpu)
-}
-
-fn wait_for(addr: SocketAddr) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if TcpStream::connect(addr).is_ok() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    bail!("nothing listening on {addr} after 20 s")
 }
 
 impl Options {
@@ -413,7 +334,7 @@ pub async fn run(options: Options, cores: Option<pin::Cores>) -> Result<()> {
 
     if options.wants("b8s") {
         eprintln!("B8s: 1000 idle SSE agents");
-        let pid = broker.child.id();
+        let pid = broker.id();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let before = baseline::rss_mib(pid).unwrap_or(0.0);
         let idle = baseline::IdleSse::open(broker_addr, 1000).await?;
@@ -441,7 +362,7 @@ pub async fn run(options: Options, cores: Option<pin::Cores>) -> Result<()> {
             [("supex-bridge", &echo, &bridge, "echo"), ("btcp-broker", &ws_echo, &agent, "WS echo")],
         )
         .await?;
-        let memory = idle_memory(&options, &agent, broker.child.id()).await?;
+        let memory = idle_memory(&options, &agent, broker.id()).await?;
         if options.wants("b8") {
             let last = memory.last().copied().unwrap_or_default();
             rows.push(Row {
