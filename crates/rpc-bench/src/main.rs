@@ -8,7 +8,6 @@ mod daemon;
 mod hermes;
 mod load;
 mod pin;
-mod plot;
 mod ralph;
 mod suite;
 

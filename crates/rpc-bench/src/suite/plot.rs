@@ -7,17 +7,14 @@ use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 
 use crate::load::Report;
-use crate::suite::{Curve, MemoryPoint, SCALING_CONNECTIONS};
 
-fn median_per_second(runs: &[Report]) -> f64 {
-    let mut values: Vec<f64> = runs.iter().map(|r| r.per_second).collect();
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
+use super::b8::MemoryPoint;
+use super::b9::{Curve, SCALING_CONNECTIONS};
+use super::runs::median_of;
 
 /// Draws the curves (left: requests per second against connections, log
 /// scale; right: RSS against idle connections) into `path`.
-pub fn scaling(path: &Path, curves: &[Curve], memory: &[MemoryPoint]) -> Result<()> {
+pub(super) fn scaling(path: &Path, curves: &[Curve], memory: &[MemoryPoint]) -> Result<()> {
     let fail = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", path.display());
     let root = SVGBackend::new(path, (1200, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(&e))?;
@@ -30,7 +27,7 @@ pub fn scaling(path: &Path, curves: &[Curve], memory: &[MemoryPoint]) -> Result<
                 SCALING_CONNECTIONS
                     .iter()
                     .zip(runs)
-                    .map(|(&c, r)| ((c as f64).log2(), median_per_second(r) / 1e6))
+                    .map(|(&c, r)| ((c as f64).log2(), median_of(r, |r| r.per_second) / 1e6))
                     .collect()
             };
             [
