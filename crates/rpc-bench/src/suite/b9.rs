@@ -89,3 +89,43 @@ fn by_connections(per_second: &[f64]) -> String {
 fn join(values: &[usize], separator: &str) -> String {
     values.iter().map(usize::to_string).collect::<Vec<_>>().join(separator)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One run at each connection count.
+    fn points(per_second: [f64; 4]) -> Vec<Vec<Report>> {
+        let run = |per_second| Report {
+            requests: 1000,
+            errors: 0,
+            seconds: 2.0,
+            per_second,
+            p50_us: 1.0,
+            p99_us: 1.0,
+            p999_us: 1.0,
+        };
+        per_second.into_iter().map(|t| vec![run(t)]).collect()
+    }
+
+    #[test]
+    fn a_fall_from_the_best_point_is_met_only_when_the_echo_falls_as_much() {
+        let target = points([100.0, 200.0, 150.0, 170.0]);
+        let falling_echo = Curve {
+            name: "supex-bridge",
+            baseline_name: "echo",
+            baseline: points([1000.0, 2000.0, 1500.0, 1500.0]),
+            target: target.clone(),
+        };
+        let row = scaling_row(&falling_echo);
+        assert_eq!(row.what, "supex-bridge `ping` at 1/8/64/512 conns");
+        assert_eq!(row.baseline, "1: 1000/s, 8: 2000/s, 64: 1500/s, 512: 1500/s");
+        assert_eq!(
+            row.measured,
+            "1: 100/s, 8: 200/s, 64: 150/s, 512: 170/s; 512 keeps 0.85 of the best, the echo over the same counts 0.75"
+        );
+        assert_eq!((row.ratio, row.met), (Some(0.85), Some(true)));
+        let steady_echo = Curve { baseline: points([1000.0; 4]), ..falling_echo };
+        assert_eq!(scaling_row(&steady_echo).met, Some(false));
+    }
+}

@@ -95,3 +95,43 @@ pub(super) fn render(rows: &[Row]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(per_second: f64, p50_us: f64, errors: u64) -> Report {
+        Report { requests: 1000, errors, seconds: 2.0, per_second, p50_us, p99_us: 2.0 * p50_us, p999_us: 3.0 * p50_us }
+    }
+
+    #[test]
+    fn rows_show_each_sides_median_and_range_and_one_error_fails_a_throughput_target() {
+        let base = [run(100.0, 1.0, 0), run(300.0, 1.0, 0), run(200.0, 1.0, 0)];
+        let clean = [run(150.0, 1.0, 0), run(90.0, 1.0, 0), run(120.0, 1.0, 0)];
+        let one_error = [run(150.0, 1.0, 0), run(90.0, 1.0, 1), run(120.0, 1.0, 0)];
+        // An even count of runs: the upper of the two middle values.
+        let (echo, daemon) = ([run(1.0, 10.0, 0), run(1.0, 20.0, 0)], [run(1.0, 30.0, 0), run(1.0, 24.0, 0)]);
+        let rows = [
+            throughput_row_of_runs("B1", "clean".into(), &base, &clean, 0.5, "≥ 0.5 × echo"),
+            throughput_row_of_runs("B1", "one error".into(), &base, &one_error, 0.5, "≥ 0.5 × echo"),
+            latency_row_of_runs("B4", "even count".into(), (&echo, &daemon), |r| r.p50_us, 1.3, "≤ 1.3 × echo"),
+            Row {
+                id: "B7",
+                what: "a figure".into(),
+                baseline: "–".into(),
+                measured: "1 lines/s".into(),
+                ratio: None,
+                target: "–",
+                met: None,
+            },
+        ];
+        assert_eq!(
+            render(&rows),
+            "| id | what | baseline | measured | ratio | target | met |\n|---|---|---|---|---|---|---|\n\
+             | B1 | clean | 200/s (100–300) | 120/s (90–150) | 0.60 | ≥ 0.5 × echo | yes |\n\
+             | B1 | one error | 200/s (100–300) | 120/s (90–150) | 0.60 | ≥ 0.5 × echo | **no** |\n\
+             | B4 | even count | 20.0 µs (10.0–20.0) | 30.0 µs (24.0–30.0) | 1.50 | ≤ 1.3 × echo | **no** |\n\
+             | B7 | a figure | – | 1 lines/s | – | – | – |\n"
+        );
+    }
+}
