@@ -98,7 +98,7 @@ enum Command {
     Suite(suite::Options),
     /// B6's extension, started by hermes-host (or wired to the echo).
     #[command(hide = true)]
-    HermesExtension(hermes::ExtensionArgs),
+    HermesExtension(hermes::extension::ExtensionArgs),
     /// B6's baseline: stdin back to stdout, unread.
     #[command(hide = true)]
     ContentLengthEcho {
@@ -107,7 +107,7 @@ enum Command {
     },
     /// B7's agent, started by ralph-server.
     #[command(hide = true)]
-    RalphAgent(ralph::AgentArgs),
+    RalphAgent(ralph::agent::AgentArgs),
     #[command(flatten)]
     Common(rpc_core::cli::CommonCommand),
 }
@@ -119,9 +119,9 @@ fn main() -> Result<ExitCode> {
     // run without an async runtime (whose threads would already be placed).
     match Cli::parse().command {
         Command::Common(common) => return Ok(common.run(Cli::command())),
-        Command::HermesExtension(args) => hermes::extension(args)?,
-        Command::ContentLengthEcho { cpu } => hermes::echo(cpu)?,
-        Command::RalphAgent(args) => ralph::agent(args)?,
+        Command::HermesExtension(args) => hermes::extension::run(args)?,
+        Command::ContentLengthEcho { cpu } => hermes::pipe::echo(cpu)?,
+        Command::RalphAgent(args) => ralph::agent::run(args)?,
         Command::Suite(options) => {
             // The load side on one core, every server on the other: pinned
             // before the runtime exists, so its thread inherits the core. One

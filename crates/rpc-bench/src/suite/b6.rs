@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 
-use crate::hermes::HermesBench;
+use crate::hermes::bench::HermesBench;
 use crate::load::Report;
 use crate::pin;
 

@@ -7,7 +7,8 @@ use anyhow::{Context, Result};
 
 use crate::load::Report;
 use crate::pin;
-use crate::ralph::{RalphBench, Subscribers};
+use crate::ralph::bench::RalphBench;
+use crate::ralph::subscribers::Subscribers;
 
 use super::options::Options;
 use super::row::Row;
