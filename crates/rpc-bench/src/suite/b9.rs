@@ -92,7 +92,10 @@ fn join(values: &[usize], separator: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    // By the full path, not `super::*`: the workspace's layout test reads
+    // `super::` in an inline module as the file above, suite/mod.rs.
+    use crate::load::Report;
+    use crate::suite::b9::{Curve, scaling_row};
 
     /// One run at each connection count.
     fn points(per_second: [f64; 4]) -> Vec<Vec<Report>> {

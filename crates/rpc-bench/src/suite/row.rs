@@ -98,7 +98,10 @@ pub(super) fn render(rows: &[Row]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    // By the full path, not `super::*`: the workspace's layout test reads
+    // `super::` in an inline module as the file above, suite/mod.rs.
+    use crate::load::Report;
+    use crate::suite::row::{Row, latency_row_of_runs, render, throughput_row_of_runs};
 
     fn run(per_second: f64, p50_us: f64, errors: u64) -> Report {
         Report { requests: 1000, errors, seconds: 2.0, per_second, p50_us, p99_us: 2.0 * p50_us, p999_us: 3.0 * p50_us }
