@@ -2,6 +2,13 @@
 //! against baselines run on the same machine in the same run. Benchmarks are
 //! not tests: this prints numbers; `suite` also says which of the project's
 //! targets (B1-B9, listed in BENCHMARKS.md) were met.
+//!
+//! From the bottom up: `pin.rs` (cores), `load.rs` (the load generator),
+//! `daemon.rs` (the processes the suite starts), `baseline.rs` (the servers
+//! the daemons are measured against); `hermes/` and `ralph/` (B6's and B7's
+//! programs and drivers, which need more than a load); `suite/` (every
+//! benchmark, one file each, and the table). This file only wires the
+//! sub-commands to them.
 
 mod baseline;
 mod daemon;
@@ -12,9 +19,8 @@ mod ralph;
 mod suite;
 
 use std::net::SocketAddr;
-use std::time::Duration;
-
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::{CommandFactory, Parser, Subcommand};
