@@ -82,7 +82,8 @@ pub async fn run(options: Options, cores: Option<pin::Cores>) -> Result<()> {
 }
 
 /// B9's curves, then B8's memory steps: both are measured when either is
-/// asked, since `--plot` draws them side by side.
+/// asked (`--only b8` also runs the curves), and `--plot` draws them side by
+/// side.
 async fn scaling_and_idle_memory(options: &Options, servers: &Servers) -> Result<Vec<Row>> {
     let curves = b9::scaling(options, servers).await?;
     let memory = b8::idle_memory(options, servers).await?;
