@@ -4,25 +4,36 @@
 use std::path::Path;
 
 use anyhow::{Result, anyhow};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::load::Report;
-use crate::suite::{Curve, MemoryPoint, SCALING_CONNECTIONS};
 
-fn median_per_second(runs: &[Report]) -> f64 {
-    let mut values: Vec<f64> = runs.iter().map(|r| r.per_second).collect();
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
+use super::b8::MemoryPoint;
+use super::b9::{Curve, SCALING_CONNECTIONS};
+use super::runs::median_of;
+
+/// One half of the picture.
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+/// A drawing error as the suite reports it: with the file it was drawing.
+type Fail<'f> = &'f dyn Fn(&dyn std::fmt::Display) -> anyhow::Error;
 
 /// Draws the curves (left: requests per second against connections, log
 /// scale; right: RSS against idle connections) into `path`.
-pub fn scaling(path: &Path, curves: &[Curve], memory: &[MemoryPoint]) -> Result<()> {
+pub(super) fn scaling(path: &Path, curves: &[Curve], memory: &[MemoryPoint]) -> Result<()> {
     let fail = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", path.display());
     let root = SVGBackend::new(path, (1200, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(&e))?;
     let (left, right) = root.split_horizontally(720);
+    throughput_chart(&left, curves, &fail)?;
+    memory_chart(&right, memory, &fail)?;
+    root.present().map_err(|e| fail(&e))?;
+    Ok(())
+}
 
+/// Each daemon and its baseline: median requests per second at each of
+/// [`SCALING_CONNECTIONS`], on a log scale of connections.
+fn throughput_chart(left: &Area, curves: &[Curve], fail: Fail) -> Result<()> {
     let series: Vec<(String, Vec<(f64, f64)>)> = curves
         .iter()
         .flat_map(|curve| {
@@ -30,7 +41,7 @@ pub fn scaling(path: &Path, curves: &[Curve], memory: &[MemoryPoint]) -> Result<
                 SCALING_CONNECTIONS
                     .iter()
                     .zip(runs)
-                    .map(|(&c, r)| ((c as f64).log2(), median_per_second(r) / 1e6))
+                    .map(|(&c, r)| ((c as f64).log2(), median_of(r, |r| r.per_second) / 1e6))
                     .collect()
             };
             [
@@ -40,7 +51,7 @@ pub fn scaling(path: &Path, curves: &[Curve], memory: &[MemoryPoint]) -> Result<
         })
         .collect();
     let top = series.iter().flat_map(|(_, p)| p.iter().map(|p| p.1)).fold(0.0, f64::max) * 1.15;
-    let mut chart = ChartBuilder::on(&left)
+    let mut chart = ChartBuilder::on(left)
         .caption("ping throughput, window 64 per connection", ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(40)
@@ -74,10 +85,14 @@ pub fn scaling(path: &Path, curves: &[Curve], memory: &[MemoryPoint]) -> Result<
         .position(SeriesLabelPosition::UpperLeft)
         .draw()
         .map_err(|e| fail(&e))?;
+    Ok(())
+}
 
+/// The broker's resident memory at each step of idle connections.
+fn memory_chart(right: &Area, memory: &[MemoryPoint], fail: Fail) -> Result<()> {
     let max_conns = memory.iter().map(|p| p.connections).max().unwrap_or(1) as f64;
     let max_rss = memory.iter().map(|p| p.rss_mib).fold(0.0, f64::max) * 1.2;
-    let mut chart = ChartBuilder::on(&right)
+    let mut chart = ChartBuilder::on(right)
         .caption("btcp-broker memory, idle WebSocket agents", ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(40)
@@ -89,6 +104,5 @@ pub fn scaling(path: &Path, curves: &[Curve], memory: &[MemoryPoint]) -> Result<
     let colour = RGBColor(30, 140, 70);
     chart.draw_series(LineSeries::new(points.iter().copied(), colour.stroke_width(2))).map_err(|e| fail(&e))?;
     chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, colour.filled()))).map_err(|e| fail(&e))?;
-    root.present().map_err(|e| fail(&e))?;
     Ok(())
 }
