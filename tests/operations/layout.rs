@@ -5,9 +5,12 @@
 //!
 //! Imports are read from the text: `use` items and inline paths that start
 //! with `crate::`, `super::` or `self::`, resolved to the file of the longest
-//! module path they name. A module's `mod.rs` (or `lib.rs`) that re-exports
-//! its children is imported by whoever names an item through it, so the
-//! children import each other directly, never through their parent.
+//! module path they name (a parent naming its own children, `mod x; use
+//! x::Y;`, is the module tree itself, not an import). A module's `mod.rs` (or
+//! `lib.rs`) that re-exports its children is imported by whoever names an
+//! item through it, so siblings import each other directly, never through
+//! their parent. Inline test modules are left out: `use super::*` in a test
+//! reads its own file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -114,6 +117,32 @@ fn char_literal_len(b: &[u8]) -> Option<usize> {
         .next()?
         .len_utf8();
     (b.get(1 + width) == Some(&b'\'')).then_some(width + 2)
+}
+
+/// The code without its inline `mod tests { ... }` (a test module reads its
+/// own file's items with `use super::*`: that is not one file importing another).
+fn without_test_modules(code: &str) -> String {
+    let mut out = code.to_owned();
+    while let Some(start) = out.find("mod tests {") {
+        let open = start + "mod tests ".len();
+        let mut depth = 0;
+        let mut end = out.len();
+        for (i, ch) in out[open..].char_indices() {
+            match ch {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.replace_range(start..end, "");
+    }
+    out
 }
 
 /// Every path in `code` that starts with `crate::`, `super::` or `self::`,
@@ -238,7 +267,7 @@ fn circles() -> Vec<String> {
         }
         let mut edges: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
         for (module, file) in &files {
-            let code = code_only(&std::fs::read_to_string(file).unwrap());
+            let code = without_test_modules(&code_only(&std::fs::read_to_string(file).unwrap()));
             let targets = edges.entry(file.clone()).or_default();
             for path in imported_paths(&code, module) {
                 if let Some(target) = resolve(&path, &files).filter(|t| *t != file) {
@@ -336,7 +365,10 @@ fn no_source_file_is_longer_than_a_reader_takes_in() {
         for file in files {
             let lines = std::fs::read_to_string(&file).unwrap().lines().count();
             if lines > limit {
-                over.push(format!("{} ({lines} lines, limit {limit})", file.strip_prefix(workspace()).unwrap().display()));
+                over.push(format!(
+                    "{} ({lines} lines, limit {limit})",
+                    file.strip_prefix(workspace()).unwrap().display()
+                ));
             }
         }
     }
@@ -351,4 +383,8 @@ fn the_import_reader_reads_use_items_and_inline_paths_and_skips_comments_and_str
         &module,
     );
     assert_eq!(paths, [vec!["b", "C"], vec!["b", "d", "E"], vec!["b", "d"], vec!["f"]]);
+    let code = without_test_modules(
+        "fn a() {}\n#[cfg(test)]\nmod tests {\n    use super::*;\n    fn t() { {} }\n}\nfn b() {}",
+    );
+    assert_eq!(code, "fn a() {}\n#[cfg(test)]\n\nfn b() {}");
 }
