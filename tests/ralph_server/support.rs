@@ -74,9 +74,14 @@ impl Task {
 
     /// `ralph-server run` on this task with the fake agent and `extra` flags.
     pub fn run(&self, extra: &[&str]) -> Daemon {
-        let dir = self.dir().display().to_string();
-        let agent = fake_agent();
-        let mut args = vec!["run", dir.as_str(), "--agent-cmd", agent.as_str(), "--retry-delay", "0"];
+        self.start(&self.dir(), &fake_agent(), extra)
+    }
+
+    /// `ralph-server run DIR --agent-cmd AGENT_CMD` with `extra` flags: the
+    /// task's directory under another spelling, or another agent command.
+    pub fn start(&self, dir: &Path, agent_cmd: &str, extra: &[&str]) -> Daemon {
+        let dir = dir.display().to_string();
+        let mut args = vec!["run", dir.as_str(), "--agent-cmd", agent_cmd, "--retry-delay", "0"];
         args.extend_from_slice(extra);
         let env = self.env();
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -85,12 +90,18 @@ impl Task {
 
     /// Waits for the control socket to accept, or panics with the daemon's log.
     pub fn connect(&self, daemon: &Daemon) -> Client {
+        self.connect_to(daemon, &self.name)
+    }
+
+    /// [`Task::connect`] for a run under another `--name`.
+    pub fn connect_to(&self, daemon: &Daemon, name: &str) -> Client {
+        let socket = self.socket_dir().join(format!("{name}.sock"));
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(stream) = UnixStream::connect(self.socket()) {
+            if let Ok(stream) = UnixStream::connect(&socket) {
                 return Client::new(stream);
             }
-            assert!(Instant::now() < deadline, "no socket at {}:\n{}", self.socket().display(), daemon.stderr());
+            assert!(Instant::now() < deadline, "no socket at {}:\n{}", socket.display(), daemon.stderr());
             std::thread::sleep(Duration::from_millis(10));
         }
     }

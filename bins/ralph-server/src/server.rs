@@ -46,11 +46,12 @@ pub async fn run(config: Config) -> Result<ExitCode, RunError> {
     let mut daemon = Daemon::start("ralph-server", DEFAULT_GRACE)?;
     // Checked before anything else: a bad PRD is bad configuration.
     let prd = Prd::load(&config.task_dir).map_err(|e| RunError::Refused(e.to_string()))?;
-    let saved = SavedState::load(&config.task_dir).map_err(|e| RunError::Refused(e.to_string()))?;
-    let lock = TaskLock::acquire(&config.socket_dir, &config.task_name).map_err(|e| match e {
-        LockError::Held { .. } => RunError::Refused(e.to_string()),
+    // Locked before the state is read: another loop on the directory may be writing it.
+    let lock = TaskLock::acquire(&config.task_dir, &config.socket_dir, &config.task_name).map_err(|e| match e {
+        LockError::Held { .. } | LockError::Directory { .. } => RunError::Refused(e.to_string()),
         LockError::Io { .. } => RunError::Refused(format!("cannot lock the task: {e}")),
     })?;
+    let saved = SavedState::load(&config.task_dir).map_err(|e| RunError::Refused(e.to_string()))?;
     let saved = saved.unwrap_or_default();
     let agent = match &config.run.agent {
         AgentChoice::Command(cmd) => cmd.name.clone(),
