@@ -18,8 +18,7 @@ fn an_injected_prompt_is_prepended_once_and_two_are_both_kept() {
     let reply = client.call("inject_prompt", json!({"prompt": "FIRST injected"}));
     assert_eq!(reply["result"], json!({"status": "prompt_injected", "prompt": "FIRST injected"}));
     client.call("inject_prompt", json!({"prompt": "SECOND"}));
-    let state: serde_json::Value = serde_json::from_str(&task.read(".ralph/state.json")).unwrap();
-    assert_eq!(state["pending_prompt"], "FIRST injected\n\nSECOND", "pending prompts are saved");
+    assert_eq!(task.injected(), ["FIRST injected", "SECOND"], "pending prompts are saved");
     // Only what the next iterations print: the first one's prompt may have
     // been printed before this client subscribed.
     let injected_at = client.events.len();
@@ -182,7 +181,7 @@ fn bad_params_and_unknown_event_types_are_invalid_params() {
 fn prompts_injected_from_many_clients_at_once_are_all_saved() {
     let task = Task::new("inject-many", 1);
     // Once the agent prints, its prompt was taken, and the next is far off:
-    // what is injected now stays pending, in state.json.
+    // what is injected now stays pending, in .ralph/injected.jsonl.
     task.mode("slow 1000");
     let mut daemon = task.run(&[]);
     let mut watcher = task.connect(&daemon);
@@ -202,13 +201,11 @@ fn prompts_injected_from_many_clients_at_once_are_all_saved() {
     for injector in injectors {
         injector.join().unwrap();
     }
-    let state: serde_json::Value = serde_json::from_str(&task.read(".ralph/state.json")).unwrap();
-    let pending = state["pending_prompt"].as_str().unwrap_or_default();
-    let missing: Vec<String> = (0..4)
-        .flat_map(|c| (0..25).map(move |n| format!("p{c}-{n}")))
-        .filter(|p| !pending.contains(p.as_str()))
-        .collect();
-    assert!(missing.is_empty(), "state.json lost injected prompts {missing:?}\n{}", daemon.stderr());
+    let pending = task.injected();
+    let missing: Vec<String> =
+        (0..4).flat_map(|c| (0..25).map(move |n| format!("p{c}-{n}"))).filter(|p| !pending.contains(p)).collect();
+    assert!(missing.is_empty(), "lost injected prompts {missing:?}\n{}", daemon.stderr());
+    assert_eq!(pending.len(), 100, "{pending:?}");
     assert!(!daemon.stderr().contains("cannot save"), "{}", daemon.stderr());
     daemon.terminate();
 }

@@ -5,6 +5,7 @@
 mod attach;
 mod control;
 mod fanout;
+mod inject;
 mod mcp;
 mod run;
 mod socket;

@@ -112,8 +112,7 @@ fn mcp_tools_act_on_the_only_running_task_in_both_protocol_eras() {
         ok(&mut mcp, "status", json!({"task": "mcp-tools"}));
         ok(&mut mcp, "status", json!({"task": task.dir()}));
     }
-    let state: Value = serde_json::from_str(&task.read(".ralph/state.json")).unwrap();
-    assert_eq!(state["pending_prompt"], "from auto\n\nfrom legacy", "both injections are queued");
+    assert_eq!(task.injected(), ["from auto", "from legacy"], "both injections are queued");
 
     let Some(mut mcp) = McpClient::start() else { return };
     open(&mut mcp, &task.socket_dir(), &[], "auto", json!(null));

@@ -88,6 +88,18 @@ impl Task {
         Daemon::start("ralph-server", &args, &env)
     }
 
+    /// The state file as JSON (`null` when there is none).
+    pub fn state(&self) -> Value {
+        serde_json::from_str(&self.read(".ralph/state.json")).unwrap_or(Value::Null)
+    }
+
+    /// The injected prompts waiting in `.ralph/injected.jsonl`, in order.
+    pub fn injected(&self) -> Vec<String> {
+        let journal = self.read(".ralph/injected.jsonl");
+        let line = |l: &str| serde_json::from_str::<Value>(l).unwrap()["prompt"].as_str().unwrap().to_owned();
+        journal.lines().map(line).collect()
+    }
+
     /// Waits for the control socket to accept, or panics with the daemon's log.
     pub fn connect(&self, daemon: &Daemon) -> Client {
         self.connect_to(daemon, &self.name)

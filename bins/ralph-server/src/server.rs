@@ -13,6 +13,7 @@ use rpc_core::shutdown::{DEFAULT_GRACE, Stopped};
 use crate::agent_loop::{AgentLoop, Outcome};
 use crate::config::{AgentChoice, Config};
 use crate::files::SavedState;
+use crate::injected::PendingPrompts;
 use crate::lock::{LockError, TaskLock};
 use crate::methods;
 use crate::prd::Prd;
@@ -51,15 +52,23 @@ pub async fn run(config: Config) -> Result<ExitCode, RunError> {
         LockError::Held { .. } | LockError::Directory { .. } => RunError::Refused(e.to_string()),
         LockError::Io { .. } => RunError::Refused(format!("cannot lock the task: {e}")),
     })?;
-    let saved = SavedState::load(&config.task_dir).map_err(|e| RunError::Refused(e.to_string()))?;
-    let saved = saved.unwrap_or_default();
+    let mut saved =
+        SavedState::load(&config.task_dir).map_err(|e| RunError::Refused(e.to_string()))?.unwrap_or_default();
+    let injected = PendingPrompts::load(&config.task_dir, config.injected, saved.pending_prompt.take())
+        .map_err(|e| RunError::Refused(format!("cannot read the injected prompts: {e}")))?;
     let agent = match &config.run.agent {
         AgentChoice::Command(cmd) => cmd.name.clone(),
         AgentChoice::Preset(name, true) => name.clone(),
         AgentChoice::Preset(name, false) => prd.agent.clone().unwrap_or_else(|| name.clone()),
     };
-    let session =
-        Arc::new(Session::new(config.task_name.clone(), config.task_dir.clone(), config.max_iterations, agent, &saved));
+    let session = Arc::new(Session::new(
+        config.task_name.clone(),
+        config.task_dir.clone(),
+        config.max_iterations,
+        agent,
+        &saved,
+        injected,
+    ));
 
     listen::raise_fd_limit();
     let socket = config.socket_dir.join(format!("{}.sock", config.task_name));

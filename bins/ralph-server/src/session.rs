@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, mpsc};
 
 use crate::files::SavedState;
+use crate::injected::{PendingPrompts, Refused};
 use crate::timestamp;
 
 /// Lines kept for `recent_output`.
@@ -52,12 +53,12 @@ pub struct Fields {
 }
 
 /// What clients asked of the loop, taken by the loop at its next step.
+/// (Injected prompts are [`PendingPrompts`], with a file of their own.)
 #[derive(Debug, Default)]
 pub struct Requests {
     /// `Some(force)` once `stop` was called.
     pub stop: Option<bool>,
     pub checkpoint: bool,
-    pub pending_prompt: Option<String>,
 }
 
 /// The seed's `get_status` result, field for field.
@@ -85,6 +86,9 @@ pub struct Session {
     consecutive_failures: Mutex<u32>,
     recent: LineRing,
     requests: Mutex<Requests>,
+    /// Held while an injection is written to its file: the next one waits,
+    /// so the file keeps the order in which they were accepted.
+    injected: Mutex<PendingPrompts>,
     /// Woken whenever a client makes a request of the loop.
     pub wake: Notify,
     /// The running agent's terminal input, while one runs.
@@ -102,6 +106,7 @@ impl Session {
         max_iterations: u32,
         agent: String,
         saved: &SavedState,
+        injected: PendingPrompts,
     ) -> Session {
         let now = timestamp::now();
         let resume = saved.resumable();
@@ -114,7 +119,6 @@ impl Session {
             started_at: saved.started_at.clone().filter(|_| resume).unwrap_or_else(|| now.clone()),
             updated_at: now,
         };
-        let requests = Requests { pending_prompt: saved.pending_prompt.clone(), ..Requests::default() };
         Session {
             task_name,
             task_dir,
@@ -123,7 +127,8 @@ impl Session {
             fields: Mutex::new(fields),
             consecutive_failures: Mutex::new(if resume { saved.consecutive_failures } else { 0 }),
             recent: LineRing::new(RECENT_LINES, RECENT_LINES * RECENT_LINE_BYTES),
-            requests: Mutex::new(requests),
+            requests: Mutex::new(Requests::default()),
+            injected: Mutex::new(injected),
             wake: Notify::new(),
             terminal: Mutex::new(None),
             events: Fanout::new(fanout::DEFAULT_QUEUE, fanout::DEFAULT_QUEUE_BYTES),
@@ -217,7 +222,7 @@ impl Session {
             current_story: fields.current_story.clone(),
             started_at: Some(fields.started_at.clone()),
             updated_at: Some(fields.updated_at.clone()),
-            pending_prompt: self.requests.lock().pending_prompt.clone(),
+            pending_prompt: None,
             consecutive_failures: *self.consecutive_failures.lock(),
         };
         if let Err(e) = state.save(&self.task_dir) {
@@ -246,8 +251,26 @@ impl Session {
     pub fn request(&self, make: impl FnOnce(&mut Requests)) {
         make(&mut self.requests.lock());
         self.wake.notify_one();
-        // The pending prompt is part of what a resumed run needs.
         self.save();
+    }
+
+    /// Queues a prompt for the next iteration, once it is on disk (this
+    /// waits for a sync: call it off the runtime's threads), and wakes the
+    /// loop, which may be pausing after a failure.
+    pub fn inject(&self, prompt: &str) -> Result<(), Refused> {
+        self.injected.lock().push(prompt)?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Every injected prompt waiting, for the iteration starting now.
+    pub fn take_injected(&self) -> Vec<String> {
+        self.injected.lock().take()
+    }
+
+    /// Prompts taken for an agent that could not start: the next try gets them.
+    pub fn put_back_injected(&self, taken: Vec<String>) {
+        self.injected.lock().put_back(taken);
     }
 
     pub fn attach_terminal(&self, input: Option<mpsc::Sender<Bytes>>) {
