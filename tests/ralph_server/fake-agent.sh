@@ -19,6 +19,8 @@
 #   gate         print "waiting at the gate", wait while $RALPH_TASK_DIR/gate
 #                exists, then pass
 #   stubborn     ignore SIGTERM (only SIGKILL ends it) and print a line every 0.1 s
+#   careful      print a line every 0.1 s; on SIGTERM, say "saving my work" and
+#                take 1 s to exit, as an agent saving its state would
 #   fail         exit 1
 # While $RALPH_TASK_DIR/hold exists, it waits before doing anything.
 # Stories are marked passing with sed: prd.json must keep each story on one line.
@@ -89,6 +91,10 @@ case "$mode" in
         echo "waiting at the gate"
         while [ -f "$RALPH_TASK_DIR/gate" ]; do sleep 0.02; done
         pass ;;
+    careful)
+        trap 'echo "saving my work"; sleep 1; exit 143' TERM
+        i=0
+        while :; do echo "working $i"; i=$((i + 1)); sleep 0.1; done ;;
     stubborn)
         trap '' TERM
         i=0

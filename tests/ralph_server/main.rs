@@ -8,5 +8,6 @@ mod fanout;
 mod inject;
 mod mcp;
 mod run;
+mod shutdown;
 mod socket;
 mod support;

@@ -170,6 +170,7 @@ impl AgentLoop {
                     () = self.shutdown.draining(), if !interrupted => {
                         interrupted = true;
                         let _ = interrupt.send(Interrupt::Stop);
+                        self.session.change(|f| f.status = Status::Stopping);
                     }
                     () = self.shutdown.aborted() => {
                         let _ = interrupt.send(Interrupt::Kill);

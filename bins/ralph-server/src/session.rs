@@ -5,16 +5,23 @@
 //! Every change of a status field goes through [`Session::change`], which
 //! publishes one `state_change` event with only the fields that changed and
 //! saves `.ralph/state.json`: clients and the file can never disagree.
+//!
+//! The events end with the loop ([`Session::end_events`]): each subscriber's
+//! queue is forwarded to its connection to the last event, how the loop
+//! ended, before the server lets any connection close.
 
 use parking_lot::Mutex;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use bytes::Bytes;
+use rpc_core::PeerHandle;
 use rpc_core::child::LineRing;
-use rpc_core::fanout::{self, Fanout};
+use rpc_core::fanout::{self, Fanout, Topics, TopicsHandle};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, mpsc};
+use tokio_util::task::TaskTracker;
 
 use crate::files::SavedState;
 use crate::injected::{PendingPrompts, Refused};
@@ -93,7 +100,11 @@ pub struct Session {
     pub wake: Notify,
     /// The running agent's terminal input, while one runs.
     terminal: Mutex<Option<mpsc::Sender<Bytes>>>,
-    pub events: Fanout<Bytes>,
+    /// The event stream; `None` once the loop has ended and its last event
+    /// is out (subscribers' pumps then end when their queue is empty).
+    events: Mutex<Option<Fanout<Bytes>>>,
+    /// Each subscriber's pump, forwarding its queue to its connection.
+    pumps: TaskTracker,
     /// Held while state.json is written: saves come from the loop and from
     /// every client's requests at once, and share one temporary file.
     saving: Mutex<()>,
@@ -131,7 +142,8 @@ impl Session {
             injected: Mutex::new(injected),
             wake: Notify::new(),
             terminal: Mutex::new(None),
-            events: Fanout::new(fanout::DEFAULT_QUEUE, fanout::DEFAULT_QUEUE_BYTES),
+            events: Mutex::new(Some(Fanout::new(fanout::DEFAULT_QUEUE, fanout::DEFAULT_QUEUE_BYTES))),
+            pumps: TaskTracker::new(),
             saving: Mutex::new(()),
         }
     }
@@ -198,7 +210,7 @@ impl Session {
         let now = timestamp::now();
         fields.updated_at = now.clone();
         // Published under the lock, so events leave in the order the changes happened.
-        self.events.publish("state_change", &event("state_change", &now, &Value::Object(data)));
+        self.publish("state_change", &event("state_change", &now, &Value::Object(data)));
         drop(fields);
         self.save();
     }
@@ -235,7 +247,35 @@ impl Session {
     /// keys); the rest follows in later events.
     pub fn publish_output(&self, text: &str, partial: bool) {
         let data = if partial { json!({"line": text, "partial": true}) } else { json!({"line": text}) };
-        self.events.publish("output", &event("output", &timestamp::now(), &data));
+        self.publish("output", &event("output", &timestamp::now(), &data));
+    }
+
+    fn publish(&self, topic: &str, event: &Bytes) {
+        if let Some(events) = &*self.events.lock() {
+            events.publish(topic, event);
+        }
+    }
+
+    /// Subscribes a connection to `topics`: a pump forwards its queue to
+    /// `peer` until either ends. `None` once the events have ended.
+    pub fn subscribe(&self, topics: Topics, peer: PeerHandle) -> Option<TopicsHandle<Bytes>> {
+        let subscription = self.events.lock().as_ref()?.subscribe(topics);
+        let handle = subscription.topics_handle();
+        self.pumps.spawn(fanout::pump(subscription, peer, |count| {
+            event("dropped", &timestamp::now(), &json!({ "count": count })).to_vec()
+        }));
+        Some(handle)
+    }
+
+    /// Ends the event stream after the loop's last event: each pump forwards
+    /// what its subscriber has queued, that last event included, to its
+    /// connection, then ends. Waits for that, at most `within` (a subscriber
+    /// that does not read is not waited for longer); says whether all did.
+    pub async fn end_events(&self, within: Duration) -> bool {
+        // The last publisher gone, each queue ends once emptied.
+        drop(self.events.lock().take());
+        self.pumps.close();
+        tokio::time::timeout(within, self.pumps.wait()).await.is_ok()
     }
 
     /// A whole line for `recent_output`, ANSI escapes already stripped.
