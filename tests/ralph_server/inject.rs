@@ -9,7 +9,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
-use crate::support::{Client, Task, fake_agent, output_line};
+use crate::support::{Client, Task, fake_agent};
 
 fn inject(client: &mut Client, prompt: &str) -> Value {
     client.call("inject_prompt", json!({ "prompt": prompt }))
@@ -29,7 +29,7 @@ fn pending_injections_are_bounded_in_count_and_bytes_and_survive_a_crash() {
     let mut client = task.connect(&daemon);
     client.call("subscribe", json!({"events": ["output"]}));
     // Once the agent prints, this iteration's prompt was taken: what comes now waits.
-    client.until(|e| output_line(e).is_some_and(|l| l.starts_with("working"))).expect("the agent prints");
+    client.until_line(|l| l.starts_with("working")).expect("the agent prints");
     let (a, c) = ("a".repeat(600), "c".repeat(300));
     assert_eq!(inject(&mut client, &a)["result"]["status"], "prompt_injected");
     let too_big = inject(&mut client, &"b".repeat(500));
@@ -63,7 +63,7 @@ fn injections_neither_grow_nor_rewrite_the_state_file() {
     let mut daemon = task.run(&["--max-pending-prompts", "120", "--max-pending-prompt-bytes", "8000000"]);
     let mut client = task.connect(&daemon);
     client.call("subscribe", json!({"events": ["output"]}));
-    client.until(|e| output_line(e).is_some_and(|l| l.starts_with("working"))).expect("the agent prints");
+    client.until_line(|l| l.starts_with("working")).expect("the agent prints");
     let state_file = task.dir().join(".ralph/state.json");
     let before = std::fs::metadata(&state_file).unwrap();
     let prompt = "x".repeat(32 * 1024);
@@ -100,7 +100,7 @@ fn a_prompt_too_long_for_an_argument_or_a_terminal_line_reaches_the_agent_throug
         let mut daemon = task.start(&task.dir(), &agent, &[]);
         let mut client = task.connect(&daemon);
         client.call("subscribe", json!({"events": ["output"]}));
-        client.until(|e| output_line(e) == Some("waiting at the gate")).expect("the agent waits");
+        client.until_line(|l| l == "waiting at the gate").expect("the agent waits");
         let large = large_prompt();
         assert_eq!(inject(&mut client, &large)["result"]["status"], "prompt_injected");
         std::fs::remove_file(task.dir().join("gate")).unwrap();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use integration_tests::{Daemon, McpClient, bin_path};
 use serde_json::{Value, json};
 
-use crate::support::{Task, fake_agent, output_line};
+use crate::support::{Task, fake_agent};
 
 const TOOLS: [&str; 6] = ["list_tasks", "status", "recent_output", "inject_prompt", "stop", "checkpoint"];
 
@@ -59,7 +59,7 @@ fn wait_output(task: &Task, daemon: &Daemon, prefix: &str) {
         .flatten()
         .any(|l| l.as_str().is_some_and(|l| l.starts_with(prefix)));
     if !seen {
-        client.until(|e| output_line(e).is_some_and(|l| l.starts_with(prefix))).expect("the agent's output");
+        client.until_line(|l| l.starts_with(prefix)).expect("the agent's output");
     }
 }
 

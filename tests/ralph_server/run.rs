@@ -21,8 +21,8 @@ fn a_three_story_prd_runs_to_completion_with_events_progress_and_state() {
     assert!(daemon.wait_exit(Duration::from_secs(20)).success(), "run exits 0 when completed");
 
     // Output events carry the agent's lines, live, in order.
-    let lines: Vec<&str> = client.events.iter().filter_map(output_line).collect();
-    let iterations: Vec<&&str> = lines.iter().filter(|l| l.starts_with("fake agent: iteration")).collect();
+    let lines = &client.lines;
+    let iterations: Vec<&String> = lines.iter().filter(|l| l.starts_with("fake agent: iteration")).collect();
     assert_eq!(iterations.len(), 3, "{lines:?}");
     assert!(iterations[0].contains("story US-001") && iterations[2].contains("story US-003"), "{iterations:?}");
     // The agent ran in the project root (the task dir: no .git above it) with the variables set.

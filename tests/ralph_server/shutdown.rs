@@ -9,13 +9,13 @@ use integration_tests::Daemon;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
-use crate::support::{Client, Task, event_type, is_status, output_line};
+use crate::support::{Client, Task, event_type, is_status};
 
 /// A subscriber to every event, once the agent is printing its lines.
 fn subscribe_when_working(task: &Task, daemon: &Daemon) -> Client {
     let mut client = task.connect(daemon);
     client.call("subscribe", json!({"events": ["*"]}));
-    client.until(|e| output_line(e).is_some_and(|l| l.starts_with("working"))).expect("the agent prints");
+    client.until_line(|l| l.starts_with("working")).expect("the agent prints");
     client
 }
 
@@ -61,7 +61,7 @@ fn sigterm_and_sigint_with_an_agent_that_takes_a_moment_to_stop_tell_subscribers
         let last = last_status_change(&mut client);
         assert_eq!(daemon.wait_exit(Duration::from_secs(30)).code(), Some(0), "{signal}: {}", daemon.stderr());
         assert_ended(&task, &last, "checkpointed", "signal");
-        assert!(client.events.iter().filter_map(output_line).any(|l| l == "saving my work"), "{signal}");
+        assert!(client.lines.iter().any(|l| l == "saving my work"), "{signal}");
     }
 }
 
@@ -112,7 +112,7 @@ fn stop_and_checkpoint_requests_tell_every_subscriber_before_closing() {
         let mut daemon = task.run(&[]);
         let mut watcher = task.connect(&daemon);
         watcher.call("subscribe", json!({"events": ["*"]}));
-        watcher.until(|e| output_line(e) == Some("waiting at the gate")).expect("the agent waits");
+        watcher.until_line(|l| l == "waiting at the gate").expect("the agent waits");
         let mut asker = task.connect(&daemon);
         asker.call(method, params);
         watcher.until(|e| is_status(e, "stopping")).expect("stopping");

@@ -8,7 +8,7 @@ use std::time::Duration;
 use integration_tests::run;
 use serde_json::json;
 
-use crate::support::{Task, fake_agent, output_line};
+use crate::support::{Task, fake_agent};
 
 #[test]
 fn socket_dir_socket_and_lock_are_owner_only_and_a_second_run_is_refused() {
@@ -16,6 +16,9 @@ fn socket_dir_socket_and_lock_are_owner_only_and_a_second_run_is_refused() {
     task.mode("slow 1000");
     let mut daemon = task.run(&[]);
     let mut client = task.connect(&daemon);
+    // Running once the agent prints ("starting" before).
+    client.call("subscribe", json!({"events": ["output"]}));
+    client.until_line(|l| l.starts_with("working")).expect("the agent prints");
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&task.socket_dir()), 0o700);
     assert_eq!(mode(&task.socket()), 0o600);
@@ -58,12 +61,19 @@ fn a_stale_socket_left_by_a_dead_run_is_replaced() {
     let mut daemon = task.run(&[]);
     let mut client = task.connect(&daemon);
     assert_eq!(client.call("get_status", json!({}))["result"]["task_name"], "stale");
+    // Killed once its agent runs: killed while forking it, the child would
+    // hold the listening socket a moment longer, take the next connection
+    // and reset it.
+    client.call("subscribe", json!({"events": ["output"]}));
+    client.until_line(|l| l.starts_with("working")).expect("the agent prints");
     // SIGKILL leaves the socket and the lock file behind, but not the lock.
     daemon.signal(nix::sys::signal::Signal::SIGKILL);
     daemon.wait_exit(Duration::from_secs(10));
     assert!(task.socket().exists());
     let mut again = task.run(&[]);
     let mut client = task.connect(&again);
+    client.call("subscribe", json!({"events": ["output"]}));
+    client.until_line(|l| l.starts_with("working")).expect("the agent prints");
     assert_eq!(client.call("get_status", json!({}))["result"]["status"], "running");
     // The killed run's agent did not outlive it.
     client.call("stop", json!({"force": true}));
@@ -77,7 +87,7 @@ fn a_task_directory_runs_once_whatever_the_name_or_the_spelling_of_its_path() {
     let mut daemon = task.run(&[]);
     let mut client = task.connect(&daemon);
     client.call("subscribe", json!({"events": ["output"]}));
-    client.until(|e| output_line(e).is_some_and(|l| l.starts_with("working"))).expect("the agent prints");
+    client.until_line(|l| l.starts_with("working")).expect("the agent prints");
     let progress = task.read("progress.txt");
     let alias = task.root.path().join("alias");
     std::os::unix::fs::symlink(task.dir(), &alias).unwrap();
@@ -102,7 +112,7 @@ fn a_task_directory_runs_once_whatever_the_name_or_the_spelling_of_its_path() {
     let mut again = task.start(&alias, &fake_agent(), &["--name", "renamed"]);
     let mut client = task.connect_to(&again, "renamed");
     client.call("subscribe", json!({"events": ["output"]}));
-    client.until(|e| output_line(e).is_some_and(|l| l.starts_with("working"))).expect("it runs the agent");
+    client.until_line(|l| l.starts_with("working")).expect("it runs the agent");
     assert_eq!(client.call("get_status", json!({}))["result"]["task_name"], "renamed");
     client.call("stop", json!({"force": true}));
     assert_eq!(again.wait_exit(Duration::from_secs(20)).code(), Some(3));

@@ -125,12 +125,41 @@ pub struct Client {
     writer: UnixStream,
     next_id: u64,
     pub events: Vec<Value>,
+    /// The agent's output lines so far, each put together from its pieces:
+    /// a line comes in `partial` pieces when the agent pauses in it, or when
+    /// the daemon happens to read it in two (the terminal writes a line's
+    /// text and its `\r\n` separately) and is busy for 50 ms in between.
+    pub lines: Vec<String>,
+    partial: String,
 }
 
 impl Client {
     pub fn new(stream: UnixStream) -> Client {
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Client { writer: stream.try_clone().unwrap(), reader: BufReader::new(stream), next_id: 1, events: Vec::new() }
+        Client {
+            writer: stream.try_clone().unwrap(),
+            reader: BufReader::new(stream),
+            next_id: 1,
+            events: Vec::new(),
+            lines: Vec::new(),
+            partial: String::new(),
+        }
+    }
+
+    /// Keeps an event; returns the output line it completes, if any.
+    fn keep(&mut self, event: Value) -> Option<String> {
+        let mut completed = None;
+        if let Some(piece) = output_line(&event) {
+            self.partial.push_str(piece);
+            if event["params"]["data"]["partial"] != true {
+                let line = std::mem::take(&mut self.partial);
+                let line = line.strip_suffix('\r').map(str::to_owned).unwrap_or(line);
+                self.lines.push(line.clone());
+                completed = Some(line);
+            }
+        }
+        self.events.push(event);
+        completed
     }
 
     pub fn send(&mut self, message: &Value) {
@@ -145,7 +174,9 @@ impl Client {
         match self.reader.read_line(&mut line) {
             Ok(0) => None,
             Ok(_) => Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))),
-            Err(e) => panic!("reading: {e}"),
+            Err(e) => {
+                panic!("reading: {e}; the last events: {:?}", &self.events[self.events.len().saturating_sub(5)..])
+            }
         }
     }
 
@@ -159,7 +190,7 @@ impl Client {
             if message["id"] == id {
                 return message;
             }
-            self.events.push(message);
+            self.keep(message);
         }
     }
 
@@ -169,9 +200,25 @@ impl Client {
             return Some(found.clone());
         }
         while let Some(message) = self.recv() {
-            self.events.push(message.clone());
+            self.keep(message.clone());
             if done(&message) {
                 return Some(message);
+            }
+        }
+        None
+    }
+
+    /// Reads events until an output line (whole, see [`Client::lines`]) for
+    /// which `done` holds: returns it, or `None` at EOF.
+    pub fn until_line(&mut self, mut done: impl FnMut(&str) -> bool) -> Option<String> {
+        if let Some(found) = self.lines.iter().find(|l| done(l)) {
+            return Some(found.clone());
+        }
+        while let Some(message) = self.recv() {
+            if let Some(line) = self.keep(message)
+                && done(&line)
+            {
+                return Some(line);
             }
         }
         None
@@ -186,6 +233,7 @@ pub fn is_status(event: &Value, status: &str) -> bool {
     event_type(event) == "state_change" && event["params"]["data"]["status"] == status
 }
 
+/// The piece of output an event carries (see [`Client::lines`] for whole lines).
 pub fn output_line(event: &Value) -> Option<&str> {
     (event_type(event) == "output").then(|| event["params"]["data"]["line"].as_str().unwrap_or_default())
 }
