@@ -21,6 +21,7 @@
 #   stubborn     ignore SIGTERM (only SIGKILL ends it) and print a line every 0.1 s
 #   careful      print a line every 0.1 s; on SIGTERM, say "saving my work" and
 #                take 1 s to exit, as an agent saving its state would
+#   fds          print "fd N -> TARGET" for each descriptor it holds, then pass
 #   fail         exit 1
 # While $RALPH_TASK_DIR/hold exists, it waits before doing anything.
 # Stories are marked passing with sed: prd.json must keep each story on one line.
@@ -99,5 +100,8 @@ case "$mode" in
         trap '' TERM
         i=0
         while :; do echo "working $i"; i=$((i + 1)); sleep 0.1; done ;;
+    fds)
+        for fd in /proc/$$/fd/*; do echo "fd ${fd##*/} -> $(readlink "$fd")"; done
+        pass ;;
     fail) echo "something broke"; exit 1 ;;
 esac

@@ -136,3 +136,19 @@ fn a_bad_prd_is_refused_at_start_with_exit_2() {
     assert_eq!(daemon.wait_exit(Duration::from_secs(10)).code(), Some(2));
     assert!(daemon.stderr().contains("prd.json: not a valid PRD"), "{}", daemon.stderr());
 }
+
+#[test]
+fn the_agent_holds_its_terminal_as_stdio_and_not_the_master_side() {
+    let task = Task::new("fds", 1);
+    task.mode("fds");
+    task.hold();
+    let mut daemon = task.run(&[]);
+    let mut client = task.connect(&daemon);
+    client.call("subscribe", json!({"events": ["output"]}));
+    task.release();
+    assert!(daemon.wait_exit(Duration::from_secs(20)).success(), "{}", daemon.stderr());
+    client.until(|_| false);
+    let fds: Vec<&String> = client.lines.iter().filter(|l| l.starts_with("fd ")).collect();
+    assert!(fds.iter().any(|l| l.starts_with("fd 0 -> /dev/pts/")), "{fds:?}");
+    assert!(!fds.iter().any(|l| l.ends_with("/dev/ptmx")), "the agent holds the terminal's master: {fds:?}");
+}

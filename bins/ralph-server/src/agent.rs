@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use nix::pty::{Winsize, openpty};
 use rpc_core::child::{ChildCommand, ChildProcess, Exit};
 use tokio::io::unix::AsyncFd;
@@ -173,6 +173,12 @@ pub async fn run(
     }
     let argv = spec.command.argv(&handed, &spec.prompt_file);
     let pty = openpty(Some(&SIZE), None)?;
+    // openpty's descriptors are inherited by default: the agent would hold
+    // the master (and so could any process it leaves behind, keeping the
+    // terminal open after it exits). It gets the slave as its stdio only.
+    for end in [&pty.master, &pty.slave] {
+        fcntl(end, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    }
     let flags = OFlag::from_bits_truncate(fcntl(&pty.master, FcntlArg::F_GETFL)?);
     fcntl(&pty.master, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
     let mut command = ChildCommand::new(&argv[0])
