@@ -135,7 +135,9 @@ pub struct Client {
 
 impl Client {
     pub fn new(stream: UnixStream) -> Client {
-        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        // Only a bound on a failure: 20 s was seen to run out on a machine
+        // loaded by other builds (the daemon syncs its files on every change).
+        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         Client {
             writer: stream.try_clone().unwrap(),
             reader: BufReader::new(stream),
