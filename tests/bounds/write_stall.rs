@@ -115,3 +115,15 @@ fn the_broker_cuts_off_an_agent_that_never_reads() {
     );
     drop(reader);
 }
+
+#[test]
+fn ralph_server_cuts_off_a_client_that_pipelines_get_status_and_never_reads() {
+    let ralph = fixtures::ralph_loop(&fixtures::fake_agent(), &[("RALPH_WRITE_STALL", STALL)], Log::Read);
+    let stream = std::os::unix::net::UnixStream::connect(&ralph.socket).unwrap();
+    let requests = lines(1000, |n| format!("{}\n", json!({"jsonrpc": "2.0", "id": n, "method": "get_status"})));
+    let after = flood_until_cut_off(stream, requests);
+    assert!(after.is_some(), "still connected {CUT_OFF_WITHIN:?} after it stopped reading:\n{}", ralph.daemon.stderr());
+    // The loop and its socket serve on.
+    let mut client = fixtures::UnixClient::connect(&ralph.socket);
+    assert!(client.call(1, "get_status", json!({})).get("result").is_some());
+}

@@ -66,6 +66,11 @@ pub struct RunArgs {
     /// Clients served at once on the control socket.
     #[arg(long, env = "RALPH_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// A client whose replies make no progress for this long while it owes some is disconnected:
+    /// one that never reads does not keep its slot (seconds, or `500ms`). Events alone never
+    /// disconnect a subscriber; it loses them, counted.
+    #[arg(long, env = "RALPH_WRITE_STALL", default_value = "30", value_parser = positive_seconds)]
+    pub write_stall: Duration,
     /// Injected prompts that may wait for the next iteration at once; inject_prompt past it is
     /// refused (-32602) until the next iteration takes them.
     #[arg(long, env = "RALPH_MAX_PENDING_PROMPTS", default_value_t = 100)]
@@ -78,6 +83,10 @@ pub struct RunArgs {
 
 fn parse_seconds(text: &str) -> Result<Duration, ValueError> {
     config::duration(text, Unit::Seconds)
+}
+
+fn positive_seconds(text: &str) -> Result<Duration, ValueError> {
+    config::duration(text, Unit::Seconds).and_then(config::positive)
 }
 
 /// Which agent runs.
@@ -104,6 +113,7 @@ pub struct Config {
     pub socket_dir: PathBuf,
     pub max_iterations: u32,
     pub max_connections: usize,
+    pub write_stall: Duration,
     /// Bounds on the injected prompts waiting for the next iteration.
     pub injected: Limits,
     pub run: LoopConfig,
@@ -157,6 +167,7 @@ impl Config {
             socket_dir: sockets.dir()?,
             max_iterations: args.max_iterations,
             max_connections: args.max_connections.max(1),
+            write_stall: args.write_stall,
             injected: Limits { count: args.max_pending_prompts, bytes: args.max_pending_prompt_bytes },
             run: LoopConfig {
                 project_root,

@@ -92,7 +92,11 @@ pub async fn run(config: Config) -> Result<ExitCode, RunError> {
     let socket = config.socket_dir.join(format!("{}.sock", config.task_name));
     let listener = daemon.listen_unix(None, &socket, "RALPH_SOCKET_DIR")?;
     let router = methods::router(session.clone()).map_err(|e| RunError::Refused(e.to_string()))?;
-    let limits = NdjsonLimits { max_connections: config.max_connections, ..NdjsonLimits::default() };
+    let limits = NdjsonLimits {
+        max_connections: config.max_connections,
+        peer: rpc_core::PeerConfig { write_stall: config.write_stall, ..rpc_core::PeerConfig::default() },
+        ..NdjsonLimits::default()
+    };
     let control = Shutdown::new();
     // The daemon's drain waits for the accept loop, so the socket file stays
     // until the control socket's own drain has begun.
