@@ -4,6 +4,7 @@
 //! commands, and `hermes-host mcp` in front of it ([`mcp`]).
 
 mod mcp;
+mod memory;
 mod node;
 mod support;
 
