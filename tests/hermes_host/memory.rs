@@ -2,15 +2,18 @@
 //! shapes that cost the most per byte of text (a million short segments, four
 //! million delimiters of one kind), each `message/set` and read back in a
 //! daemon of its own, with its resident memory read from /proc before and at
-//! its peak after; and the same for the message as a tree.
+//! its peak after. And the element bound (`--max-elements`), past which a
+//! message is refused from every door: control, extension, file.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use integration_tests::require_tool;
 use serde_json::{Value, json};
 
-use crate::support::Host;
+use crate::LONG;
+use crate::support::{ADT, Host, py_extension};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -188,4 +191,116 @@ fn a_message_as_a_tree_costs_memory_in_proportion_to_its_elements() {
         }
     }
     assert!(failures.is_empty(), "over {MAX_TREE_BYTES_PER_ELEMENT} bytes per element: {failures:?}");
+}
+
+/// The most a tree given to `message/set` costs per value (counted as the
+/// host counts them, see docs/hermes-host.md) while it is read.
+const MAX_BYTES_PER_TREE_VALUE: u64 = 400;
+
+/// A tree given to `message/set` is read whole first (serde_json's values,
+/// toml's document: the costliest per value), so it is held to an eighth of
+/// the element bound in values: at the bound, its cost is in proportion.
+#[test]
+fn a_tree_read_costs_memory_in_proportion_to_its_values() {
+    let values = 200_000;
+    let bound = (8 * values).to_string();
+    let items = vec![""; values - 20];
+    let trees = [
+        ("json", json!({"segments": [{"segment": "MSH"}, {"segment": "ZZZ", "fields": {"3": items}}]}).to_string()),
+        (
+            "toml",
+            format!(
+                "[[segments]]\nsegment = \"MSH\"\n\n[[segments]]\nsegment = \"ZZZ\"\n\n[segments.fields]\n3 = {}\n",
+                json!(items)
+            ),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (format, tree) in trees {
+        let growth = growth_of(&["--max-elements", &bound], |client| {
+            succeeded(&client.call("message/set", json!({"message": tree, "format": format})), format);
+        });
+        let per_value = growth.peak_growth() as f64 / values as f64;
+        eprintln!("MEMORY a {format} tree of {values} values: {}: {per_value:.1} bytes per value", growth.describe());
+        if growth.peak_growth() > MAX_BYTES_PER_TREE_VALUE * values as u64 {
+            failures.push(format!("{format}: {per_value:.1} bytes per value"));
+        }
+    }
+    assert!(failures.is_empty(), "over {MAX_BYTES_PER_TREE_VALUE} bytes per value: {failures:?}");
+}
+
+/// The bound the element tests set: small, so that a message past it is small too.
+const BOUND: &str = "200";
+
+/// `ADT` (35 elements: its 2 segments and 33 delimiters) and 150 `NTE|1`
+/// segments (2 each): 335, past 200.
+fn past_the_bound() -> String {
+    format!("{ADT}{}", "\rNTE|1".repeat(150))
+}
+
+/// The refusal names the limit and the setting that moves it.
+fn assert_refused_for_elements(response: &Value, what: &str) {
+    assert_eq!(response["error"]["code"], -32004, "{what}: {response}");
+    let message = response["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("elements") && message.contains(BOUND) && message.contains("HERMES_HOST_MAX_ELEMENTS"),
+        "{what}: {message}"
+    );
+}
+
+/// Past `--max-elements`, `message/set` (in hl7 or a tree), `message/new`
+/// and `message/open` are refused -32004 naming the limit and the setting,
+/// and the message held before stays.
+#[test]
+fn past_the_element_bound_a_control_client_or_a_file_is_refused() {
+    let host = Host::start_with("", &["--max-elements", BOUND]);
+    host.result("message/set", json!({"message": ADT}));
+    let big = past_the_bound();
+    assert_refused_for_elements(&host.call("message/set", json!({"message": big})), "message/set");
+    let tree = host.result("message/get", json!({"format": "json"}))["message"].as_str().unwrap().to_owned();
+    let mut tree: Value = serde_json::from_str(&tree).unwrap();
+    let nte = json!({"segment": "NTE", "fields": {"1": "1"}});
+    tree["segments"].as_array_mut().unwrap().extend(std::iter::repeat_n(nte, 150));
+    // A tree is held to an eighth of the bound in values before it is read.
+    let as_json = host.call("message/set", json!({"message": tree.to_string(), "format": "json"}));
+    assert_eq!(as_json["error"]["code"], -32004, "{as_json}");
+    let message = as_json["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("at most 25 values") && message.contains("HERMES_HOST_MAX_ELEMENTS"), "{message}");
+    assert_refused_for_elements(&host.call("message/new", json!({"message": big})), "message/new");
+    let file = host.dir.path().join("big.hl7");
+    std::fs::write(&file, &big).unwrap();
+    assert_refused_for_elements(&host.call("message/open", json!({"path": file})), "message/open");
+    assert_eq!(host.result("message/get", json!({}))["message"], ADT, "the message held before stays");
+    // At the bound exactly, it is taken: 35 + 2 × 82 + 1.
+    let at = format!("{ADT}{}|", "\rNTE|1".repeat(82));
+    host.result("message/set", json!({"message": at}));
+    assert_eq!(host.result("message/get", json!({}))["message"], at);
+}
+
+/// An extension's `editor/setMessage` past the bound is refused -32004;
+/// a patch that would take the message past it is reported in `errors`
+/// with the limit and the setting, and the other patches apply.
+#[test]
+fn past_the_element_bound_an_extension_edit_is_refused() {
+    if !require_tool("python3") {
+        return;
+    }
+    let config = py_extension("py", &[("EXT_CALL_FILE", "call.json")]);
+    let host = Host::start_with(&config, &["--max-elements", BOUND]);
+    host.wait_state("py", "running", LONG);
+    host.result("message/set", json!({"message": ADT}));
+    let set = host.ext_call("py", "editor/setMessage", json!({"message": past_the_bound(), "format": "hl7"}));
+    assert_refused_for_elements(&set, "editor/setMessage");
+    let patched = host.ext_call(
+        "py",
+        "editor/patchMessage",
+        json!({"patches": [{"path": "NTE[150]", "create": true}, {"path": "PID.5.1", "value": "ROE"}]}),
+    );
+    let result = &patched["result"];
+    assert_eq!((&result["success"], &result["patchesApplied"]), (&json!(false), &json!(1)), "{patched}");
+    let refusal = result["errors"][0]["message"].as_str().unwrap_or_default();
+    assert!(refusal.contains(BOUND) && refusal.contains("HERMES_HOST_MAX_ELEMENTS"), "{refusal}");
+    let now = host.result("message/get", json!({}))["message"].as_str().unwrap().to_owned();
+    assert_eq!(now, ADT.replace("DOE^JOHN", "ROE^JOHN"));
+    assert_eq!(host.extension("py")["state"], "running");
 }

@@ -64,6 +64,20 @@ impl Deref for Text {
     }
 }
 
+/// A message given as a tree (json, yaml, toml) is read whole before any
+/// of it is checked: serde_json's values, the toml crate's document, some
+/// 100 to 300 bytes a value. So a tree may have at most this share of the
+/// element bound in values, counted from above by the characters that can
+/// start one (see [`tree_values`]) before it is read.
+pub const TREE_SHARE: usize = 8;
+
+/// At least how many values (and keys) `text` in a tree format can hold:
+/// every one but the first follows a `,` `:` `=` `[` `{` or line break,
+/// wherever those are (in a string too: the count errs high, never low).
+pub fn tree_values(text: &str) -> usize {
+    1 + text.bytes().filter(|b| matches!(b, b',' | b':' | b'=' | b'[' | b'{' | b'\n')).count()
+}
+
 pub struct Document {
     held: Mutex<Held>,
     /// The version and the last change, for watchers.
@@ -213,6 +227,18 @@ impl Document {
 
     /// Reads a message in `format` and holds it to the bounds.
     fn read(&self, text: String, format: Format) -> Result<Hl7Message, RpcError> {
+        let most = self.bounds.max_elements / TREE_SHARE;
+        if format != Format::Hl7 && tree_values(&text) > most {
+            return Err(RpcError::new(
+                errors::INVALID_MESSAGE,
+                format!(
+                    "invalid message: a {} tree is read with at most {most} values (an eighth of \
+                     HERMES_HOST_MAX_ELEMENTS, --max-elements; every `,` `:` `=` `[` `{{` and line break counts \
+                     one), as its reader holds them all at once; give a message this large as hl7",
+                    format.as_str()
+                ),
+            ));
+        }
         let message = tree::read_owned(text, format).map_err(invalid)?;
         self.bounds.check(message.len(), message.elements()).map_err(|exceeded| {
             RpcError::new(errors::INVALID_MESSAGE, format!("invalid message: it has {}", over(exceeded)))
@@ -308,6 +334,33 @@ mod tests {
         let patch = Patch { path: "PID.3".into(), value: Some("3".into()), remove: None, create: None };
         assert_eq!(doc.patch(&[patch], "test").unwrap().patches_applied, 1);
         assert_eq!(held(&doc), "MSH|^~\\&|APP\rPID|1||3");
+    }
+
+    /// Every way in holds a message to the bounds, and a refused message
+    /// leaves the one held before.
+    #[tokio::test]
+    async fn messages_past_the_bounds_are_refused_and_the_held_one_stays() {
+        let doc = Document::new(Bounds { max_bytes: 200, max_elements: 20 });
+        doc.set("MSH|^~\\&|A".into(), Format::Hl7, "test").unwrap();
+        let many = format!("MSH|^~\\&{}", "\rNTE|1".repeat(10));
+        let e = doc.set(many.clone(), Format::Hl7, "test").unwrap_err();
+        assert_eq!(e.code, errors::INVALID_MESSAGE);
+        assert!(e.message.contains("25 elements") && e.message.contains("HERMES_HOST_MAX_ELEMENTS"), "{}", e.message);
+        let long = format!("MSH|^~\\&|{}", "x".repeat(300));
+        let e = doc.new_message(Some((long, Format::Hl7))).unwrap_err();
+        assert!(e.message.contains("309 bytes") && e.message.contains("HERMES_HOST_MAX_MESSAGE"), "{}", e.message);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("many.hl7");
+        std::fs::write(&file, &many).unwrap();
+        assert_eq!(doc.open(&file).await.unwrap_err().code, errors::INVALID_MESSAGE);
+        let tree = tree::render(&Hl7Message::parse(&many).unwrap(), Format::Json).unwrap();
+        let e = doc.set(tree, Format::Json, "test").unwrap_err();
+        assert!(e.message.contains("json tree is read with at most 2 values"), "{}", e.message);
+        let grow = Patch { path: "NTE[10]".into(), value: None, remove: None, create: Some(true) };
+        let outcome = doc.patch(&[grow], "test").unwrap();
+        assert_eq!(outcome.patches_applied, 0);
+        assert!(outcome.errors[0].message.contains("over the limit of 20"), "{:?}", outcome.errors);
+        assert_eq!(held(&doc), "MSH|^~\\&|A");
     }
 
     #[tokio::test]

@@ -54,7 +54,7 @@ impl Host {
             document: Document::new(Bounds {
                 // A message is addressed with four-byte offsets.
                 max_bytes: config.max_message.min(Bounds::NONE.max_bytes),
-                max_elements: usize::MAX,
+                max_elements: config.max_elements,
             }),
             ui: UiRoute::new(config.file.ui.clone()),
             events: Fanout::new(rpc_core::fanout::DEFAULT_QUEUE, rpc_core::fanout::DEFAULT_QUEUE_BYTES),
