@@ -130,8 +130,7 @@ pub fn plan(message: &Hl7Message, patch: &Patch) -> Result<Splice, String> {
         }
         // The segment is created with the field set: the last one it adds.
         None if create => {
-            let empty = format!("{}{}", query.segment, d.field);
-            create_segment(message, &query.segment, Some(nth), Some(place.set(&empty, &d, &value)))
+            create_segment(message, &query.segment, Some(nth), Some(&|empty| place.set(empty, &d, &value)))
         }
         None => Err(format!("segment {}[{nth}] not found", query.segment)),
     }
@@ -257,12 +256,13 @@ fn trim_field(field: &str, d: &Delimiters) -> String {
 
 /// Adds a segment after the last one of its name (at the end when there is
 /// none). `OBX[3]` with one OBX present adds two, so that the path then
-/// exists; `last`, if given, is the text of the last one added.
+/// exists; `last`, if given, makes the text of the last one added from the
+/// empty one (`NTE|`).
 fn create_segment(
     message: &Hl7Message,
     name: &str,
     nth: Option<usize>,
-    last: Option<String>,
+    last: Option<&dyn Fn(&str) -> String>,
 ) -> Result<Splice, String> {
     if name == "MSH" {
         return Err("a message has one MSH segment".into());
@@ -274,12 +274,11 @@ fn create_segment(
     }
     let after = message.segments().enumerate().filter(|(_, s)| s.name() == name).last().map(|(i, _)| i);
     let at = after.and_then(|i| message.segment_range(i)).map_or(message.len(), |range| range.end);
-    let empty = format!("\r{name}{}", message.delimiters().field);
-    let mut text = empty.repeat(wanted - count);
+    let empty = format!("{name}{}", message.delimiters().field);
+    let mut text = format!("\r{empty}").repeat(wanted - count);
     if let Some(last) = last {
         text.truncate(text.len() - empty.len());
-        text.push('\r');
-        text.push_str(&last);
+        text.push_str(&last(&empty));
     }
     Ok(Splice { range: at..at, text })
 }
@@ -351,6 +350,15 @@ mod tests {
         // An empty segment is written with its field separator: `NTE` alone does not parse.
         assert_eq!(text, "MSH|^~\\&|APP\rOBX|1\rNTE|\rNTE|||note");
         assert_eq!(Hl7Message::parse(&text).unwrap().to_string(), text);
+    }
+
+    /// Found by the hl7_patch fuzz target: creating `MSH[2]` with a field
+    /// set wrote the field into an empty `MSH|` before refusing it.
+    #[test]
+    fn a_second_msh_is_refused_before_anything_is_written() {
+        let (text, errors) = patched(ADT, json!([{"path": "MSH[2].3", "value": "x", "create": true}]));
+        assert_eq!(errors, ["a message has one MSH segment"]);
+        assert_eq!(text, ADT);
     }
 
     #[test]
