@@ -22,6 +22,7 @@ use crate::document::Document;
 use crate::errors;
 use crate::extension::log::ExtensionLog;
 use crate::extension::{Extension, State, StopReason, supervisor};
+use crate::hl7::Bounds;
 use crate::methods::ExtConn;
 use crate::ui::UiRoute;
 
@@ -50,7 +51,11 @@ pub struct Host {
 impl Host {
     pub fn new(config: &Config) -> Arc<Host> {
         Arc::new(Host {
-            document: Document::new(config.max_message),
+            document: Document::new(Bounds {
+                // A message is addressed with four-byte offsets.
+                max_bytes: config.max_message.min(Bounds::NONE.max_bytes),
+                max_elements: config.max_elements,
+            }),
             ui: UiRoute::new(config.file.ui.clone()),
             events: Fanout::new(rpc_core::fanout::DEFAULT_QUEUE, rpc_core::fanout::DEFAULT_QUEUE_BYTES),
             data_dir: config.data_dir.clone(),
