@@ -47,6 +47,15 @@ pub struct ServeArgs {
     /// components, subcomponents); a message, file or patch past it is refused.
     #[arg(long, env = "HERMES_HOST_MAX_ELEMENTS", default_value_t = DEFAULT_MAX_ELEMENTS)]
     pub max_elements: usize,
+    /// A control client or an extension whose replies make no progress for this long while it
+    /// owes some is disconnected: one that never reads does not keep its slot and budget
+    /// (seconds, or `500ms`). Events alone never disconnect a subscriber.
+    #[arg(long, env = "HERMES_HOST_WRITE_STALL", default_value = "30", value_parser = positive_seconds)]
+    pub write_stall: Duration,
+}
+
+fn positive_seconds(text: &str) -> Result<Duration, rpc_core::config::ValueError> {
+    rpc_core::config::duration(text, rpc_core::config::Unit::Seconds).and_then(rpc_core::config::positive)
 }
 
 /// The validated configuration.
@@ -59,6 +68,7 @@ pub struct Config {
     pub open: Option<PathBuf>,
     pub max_message: usize,
     pub max_elements: usize,
+    pub write_stall: Duration,
     /// What the file said at start.
     pub file: FileConfig,
 }
@@ -99,6 +109,7 @@ impl Config {
             open: args.open,
             max_message: args.max_message,
             max_elements: args.max_elements,
+            write_stall: args.write_stall,
             file,
         })
     }

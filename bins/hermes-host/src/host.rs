@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 use rpc_core::fanout::Fanout;
@@ -38,6 +39,8 @@ pub struct Host {
     pub events: Fanout<Bytes>,
     pub data_dir: PathBuf,
     pub max_message: usize,
+    /// How long a peer that owes replies may not read them before it is cut off.
+    pub write_stall: Duration,
     config_file: Option<PathBuf>,
     settings: Mutex<FileConfig>,
     extensions: Mutex<Vec<Arc<Extension>>>,
@@ -60,6 +63,7 @@ impl Host {
             events: Fanout::new(rpc_core::fanout::DEFAULT_QUEUE, rpc_core::fanout::DEFAULT_QUEUE_BYTES),
             data_dir: config.data_dir.clone(),
             max_message: config.max_message,
+            write_stall: config.write_stall,
             config_file: config.config_file.clone(),
             settings: Mutex::new(config.file.clone()),
             extensions: Mutex::new(Vec::new()),
