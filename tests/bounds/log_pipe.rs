@@ -90,6 +90,12 @@ fn hermes_host_serves_and_stops_cleanly_with_its_log_reader_gone_or_stalled() {
             let list = client.call(id, "extensions/list", json!({}));
             assert!(list.get("result").is_some(), "{reader:?}: {list}");
         }
+        let status = UnixClient::connect(&host.socket).call(0, "host/status", json!({}));
+        let dropped = status["result"]["log_lines_dropped"].as_u64();
+        assert!(dropped.is_some(), "{status}");
+        if reader == LogReader::Gone {
+            assert!(dropped > Some(0), "nothing counted: {status}");
+        }
         let status = host.daemon.terminate();
         assert!(status.success(), "{reader:?}: exit {status}");
     }
@@ -103,6 +109,9 @@ fn ralph_server_serves_checkpoints_and_stops_cleanly_with_its_log_reader_gone_or
             let mut client = UnixClient::connect(&ralph.socket);
             let status = client.call(id, "get_status", json!({}));
             assert!(status.get("result").is_some(), "{reader:?}: {status}");
+            if reader == LogReader::Gone && id == BUSY - 1 {
+                assert!(status["result"]["log_lines_dropped"].as_u64() > Some(0), "nothing counted: {status}");
+            }
         }
         ralph.daemon.signal(Signal::SIGTERM);
         let status = ralph.daemon.wait_exit(Duration::from_secs(20));

@@ -115,3 +115,58 @@ fn the_broker_cuts_off_an_agent_that_never_reads() {
     );
     drop(reader);
 }
+
+#[test]
+fn ralph_server_cuts_off_a_client_that_pipelines_get_status_and_never_reads() {
+    let ralph = fixtures::ralph_loop(&fixtures::fake_agent(), &[("RALPH_WRITE_STALL", STALL)], Log::Read);
+    let stream = std::os::unix::net::UnixStream::connect(&ralph.socket).unwrap();
+    let requests = lines(1000, |n| format!("{}\n", json!({"jsonrpc": "2.0", "id": n, "method": "get_status"})));
+    let after = flood_until_cut_off(stream, requests);
+    assert!(after.is_some(), "still connected {CUT_OFF_WITHIN:?} after it stopped reading:\n{}", ralph.daemon.stderr());
+    // The loop and its socket serve on.
+    let mut client = fixtures::UnixClient::connect(&ralph.socket);
+    assert!(client.call(1, "get_status", json!({})).get("result").is_some());
+}
+
+/// An HL7 message of about 200 KiB, so a few replies fill a pipe or a socket.
+fn big_message(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("big.hl7");
+    let mut text = String::from("MSH|^~\\&|A|B|C|D|20260101||ADT^A01|1|P|2.5\r");
+    while text.len() < 200 * 1024 {
+        text.push_str("NTE|1||a note that is long enough to make the message big quickly\r");
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn hermes_host_cuts_off_a_control_client_that_never_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let message = big_message(dir.path()).display().to_string();
+    let host = fixtures::host("", &[("HERMES_HOST_WRITE_STALL", STALL), ("HERMES_HOST_OPEN", &message)], Log::Read);
+    let stream = std::os::unix::net::UnixStream::connect(&host.socket).unwrap();
+    let requests = lines(200, |n| format!("{}\n", json!({"jsonrpc": "2.0", "id": n, "method": "message/get"})));
+    let after = flood_until_cut_off(stream, requests);
+    assert!(after.is_some(), "still connected {CUT_OFF_WITHIN:?} after it stopped reading:\n{}", host.daemon.stderr());
+    let mut client = fixtures::UnixClient::connect(&host.socket);
+    assert!(client.call(1, "host/status", json!({})).get("result").is_some());
+}
+
+#[test]
+fn hermes_host_cuts_off_an_extension_that_never_reads_its_replies() {
+    let dir = tempfile::tempdir().unwrap();
+    let message = big_message(dir.path()).display().to_string();
+    let deaf = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bounds/deaf_ext.py");
+    let config = fixtures::extension("deaf", &format!("python3 {}", deaf.display()));
+    let host =
+        fixtures::host(&config, &[("HERMES_HOST_WRITE_STALL", STALL), ("HERMES_HOST_OPEN", &message)], Log::Read);
+    let mut client = fixtures::UnixClient::connect(&host.socket);
+    // Cut off, the extension is stopped and started again: its restarts count.
+    let restarted = integration_tests::eventually(CUT_OFF_WITHIN, || {
+        let list = client.call(1, "extensions/list", json!({}));
+        list["result"]["extensions"][0]["restarts"].as_u64().unwrap_or(0) >= 1
+    });
+    assert!(restarted, "the extension was never cut off:\n{}", host.daemon.stderr());
+    let log = host.daemon.stderr();
+    assert!(log.contains("not reading its replies"), "not cut off for the stall:\n{log}");
+}

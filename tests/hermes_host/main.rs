@@ -4,6 +4,7 @@
 //! commands, and `hermes-host mcp` in front of it ([`mcp`]).
 
 mod mcp;
+mod memory;
 mod node;
 mod support;
 
@@ -354,8 +355,14 @@ fn ctl_ui_answers_a_confirm_from_standard_input() {
         .unwrap();
     let mut stdin = ui.stdin.take().unwrap();
     stdin.write_all(b"y\n").unwrap();
-    // Wait until it is attached (a second attach is refused).
-    assert!(eventually(LONG, || host.call("ui/attach", json!({})).get("error").is_some()));
+    // Wait until it says it is attached. (Probing with an attach of our own
+    // could take the place first: `ctl ui` is then refused and exits.)
+    let mut stderr = std::io::BufReader::new(ui.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("attached as the UI") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0, "ctl ui ended before attaching");
+    }
     let answer = ext_call(&host, "ui/showConfirm", json!({"message": "Proceed?", "title": "Q"}));
     assert_eq!(answer["result"], json!({"confirmed": true}), "{answer}");
     let message = ext_call(&host, "ui/showMessage", json!({"message": "done", "kind": "warning"}));

@@ -14,24 +14,18 @@ fn an_injected_prompt_is_prepended_once_and_two_are_both_kept() {
     let mut daemon = task.run(&[]);
     let mut client = task.connect(&daemon);
     client.call("subscribe", json!({"events": ["output"]}));
-    client.until(|e| output_line(e).is_some_and(|l| l.starts_with("working")));
+    client.until_line(|l| l.starts_with("working"));
     let reply = client.call("inject_prompt", json!({"prompt": "FIRST injected"}));
     assert_eq!(reply["result"], json!({"status": "prompt_injected", "prompt": "FIRST injected"}));
     client.call("inject_prompt", json!({"prompt": "SECOND"}));
-    let state: serde_json::Value = serde_json::from_str(&task.read(".ralph/state.json")).unwrap();
-    assert_eq!(state["pending_prompt"], "FIRST injected\n\nSECOND", "pending prompts are saved");
+    assert_eq!(task.injected(), ["FIRST injected", "SECOND"], "pending prompts are saved");
     // Only what the next iterations print: the first one's prompt may have
     // been printed before this client subscribed.
-    let injected_at = client.events.len();
+    let injected_at = client.lines.len();
     task.mode("pass");
     assert!(daemon.wait_exit(Duration::from_secs(30)).success(), "{}", daemon.stderr());
     client.until(|_| false);
-    let starts: Vec<String> = client.events[injected_at..]
-        .iter()
-        .filter_map(output_line)
-        .filter(|l| l.starts_with("prompt starts:"))
-        .map(str::to_owned)
-        .collect();
+    let starts: Vec<&String> = client.lines[injected_at..].iter().filter(|l| l.starts_with("prompt starts:")).collect();
     assert_eq!(starts.len(), 2, "{starts:?}");
     assert_eq!(starts[0], "prompt starts: FIRST injected", "{starts:?}");
     assert!(!starts[1].contains("injected"), "given once: {starts:?}");
@@ -44,13 +38,13 @@ fn a_graceful_stop_lets_the_agent_finish_and_a_forced_one_does_not() {
     let mut daemon = task.run(&[]);
     let mut client = task.connect(&daemon);
     client.call("subscribe", json!({"events": ["*"]}));
-    client.until(|e| output_line(e).is_some_and(|l| l.starts_with("working")));
+    client.until_line(|l| l.starts_with("working"));
     assert_eq!(client.call("stop", json!({}))["result"], json!({"status": "stop_requested"}));
     client.until(|e| is_status(e, "stopping")).expect("stopping");
     client.until(|e| is_status(e, "stopped")).expect("stopped");
     assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(3));
     // The agent ran to its end: it marked its story.
-    assert!(client.events.iter().filter_map(output_line).any(|l| l == "marked US-001"));
+    assert!(client.lines.iter().any(|l| l == "marked US-001"));
     assert!(task.read("progress.txt").contains("STOPPED: stop requested"));
 
     let task = Task::new("force", 3);
@@ -58,7 +52,7 @@ fn a_graceful_stop_lets_the_agent_finish_and_a_forced_one_does_not() {
     let mut daemon = task.run(&[]);
     let mut client = task.connect(&daemon);
     client.call("subscribe", json!({"events": ["output"]}));
-    client.until(|e| output_line(e).is_some_and(|l| l.starts_with("working")));
+    client.until_line(|l| l.starts_with("working"));
     let asked = Instant::now();
     assert_eq!(client.call("stop", json!({"force": true}))["result"], json!({"status": "stop_requested"}));
     assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(3));
@@ -73,7 +67,7 @@ fn a_checkpoint_exits_and_run_resumes_with_the_right_iteration() {
     let mut client = task.connect(&daemon);
     task.mode("slow 10");
     client.call("subscribe", json!({"events": ["*"]}));
-    client.until(|e| output_line(e).is_some_and(|l| l.starts_with("working")));
+    client.until_line(|l| l.starts_with("working"));
     assert_eq!(client.call("checkpoint", json!({}))["result"], json!({"status": "checkpoint_requested"}));
     client.until(|e| is_status(e, "checkpointed")).expect("checkpointed");
     assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(3));
@@ -98,7 +92,7 @@ fn sigterm_interrupts_the_agent_and_the_next_run_resumes() {
     let mut daemon = task.run(&[]);
     let mut client = task.connect(&daemon);
     client.call("subscribe", json!({"events": ["output"]}));
-    client.until(|e| output_line(e).is_some_and(|l| l.starts_with("working")));
+    client.until_line(|l| l.starts_with("working"));
     assert!(daemon.terminate().success(), "SIGTERM is a clean shutdown: {}", daemon.stderr());
     let state: serde_json::Value = serde_json::from_str(&task.read(".ralph/state.json")).unwrap();
     assert_eq!((state["status"].as_str(), state["reason"].as_str()), (Some("checkpointed"), Some("signal")));
@@ -122,7 +116,7 @@ fn interactive_mode_forwards_keys_to_the_agent_and_its_echo_comes_back() {
     );
     client.until(|e| e["params"]["data"]["interactive_mode"] == true).expect("state_change");
     assert_eq!(client.call("write_pty", json!({"data": "hello agent\r"}))["result"], json!({"status": "forwarded"}));
-    client.until(|e| output_line(e) == Some("agent got: hello agent")).expect("the agent's answer");
+    client.until_line(|l| l == "agent got: hello agent").expect("the agent's answer");
     // Interactive mode suppresses completion: the agent's marker does not end the task.
     assert!(daemon.wait_exit(Duration::from_secs(20)).success(), "no story left, so completed anyway");
     client.until(|_| false);
@@ -182,12 +176,12 @@ fn bad_params_and_unknown_event_types_are_invalid_params() {
 fn prompts_injected_from_many_clients_at_once_are_all_saved() {
     let task = Task::new("inject-many", 1);
     // Once the agent prints, its prompt was taken, and the next is far off:
-    // what is injected now stays pending, in state.json.
+    // what is injected now stays pending, in .ralph/injected.jsonl.
     task.mode("slow 1000");
     let mut daemon = task.run(&[]);
     let mut watcher = task.connect(&daemon);
     watcher.call("subscribe", json!({"events": ["output"]}));
-    watcher.until(|e| output_line(e).is_some_and(|l| l.starts_with("working"))).expect("the agent prints");
+    watcher.until_line(|l| l.starts_with("working")).expect("the agent prints");
     let injectors: Vec<_> = (0..4)
         .map(|c| {
             let mut client = task.connect(&daemon);
@@ -202,13 +196,11 @@ fn prompts_injected_from_many_clients_at_once_are_all_saved() {
     for injector in injectors {
         injector.join().unwrap();
     }
-    let state: serde_json::Value = serde_json::from_str(&task.read(".ralph/state.json")).unwrap();
-    let pending = state["pending_prompt"].as_str().unwrap_or_default();
-    let missing: Vec<String> = (0..4)
-        .flat_map(|c| (0..25).map(move |n| format!("p{c}-{n}")))
-        .filter(|p| !pending.contains(p.as_str()))
-        .collect();
-    assert!(missing.is_empty(), "state.json lost injected prompts {missing:?}\n{}", daemon.stderr());
+    let pending = task.injected();
+    let missing: Vec<String> =
+        (0..4).flat_map(|c| (0..25).map(move |n| format!("p{c}-{n}"))).filter(|p| !pending.contains(p)).collect();
+    assert!(missing.is_empty(), "lost injected prompts {missing:?}\n{}", daemon.stderr());
+    assert_eq!(pending.len(), 100, "{pending:?}");
     assert!(!daemon.stderr().contains("cannot save"), "{}", daemon.stderr());
     daemon.terminate();
 }

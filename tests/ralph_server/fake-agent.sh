@@ -1,6 +1,9 @@
 #!/bin/sh
 # A scripted stand-in for a coding agent, for ralph-server's tests.
-# Usage: fake-agent.sh [PROMPT_FILE]  (without it, the prompt is read from stdin)
+# Usage: fake-agent.sh [PROMPT_FILE | --prompt PROMPT]  (without either, the
+# prompt is read from stdin). A prompt that points at a file ("Read the file
+# PATH and follow it as your prompt.") is read from that file, as an agent
+# would; the prompt it ends up with is saved in $RALPH_TASK_DIR/prompt-seen-<iteration>.
 # What it does comes from the first word of $RALPH_TASK_DIR/fake-mode (default
 # "pass"; fake-mode-<story id> for one story), read at each start, so a test
 # can change it between iterations:
@@ -13,16 +16,27 @@
 #   flood N      print N lines of 100 bytes as fast as it can, then pass
 #   bursts N     the same, 100 lines every 0.2 s
 #   interactive  ask for a line on its terminal, echo it, then pass
+#   gate         print "waiting at the gate", wait while $RALPH_TASK_DIR/gate
+#                exists, then pass
+#   stubborn     ignore SIGTERM (only SIGKILL ends it) and print a line every 0.1 s
+#   careful      print a line every 0.1 s; on SIGTERM, say "saving my work" and
+#                take 1 s to exit, as an agent saving its state would
+#   fds          print "fd N -> TARGET" for each descriptor it holds, then pass
 #   fail         exit 1
 # While $RALPH_TASK_DIR/hold exists, it waits before doing anything.
 # Stories are marked passing with sed: prd.json must keep each story on one line.
 set -u
 prd="$RALPH_TASK_DIR/prd.json"
-if [ $# -ge 1 ]; then
+if [ $# -ge 2 ] && [ "$1" = "--prompt" ]; then
+    prompt=$2
+elif [ $# -ge 1 ]; then
     prompt=$(cat "$1")
 else
     prompt=$(cat)
 fi
+file=$(printf '%s\n' "$prompt" | sed -n 's/.*Read the file \(.*\) and follow it as your prompt\..*/\1/p' | head -n 1)
+[ -n "$file" ] && prompt=$(cat "$file")
+printf '%s' "$prompt" > "$RALPH_TASK_DIR/prompt-seen-$RALPH_ITERATION"
 # A test that must subscribe before the agent speaks holds it with this file.
 while [ -f "$RALPH_TASK_DIR/hold" ]; do sleep 0.02; done
 mode=pass
@@ -73,6 +87,21 @@ case "$mode" in
         printf 'your input: '
         read -r line
         echo "agent got: $line"
+        pass ;;
+    gate)
+        echo "waiting at the gate"
+        while [ -f "$RALPH_TASK_DIR/gate" ]; do sleep 0.02; done
+        pass ;;
+    careful)
+        trap 'echo "saving my work"; sleep 1; exit 143' TERM
+        i=0
+        while :; do echo "working $i"; i=$((i + 1)); sleep 0.1; done ;;
+    stubborn)
+        trap '' TERM
+        i=0
+        while :; do echo "working $i"; i=$((i + 1)); sleep 0.1; done ;;
+    fds)
+        for fd in /proc/$$/fd/*; do echo "fd ${fd##*/} -> $(readlink "$fd")"; done
         pass ;;
     fail) echo "something broke"; exit 1 ;;
 esac

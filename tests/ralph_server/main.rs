@@ -5,7 +5,9 @@
 mod attach;
 mod control;
 mod fanout;
+mod inject;
 mod mcp;
 mod run;
+mod shutdown;
 mod socket;
 mod support;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use integration_tests::{Daemon, McpClient, bin_path};
 use serde_json::{Value, json};
 
-use crate::support::{Task, fake_agent, output_line};
+use crate::support::{Task, fake_agent};
 
 const TOOLS: [&str; 6] = ["list_tasks", "status", "recent_output", "inject_prompt", "stop", "checkpoint"];
 
@@ -59,7 +59,7 @@ fn wait_output(task: &Task, daemon: &Daemon, prefix: &str) {
         .flatten()
         .any(|l| l.as_str().is_some_and(|l| l.starts_with(prefix)));
     if !seen {
-        client.until(|e| output_line(e).is_some_and(|l| l.starts_with(prefix))).expect("the agent's output");
+        client.until_line(|l| l.starts_with(prefix)).expect("the agent's output");
     }
 }
 
@@ -112,8 +112,7 @@ fn mcp_tools_act_on_the_only_running_task_in_both_protocol_eras() {
         ok(&mut mcp, "status", json!({"task": "mcp-tools"}));
         ok(&mut mcp, "status", json!({"task": task.dir()}));
     }
-    let state: Value = serde_json::from_str(&task.read(".ralph/state.json")).unwrap();
-    assert_eq!(state["pending_prompt"], "from auto\n\nfrom legacy", "both injections are queued");
+    assert_eq!(task.injected(), ["from auto", "from legacy"], "both injections are queued");
 
     let Some(mut mcp) = McpClient::start() else { return };
     open(&mut mcp, &task.socket_dir(), &[], "auto", json!(null));

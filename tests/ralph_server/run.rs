@@ -21,8 +21,8 @@ fn a_three_story_prd_runs_to_completion_with_events_progress_and_state() {
     assert!(daemon.wait_exit(Duration::from_secs(20)).success(), "run exits 0 when completed");
 
     // Output events carry the agent's lines, live, in order.
-    let lines: Vec<&str> = client.events.iter().filter_map(output_line).collect();
-    let iterations: Vec<&&str> = lines.iter().filter(|l| l.starts_with("fake agent: iteration")).collect();
+    let lines = &client.lines;
+    let iterations: Vec<&String> = lines.iter().filter(|l| l.starts_with("fake agent: iteration")).collect();
     assert_eq!(iterations.len(), 3, "{lines:?}");
     assert!(iterations[0].contains("story US-001") && iterations[2].contains("story US-003"), "{iterations:?}");
     // The agent ran in the project root (the task dir: no .git above it) with the variables set.
@@ -135,4 +135,20 @@ fn a_bad_prd_is_refused_at_start_with_exit_2() {
     let mut daemon = task.run(&[]);
     assert_eq!(daemon.wait_exit(Duration::from_secs(10)).code(), Some(2));
     assert!(daemon.stderr().contains("prd.json: not a valid PRD"), "{}", daemon.stderr());
+}
+
+#[test]
+fn the_agent_holds_its_terminal_as_stdio_and_not_the_master_side() {
+    let task = Task::new("fds", 1);
+    task.mode("fds");
+    task.hold();
+    let mut daemon = task.run(&[]);
+    let mut client = task.connect(&daemon);
+    client.call("subscribe", json!({"events": ["output"]}));
+    task.release();
+    assert!(daemon.wait_exit(Duration::from_secs(20)).success(), "{}", daemon.stderr());
+    client.until(|_| false);
+    let fds: Vec<&String> = client.lines.iter().filter(|l| l.starts_with("fd ")).collect();
+    assert!(fds.iter().any(|l| l.starts_with("fd 0 -> /dev/pts/")), "{fds:?}");
+    assert!(!fds.iter().any(|l| l.ends_with("/dev/ptmx")), "the agent holds the terminal's master: {fds:?}");
 }

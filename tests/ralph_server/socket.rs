@@ -1,5 +1,6 @@
-//! The socket and the lock: permissions, a second run refused, a stale
-//! socket replaced, and the status command's exit codes.
+//! The socket and the locks: permissions, a second run of the same task or
+//! of the same directory refused, a stale socket replaced, and the status
+//! command's exit codes.
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use integration_tests::run;
 use serde_json::json;
 
-use crate::support::Task;
+use crate::support::{Task, fake_agent};
 
 #[test]
 fn socket_dir_socket_and_lock_are_owner_only_and_a_second_run_is_refused() {
@@ -15,6 +16,9 @@ fn socket_dir_socket_and_lock_are_owner_only_and_a_second_run_is_refused() {
     task.mode("slow 1000");
     let mut daemon = task.run(&[]);
     let mut client = task.connect(&daemon);
+    // Running once the agent prints ("starting" before).
+    client.call("subscribe", json!({"events": ["output"]}));
+    client.until_line(|l| l.starts_with("working")).expect("the agent prints");
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&task.socket_dir()), 0o700);
     assert_eq!(mode(&task.socket()), 0o600);
@@ -57,14 +61,59 @@ fn a_stale_socket_left_by_a_dead_run_is_replaced() {
     let mut daemon = task.run(&[]);
     let mut client = task.connect(&daemon);
     assert_eq!(client.call("get_status", json!({}))["result"]["task_name"], "stale");
+    // Killed once its agent runs: killed while forking it, the child would
+    // hold the listening socket a moment longer, take the next connection
+    // and reset it.
+    client.call("subscribe", json!({"events": ["output"]}));
+    client.until_line(|l| l.starts_with("working")).expect("the agent prints");
     // SIGKILL leaves the socket and the lock file behind, but not the lock.
     daemon.signal(nix::sys::signal::Signal::SIGKILL);
     daemon.wait_exit(Duration::from_secs(10));
     assert!(task.socket().exists());
     let mut again = task.run(&[]);
     let mut client = task.connect(&again);
+    client.call("subscribe", json!({"events": ["output"]}));
+    client.until_line(|l| l.starts_with("working")).expect("the agent prints");
     assert_eq!(client.call("get_status", json!({}))["result"]["status"], "running");
     // The killed run's agent did not outlive it.
     client.call("stop", json!({"force": true}));
     again.wait_exit(Duration::from_secs(20));
+}
+
+#[test]
+fn a_task_directory_runs_once_whatever_the_name_or_the_spelling_of_its_path() {
+    let task = Task::new("onedir", 1);
+    task.mode("slow 100000");
+    let mut daemon = task.run(&[]);
+    let mut client = task.connect(&daemon);
+    client.call("subscribe", json!({"events": ["output"]}));
+    client.until_line(|l| l.starts_with("working")).expect("the agent prints");
+    let progress = task.read("progress.txt");
+    let alias = task.root.path().join("alias");
+    std::os::unix::fs::symlink(task.dir(), &alias).unwrap();
+    let dotted = task.socket_dir().join("../onedir");
+    let canonical = task.dir().canonicalize().unwrap().display().to_string();
+    for (dir, name) in [(task.dir(), "other"), (alias.clone(), "third"), (dotted, "fourth")] {
+        let mut second = task.start(&dir, &fake_agent(), &["--name", name]);
+        assert_eq!(second.wait_exit(Duration::from_secs(10)).code(), Some(2), "{}: {}", dir.display(), second.stderr());
+        let said = second.stderr();
+        assert!(
+            said.contains(&canonical) && said.contains("\"onedir\"") && said.contains(&format!("pid {}", daemon.pid())),
+            "{said}"
+        );
+        assert!(!task.socket_dir().join(format!("{name}.sock")).exists());
+    }
+    // The first loop is untouched.
+    assert_eq!(client.call("get_status", json!({}))["result"]["status"], "running");
+    assert_eq!(task.read("progress.txt"), progress);
+    client.call("stop", json!({"force": true}));
+    assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(3));
+    // Once it has ended, the directory runs again, under any name.
+    let mut again = task.start(&alias, &fake_agent(), &["--name", "renamed"]);
+    let mut client = task.connect_to(&again, "renamed");
+    client.call("subscribe", json!({"events": ["output"]}));
+    client.until_line(|l| l.starts_with("working")).expect("it runs the agent");
+    assert_eq!(client.call("get_status", json!({}))["result"]["task_name"], "renamed");
+    client.call("stop", json!({"force": true}));
+    assert_eq!(again.wait_exit(Duration::from_secs(20)).code(), Some(3));
 }

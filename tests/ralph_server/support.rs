@@ -74,23 +74,46 @@ impl Task {
 
     /// `ralph-server run` on this task with the fake agent and `extra` flags.
     pub fn run(&self, extra: &[&str]) -> Daemon {
-        let dir = self.dir().display().to_string();
-        let agent = fake_agent();
-        let mut args = vec!["run", dir.as_str(), "--agent-cmd", agent.as_str(), "--retry-delay", "0"];
+        self.start(&self.dir(), &fake_agent(), extra)
+    }
+
+    /// `ralph-server run DIR --agent-cmd AGENT_CMD` with `extra` flags: the
+    /// task's directory under another spelling, or another agent command.
+    pub fn start(&self, dir: &Path, agent_cmd: &str, extra: &[&str]) -> Daemon {
+        let dir = dir.display().to_string();
+        let mut args = vec!["run", dir.as_str(), "--agent-cmd", agent_cmd, "--retry-delay", "0"];
         args.extend_from_slice(extra);
         let env = self.env();
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         Daemon::start("ralph-server", &args, &env)
     }
 
+    /// The state file as JSON (`null` when there is none).
+    pub fn state(&self) -> Value {
+        serde_json::from_str(&self.read(".ralph/state.json")).unwrap_or(Value::Null)
+    }
+
+    /// The injected prompts waiting in `.ralph/injected.jsonl`, in order.
+    pub fn injected(&self) -> Vec<String> {
+        let journal = self.read(".ralph/injected.jsonl");
+        let line = |l: &str| serde_json::from_str::<Value>(l).unwrap()["prompt"].as_str().unwrap().to_owned();
+        journal.lines().map(line).collect()
+    }
+
     /// Waits for the control socket to accept, or panics with the daemon's log.
     pub fn connect(&self, daemon: &Daemon) -> Client {
+        self.connect_to(daemon, &self.name)
+    }
+
+    /// [`Task::connect`] for a run under another `--name`.
+    pub fn connect_to(&self, daemon: &Daemon, name: &str) -> Client {
+        let socket = self.socket_dir().join(format!("{name}.sock"));
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(stream) = UnixStream::connect(self.socket()) {
+            if let Ok(stream) = UnixStream::connect(&socket) {
                 return Client::new(stream);
             }
-            assert!(Instant::now() < deadline, "no socket at {}:\n{}", self.socket().display(), daemon.stderr());
+            assert!(Instant::now() < deadline, "no socket at {}:\n{}", socket.display(), daemon.stderr());
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -102,12 +125,43 @@ pub struct Client {
     writer: UnixStream,
     next_id: u64,
     pub events: Vec<Value>,
+    /// The agent's output lines so far, each put together from its pieces:
+    /// a line comes in `partial` pieces when the agent pauses in it, or when
+    /// the daemon happens to read it in two (the terminal writes a line's
+    /// text and its `\r\n` separately) and is busy for 50 ms in between.
+    pub lines: Vec<String>,
+    partial: String,
 }
 
 impl Client {
     pub fn new(stream: UnixStream) -> Client {
-        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Client { writer: stream.try_clone().unwrap(), reader: BufReader::new(stream), next_id: 1, events: Vec::new() }
+        // Only a bound on a failure: 20 s was seen to run out on a machine
+        // loaded by other builds (the daemon syncs its files on every change).
+        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        Client {
+            writer: stream.try_clone().unwrap(),
+            reader: BufReader::new(stream),
+            next_id: 1,
+            events: Vec::new(),
+            lines: Vec::new(),
+            partial: String::new(),
+        }
+    }
+
+    /// Keeps an event; returns the output line it completes, if any.
+    fn keep(&mut self, event: Value) -> Option<String> {
+        let mut completed = None;
+        if let Some(piece) = output_line(&event) {
+            self.partial.push_str(piece);
+            if event["params"]["data"]["partial"] != true {
+                let line = std::mem::take(&mut self.partial);
+                let line = line.strip_suffix('\r').map(str::to_owned).unwrap_or(line);
+                self.lines.push(line.clone());
+                completed = Some(line);
+            }
+        }
+        self.events.push(event);
+        completed
     }
 
     pub fn send(&mut self, message: &Value) {
@@ -122,7 +176,9 @@ impl Client {
         match self.reader.read_line(&mut line) {
             Ok(0) => None,
             Ok(_) => Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))),
-            Err(e) => panic!("reading: {e}"),
+            Err(e) => {
+                panic!("reading: {e}; the last events: {:?}", &self.events[self.events.len().saturating_sub(5)..])
+            }
         }
     }
 
@@ -136,7 +192,7 @@ impl Client {
             if message["id"] == id {
                 return message;
             }
-            self.events.push(message);
+            self.keep(message);
         }
     }
 
@@ -146,9 +202,25 @@ impl Client {
             return Some(found.clone());
         }
         while let Some(message) = self.recv() {
-            self.events.push(message.clone());
+            self.keep(message.clone());
             if done(&message) {
                 return Some(message);
+            }
+        }
+        None
+    }
+
+    /// Reads events until an output line (whole, see [`Client::lines`]) for
+    /// which `done` holds: returns it, or `None` at EOF.
+    pub fn until_line(&mut self, mut done: impl FnMut(&str) -> bool) -> Option<String> {
+        if let Some(found) = self.lines.iter().find(|l| done(l)) {
+            return Some(found.clone());
+        }
+        while let Some(message) = self.recv() {
+            if let Some(line) = self.keep(message)
+                && done(&line)
+            {
+                return Some(line);
             }
         }
         None
@@ -163,6 +235,7 @@ pub fn is_status(event: &Value, status: &str) -> bool {
     event_type(event) == "state_change" && event["params"]["data"]["status"] == status
 }
 
+/// The piece of output an event carries (see [`Client::lines`] for whole lines).
 pub fn output_line(event: &Value) -> Option<&str> {
     (event_type(event) == "output").then(|| event["params"]["data"]["line"].as_str().unwrap_or_default())
 }

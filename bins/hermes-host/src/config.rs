@@ -17,6 +17,13 @@ use serde::Deserialize;
 /// a message file) by default: 64 MiB, room for HL7 batches of tens of MiB.
 pub const DEFAULT_MAX_MESSAGE: usize = 64 * 1024 * 1024;
 
+/// Most elements (segments, and the delimiters between fields, repetitions,
+/// components and subcomponents) a held message may have, by default: 8 Mi,
+/// what 64 MiB of real messages come to (one element in 8 to 10 bytes),
+/// and a bound on what a message costs in the tree formats, element by
+/// element (docs/hermes-host.md, "Memory").
+pub const DEFAULT_MAX_ELEMENTS: usize = 8 * 1024 * 1024;
+
 /// Flags of the daemon. Shown by `hermes-host --help` and `hermes-host serve --help`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ServeArgs {
@@ -36,6 +43,19 @@ pub struct ServeArgs {
     /// Largest message in bytes: a frame from an extension, a control request, a message file.
     #[arg(long, env = "HERMES_HOST_MAX_MESSAGE", default_value_t = DEFAULT_MAX_MESSAGE)]
     pub max_message: usize,
+    /// Most elements in the message held (segments, and the delimiters between fields, repetitions,
+    /// components, subcomponents); a message, file or patch past it is refused.
+    #[arg(long, env = "HERMES_HOST_MAX_ELEMENTS", default_value_t = DEFAULT_MAX_ELEMENTS)]
+    pub max_elements: usize,
+    /// A control client or an extension whose replies make no progress for this long while it
+    /// owes some is disconnected: one that never reads does not keep its slot and budget
+    /// (seconds, or `500ms`). Events alone never disconnect a subscriber.
+    #[arg(long, env = "HERMES_HOST_WRITE_STALL", default_value = "30", value_parser = positive_seconds)]
+    pub write_stall: Duration,
+}
+
+fn positive_seconds(text: &str) -> Result<Duration, rpc_core::config::ValueError> {
+    rpc_core::config::duration(text, rpc_core::config::Unit::Seconds).and_then(rpc_core::config::positive)
 }
 
 /// The validated configuration.
@@ -47,6 +67,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub open: Option<PathBuf>,
     pub max_message: usize,
+    pub max_elements: usize,
+    pub write_stall: Duration,
     /// What the file said at start.
     pub file: FileConfig,
 }
@@ -65,6 +87,9 @@ impl Config {
         if args.max_message < 64 * 1024 {
             return Err(ConfigError::new("HERMES_HOST_MAX_MESSAGE", "must be at least 65536 bytes"));
         }
+        if args.max_elements < 100 {
+            return Err(ConfigError::new("HERMES_HOST_MAX_ELEMENTS", "must be at least 100"));
+        }
         let setting = if config_file_required { "HERMES_HOST_CONFIG" } else { "the default config file" };
         let file = match &config_file {
             Some(path) if config_file_required || path.exists() => {
@@ -77,7 +102,16 @@ impl Config {
         {
             return Err(ConfigError::new("HERMES_HOST_OPEN", format!("{} is not a file", open.display())));
         }
-        Ok(Config { config_file, socket, data_dir, open: args.open, max_message: args.max_message, file })
+        Ok(Config {
+            config_file,
+            socket,
+            data_dir,
+            open: args.open,
+            max_message: args.max_message,
+            max_elements: args.max_elements,
+            write_stall: args.write_stall,
+            file,
+        })
     }
 }
 

@@ -2,21 +2,26 @@
 //! came from. Every change bumps a version and wakes whoever watches
 //! ([`Document::changes`]): the event debouncer and control subscribers.
 //!
+//! Every message held is within the [`Bounds`] (bytes, elements), however it
+//! came: set, opened, patched. An edit is made on a copy that then takes the
+//! message's place, so a request that fails half-way changes nothing.
+//!
 //! Saving is atomic: a temporary file in the target's directory, synced,
 //! renamed over the target, and the directory synced, so a crash leaves the
 //! old file or the new one, never half of either.
 
 use parking_lot::Mutex;
 use std::io::Write;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
 use crate::errors;
-use crate::hl7::patch::{self, Patch};
+use crate::hl7::patch::{self, Patch, Refusal};
 use crate::hl7::tree::{self, Format};
-use crate::hl7::{Hl7Message, InvalidMessage};
+use crate::hl7::{Bounds, Exceeded, Hl7Message, InvalidMessage};
 use rpc_core::RpcError;
 
 /// What changed the message, for events.
@@ -32,27 +37,53 @@ pub enum Change {
 
 #[derive(Default)]
 struct Held {
-    /// Shared with readers, who render it outside the lock: a read costs a
-    /// reference count, not a copy of every field (edits copy on write).
+    /// Shared with readers, who send or render it outside the lock: a read
+    /// costs a reference count, not a copy. Never changed in place: an edit
+    /// makes the new message whole, then takes its place here.
     message: Option<Arc<Hl7Message>>,
     file: Option<PathBuf>,
-    /// The message as HL7 text, rendered once per version: `editor/getMessage`
-    /// in hl7 is the hot path of every extension (B6).
-    hl7: Option<Arc<str>>,
 }
 
-/// A snapshot for readers.
+/// The message as text in some format: in hl7, the held message's own
+/// text, shared rather than copied (`editor/getMessage` in hl7 is the hot
+/// path of every extension, B6); otherwise rendered for this reader.
 #[derive(Clone, Debug)]
-pub struct Snapshot {
-    pub text: String,
-    pub file: Option<PathBuf>,
+pub enum Text {
+    Held(Arc<Hl7Message>),
+    Rendered(String),
+}
+
+impl Deref for Text {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match self {
+            Text::Held(message) => message.as_str(),
+            Text::Rendered(text) => text,
+        }
+    }
+}
+
+/// A message given as a tree (json, yaml, toml) is read whole before any
+/// of it is checked: serde_json's values, the toml crate's document, some
+/// 100 to 300 bytes a value. So a tree may have at most this share of the
+/// element bound in values, counted from above by the characters that can
+/// start one (see [`tree_values`]) before it is read.
+pub const TREE_SHARE: usize = 8;
+
+/// At least how many values (and keys) `text` in a tree format can hold:
+/// every one but the first follows a `,` `:` `=` `[` `{` or line break,
+/// wherever those are (in a string too: the count errs high, never low).
+pub fn tree_values(text: &str) -> usize {
+    1 + text.bytes().filter(|b| matches!(b, b',' | b':' | b'=' | b'[' | b'{' | b'\n')).count()
 }
 
 pub struct Document {
     held: Mutex<Held>,
     /// The version and the last change, for watchers.
     changes: watch::Sender<(u64, Option<Change>)>,
-    max_message: usize,
+    /// What every message held stays within, however it came.
+    bounds: Bounds,
 }
 
 /// The result of `editor/patchMessage`.
@@ -73,8 +104,8 @@ pub struct PatchFailure {
 }
 
 impl Document {
-    pub fn new(max_message: usize) -> Document {
-        Document { held: Mutex::default(), changes: watch::channel((0, None)).0, max_message }
+    pub fn new(bounds: Bounds) -> Document {
+        Document { held: Mutex::default(), changes: watch::channel((0, None)).0, bounds }
     }
 
     pub fn changes(&self) -> watch::Receiver<(u64, Option<Change>)> {
@@ -92,64 +123,53 @@ impl Document {
         self.held.lock().file.clone()
     }
 
-    /// The message in `format`, or -32003 when none is open.
-    /// The message as text in `format`, shared (the hl7 text is rendered once
-    /// per version), or -32003 when none is open.
-    pub fn get(&self, format: Format) -> Result<(Arc<str>, Option<PathBuf>), RpcError> {
-        let (message, file) = {
-            let held = self.held.lock();
-            let message = held.message.clone().ok_or_else(errors::no_message)?;
-            if format == Format::Hl7
-                && let Some(text) = &held.hl7
-            {
-                return Ok((text.clone(), held.file.clone()));
-            }
-            (message, held.file.clone())
+    /// The message held (shared) and its file, if one is open.
+    pub fn current(&self) -> Option<(Arc<Hl7Message>, Option<PathBuf>)> {
+        let held = self.held.lock();
+        held.message.clone().map(|message| (message, held.file.clone()))
+    }
+
+    /// The message as text in `format`, or -32003 when none is open.
+    pub fn get(&self, format: Format) -> Result<(Text, Option<PathBuf>), RpcError> {
+        let (message, file) = self.current().ok_or_else(errors::no_message)?;
+        let text = match format {
+            Format::Hl7 => Text::Held(message),
+            // Rendering a large message happens outside the lock.
+            _ => Text::Rendered(tree::render(&message, format).map_err(|e| RpcError::new(errors::GENERAL, e))?),
         };
-        // Rendering a large message happens outside the lock.
-        let text: Arc<str> = tree::render(&message, format).map_err(|e| RpcError::new(errors::GENERAL, e))?.into();
-        if format == Format::Hl7 {
-            let mut held = self.held.lock();
-            // Kept only if no edit came in between.
-            if held.message.as_ref().is_some_and(|now| Arc::ptr_eq(now, &message)) {
-                held.hl7 = Some(text.clone());
-            }
-        }
         Ok((text, file))
     }
 
-    pub fn snapshot(&self) -> Option<Snapshot> {
-        let held = self.held.lock();
-        held.message.as_ref().map(|m| Snapshot { text: m.to_string(), file: held.file.clone() })
-    }
-
     /// Replaces the message (opening one if none was); -32004 when the text
-    /// is not a message in `format`.
-    pub fn set(&self, text: &str, format: Format, by: &str) -> Result<(), RpcError> {
-        let message = tree::read(text, format).map_err(invalid)?;
-        let mut held = self.held.lock();
-        held.message = Some(Arc::new(message));
-        held.hl7 = None;
-        drop(held);
+    /// is not a message in `format` or the message is past the bounds.
+    pub fn set(&self, text: String, format: Format, by: &str) -> Result<(), RpcError> {
+        let message = self.read(text, format)?;
+        self.held.lock().message = Some(Arc::new(message));
         self.changed(Change::Edited { by: by.to_owned() });
         Ok(())
     }
 
     /// Applies patches in order; each bad one is reported and the rest still
-    /// apply. -32003 when no message is open.
+    /// apply, and so is one that would take the message past its bounds.
+    /// -32003 when no message is open.
     pub fn patch(&self, patches: &[Patch], by: &str) -> Result<PatchOutcome, RpcError> {
         let mut outcome = PatchOutcome { success: true, patches_applied: 0, errors: Vec::new() };
-        {
-            let mut held = self.held.lock();
-            held.hl7 = None;
-            let message = Arc::make_mut(held.message.as_mut().ok_or_else(errors::no_message)?);
+        self.edit(|message| {
             for (index, p) in patches.iter().enumerate() {
-                match patch::apply(message, p) {
-                    Ok(()) => outcome.patches_applied += 1,
-                    Err(message) => outcome.errors.push(PatchFailure { index, path: p.path.clone(), message }),
-                }
+                let message = match patch::apply_within(message, p, &self.bounds) {
+                    Ok(()) => {
+                        outcome.patches_applied += 1;
+                        continue;
+                    }
+                    Err(Refusal::Invalid(reason)) => reason,
+                    Err(Refusal::Exceeds(exceeded)) => {
+                        format!("not applied: the message would have {}", over(exceeded))
+                    }
+                };
+                outcome.errors.push(PatchFailure { index, path: p.path.clone(), message });
             }
-        }
+            outcome.patches_applied > 0
+        })?;
         outcome.success = outcome.errors.is_empty();
         if outcome.patches_applied > 0 {
             self.changed(Change::Edited { by: by.to_owned() });
@@ -157,24 +177,40 @@ impl Document {
         Ok(outcome)
     }
 
+    /// Runs `edit` on a copy of the message and puts the copy in its place
+    /// if `edit` says it changed: all or nothing. A panic in `edit` (which
+    /// the engine answers -32603) leaves the message held as it was, and the
+    /// lock (parking_lot's: never poisoned) free. -32003 when none is open.
+    fn edit(&self, edit: impl FnOnce(&mut Hl7Message) -> bool) -> Result<bool, RpcError> {
+        // Held throughout: two edits at once would each lose the other's.
+        let mut held = self.held.lock();
+        let mut message = Hl7Message::clone(held.message.as_ref().ok_or_else(errors::no_message)?);
+        let changed = edit(&mut message);
+        if changed {
+            held.message = Some(Arc::new(message));
+        }
+        Ok(changed)
+    }
+
     /// Starts a new message, not saved to any file yet: a bare header, or
     /// `content` (text in a format). -32004 when the content is not a
-    /// message; the message held before is then kept.
-    pub fn new_message(&self, content: Option<(&str, Format)>) -> Result<(), RpcError> {
+    /// message or is past the bounds; the message held before is then kept.
+    pub fn new_message(&self, content: Option<(String, Format)>) -> Result<(), RpcError> {
         let message = match content {
-            Some((text, format)) => tree::read(text, format).map_err(invalid)?,
+            Some((text, format)) => self.read(text, format)?,
             None => Hl7Message::new_empty(),
         };
-        *self.held.lock() = Held { message: Some(Arc::new(message)), ..Held::default() };
+        *self.held.lock() = Held { message: Some(Arc::new(message)), file: None };
         self.changed(Change::Opened { file: None, is_new: true });
         Ok(())
     }
 
-    /// Opens a file: -32006 when it cannot be read, -32004 when it is not a message.
+    /// Opens a file: -32006 when it cannot be read, -32004 when it is not a
+    /// message or is past the bounds.
     pub async fn open(&self, path: &Path) -> Result<PathBuf, RpcError> {
         let path = std::path::absolute(path).map_err(|e| not_found(path, e))?;
         let meta = tokio::fs::metadata(&path).await.map_err(|e| not_found(&path, e))?;
-        if meta.len() > self.max_message as u64 {
+        if meta.len() > self.bounds.max_bytes as u64 {
             return Err(RpcError::new(
                 errors::INVALID_MESSAGE,
                 format!("{}: larger than the message limit", path.display()),
@@ -183,20 +219,37 @@ impl Document {
         let bytes = tokio::fs::read(&path).await.map_err(|e| not_found(&path, e))?;
         let text = String::from_utf8(bytes)
             .map_err(|_| RpcError::new(errors::INVALID_MESSAGE, format!("{}: not UTF-8 text", path.display())))?;
-        let message = Hl7Message::parse(&text).map_err(invalid)?;
-        *self.held.lock() = Held { message: Some(Arc::new(message)), file: Some(path.clone()), ..Held::default() };
+        let message = self.read(text, Format::Hl7)?;
+        *self.held.lock() = Held { message: Some(Arc::new(message)), file: Some(path.clone()) };
         self.changed(Change::Opened { file: Some(path.clone()), is_new: false });
         Ok(path)
+    }
+
+    /// Reads a message in `format` and holds it to the bounds.
+    fn read(&self, text: String, format: Format) -> Result<Hl7Message, RpcError> {
+        let most = self.bounds.max_elements / TREE_SHARE;
+        if format != Format::Hl7 && tree_values(&text) > most {
+            return Err(RpcError::new(
+                errors::INVALID_MESSAGE,
+                format!(
+                    "invalid message: a {} tree is read with at most {most} values (an eighth of \
+                     HERMES_HOST_MAX_ELEMENTS, --max-elements; every `,` `:` `=` `[` `{{` and line break counts \
+                     one), as its reader holds them all at once; give a message this large as hl7",
+                    format.as_str()
+                ),
+            ));
+        }
+        let message = tree::read_owned(text, format).map_err(invalid)?;
+        self.bounds.check(message.len(), message.elements()).map_err(|exceeded| {
+            RpcError::new(errors::INVALID_MESSAGE, format!("invalid message: it has {}", over(exceeded)))
+        })?;
+        Ok(message)
     }
 
     /// Writes the message to `path` (default: its own file) atomically.
     /// -32003 when nothing is open; -32005 when there is no path to save to.
     pub async fn save(&self, path: Option<&Path>) -> Result<PathBuf, RpcError> {
-        let (text, current) = {
-            let held = self.held.lock();
-            let message = held.message.as_ref().ok_or_else(errors::no_message)?;
-            (message.to_string(), held.file.clone())
-        };
+        let (message, current) = self.current().ok_or_else(errors::no_message)?;
         let target = match (path, &current) {
             (Some(path), _) => std::path::absolute(path).map_err(|e| not_found(path, e))?,
             (None, Some(file)) => file.clone(),
@@ -205,7 +258,7 @@ impl Document {
             }
         };
         let write_to = target.clone();
-        tokio::task::spawn_blocking(move || write_atomically(&write_to, text.as_bytes()))
+        tokio::task::spawn_blocking(move || write_atomically(&write_to, message.as_str().as_bytes()))
             .await
             .map_err(|e| RpcError::internal(e.to_string()))?
             .map_err(|e| RpcError::new(errors::GENERAL, format!("{}: {e}", target.display())))?;
@@ -213,6 +266,19 @@ impl Document {
         self.held.lock().file = Some(target.clone());
         self.changed(Change::Saved { file: target.clone(), save_as });
         Ok(target)
+    }
+}
+
+/// What is past which bound, and the setting that moves it.
+fn over(exceeded: Exceeded) -> String {
+    match exceeded {
+        Exceeded::Bytes { bytes, max } => {
+            format!("{bytes} bytes, over the limit of {max} (HERMES_HOST_MAX_MESSAGE, --max-message)")
+        }
+        Exceeded::Elements { elements, max } => format!(
+            "{elements} elements (segments and delimiters), over the limit of {max} \
+             (HERMES_HOST_MAX_ELEMENTS, --max-elements)"
+        ),
     }
 }
 
@@ -245,6 +311,58 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    fn held(doc: &Document) -> String {
+        doc.get(Format::Hl7).unwrap().0.to_string()
+    }
+
+    /// A panic in the middle of an edit (the engine answers it -32603)
+    /// leaves the message as it was, and the next edit goes through.
+    #[test]
+    fn a_panic_during_an_edit_leaves_the_message_whole() {
+        let doc = Document::new(Bounds { max_bytes: 1 << 20, max_elements: 1000 });
+        doc.set("MSH|^~\\&|APP\rPID|1||2".into(), Format::Hl7, "test").unwrap();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            doc.edit(|message| {
+                let patch = Patch { path: "PID.5".into(), value: Some("DOE".into()), remove: None, create: None };
+                patch::apply(message, &patch).unwrap();
+                assert!(message.as_str().ends_with("DOE"));
+                panic!("a bug half-way through a batch of patches");
+            })
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(held(&doc), "MSH|^~\\&|APP\rPID|1||2");
+        let patch = Patch { path: "PID.3".into(), value: Some("3".into()), remove: None, create: None };
+        assert_eq!(doc.patch(&[patch], "test").unwrap().patches_applied, 1);
+        assert_eq!(held(&doc), "MSH|^~\\&|APP\rPID|1||3");
+    }
+
+    /// Every way in holds a message to the bounds, and a refused message
+    /// leaves the one held before.
+    #[tokio::test]
+    async fn messages_past_the_bounds_are_refused_and_the_held_one_stays() {
+        let doc = Document::new(Bounds { max_bytes: 200, max_elements: 20 });
+        doc.set("MSH|^~\\&|A".into(), Format::Hl7, "test").unwrap();
+        let many = format!("MSH|^~\\&{}", "\rNTE|1".repeat(10));
+        let e = doc.set(many.clone(), Format::Hl7, "test").unwrap_err();
+        assert_eq!(e.code, errors::INVALID_MESSAGE);
+        assert!(e.message.contains("25 elements") && e.message.contains("HERMES_HOST_MAX_ELEMENTS"), "{}", e.message);
+        let long = format!("MSH|^~\\&|{}", "x".repeat(300));
+        let e = doc.new_message(Some((long, Format::Hl7))).unwrap_err();
+        assert!(e.message.contains("309 bytes") && e.message.contains("HERMES_HOST_MAX_MESSAGE"), "{}", e.message);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("many.hl7");
+        std::fs::write(&file, &many).unwrap();
+        assert_eq!(doc.open(&file).await.unwrap_err().code, errors::INVALID_MESSAGE);
+        let tree = tree::render(&Hl7Message::parse(&many).unwrap(), Format::Json).unwrap();
+        let e = doc.set(tree, Format::Json, "test").unwrap_err();
+        assert!(e.message.contains("json tree is read with at most 2 values"), "{}", e.message);
+        let grow = Patch { path: "NTE[10]".into(), value: None, remove: None, create: Some(true) };
+        let outcome = doc.patch(&[grow], "test").unwrap();
+        assert_eq!(outcome.patches_applied, 0);
+        assert!(outcome.errors[0].message.contains("over the limit of 20"), "{:?}", outcome.errors);
+        assert_eq!(held(&doc), "MSH|^~\\&|A");
+    }
+
     #[tokio::test]
     async fn save_replaces_the_file_whole_and_keeps_its_mode() {
         use std::os::unix::fs::PermissionsExt;
@@ -252,10 +370,10 @@ mod tests {
         let path = dir.path().join("a.hl7");
         std::fs::write(&path, "MSH|^~\\&|OLD\r").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let doc = Document::new(1 << 20);
+        let doc = Document::new(Bounds { max_bytes: 1 << 20, max_elements: 1000 });
         assert_eq!(doc.save(None).await.unwrap_err().code, errors::NO_MESSAGE);
         doc.open(&path).await.unwrap();
-        doc.set("MSH|^~\\&|NEW", Format::Hl7, "test").unwrap();
+        doc.set("MSH|^~\\&|NEW".into(), Format::Hl7, "test").unwrap();
         assert_eq!(doc.save(None).await.unwrap(), path);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "MSH|^~\\&|NEW");
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);

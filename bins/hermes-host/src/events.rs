@@ -89,28 +89,32 @@ fn announce(host: &Host, change: &Change) {
     }
 }
 
-/// The debounced `message/changed`, rendered once per format asked for.
+/// The debounced `message/changed`, rendered once per format asked for
+/// (hl7 is the held text itself).
 fn message_changed(host: &Host) {
-    let Some(snapshot) = host.document.snapshot() else { return };
+    let Some((message, file)) = host.document.current() else { return };
     let mut rendered: Vec<(Format, Option<String>)> = Vec::new();
-    let message = crate::hl7::Hl7Message::parse(&snapshot.text).ok();
     host.notify_extensions("message/changed", |subscription| {
-        let mut params = json!({"hasFile": snapshot.file.is_some()});
-        if let Some(path) = &snapshot.file {
+        let mut params = json!({"hasFile": file.is_some()});
+        if let Some(path) = &file {
             params["filePath"] = json!(path.display().to_string());
         }
         if subscription.options.include_content {
             let format = subscription.options.format.unwrap_or(Format::Hl7);
-            let text = match rendered.iter().find(|(f, _)| *f == format) {
-                Some((_, text)) => text.clone(),
-                None => {
-                    let text = message.as_ref().and_then(|m| tree::render(m, format).ok());
-                    rendered.push((format, text.clone()));
-                    text
-                }
+            let text = match format {
+                Format::Hl7 => Some(json!(message.as_str())),
+                _ => match rendered.iter().find(|(f, _)| *f == format) {
+                    Some((_, text)) => text.as_deref().map(|text| json!(text)),
+                    None => {
+                        let text = tree::render(&message, format).ok();
+                        let value = text.as_deref().map(|text| json!(text));
+                        rendered.push((format, text));
+                        value
+                    }
+                },
             };
             if let Some(text) = text {
-                params["message"] = json!(text);
+                params["message"] = text;
                 params["format"] = json!(format.as_str());
             }
         }

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 use rpc_core::fanout::Fanout;
@@ -22,6 +23,7 @@ use crate::document::Document;
 use crate::errors;
 use crate::extension::log::ExtensionLog;
 use crate::extension::{Extension, State, StopReason, supervisor};
+use crate::hl7::Bounds;
 use crate::methods::ExtConn;
 use crate::ui::UiRoute;
 
@@ -37,6 +39,8 @@ pub struct Host {
     pub events: Fanout<Bytes>,
     pub data_dir: PathBuf,
     pub max_message: usize,
+    /// How long a peer that owes replies may not read them before it is cut off.
+    pub write_stall: Duration,
     config_file: Option<PathBuf>,
     settings: Mutex<FileConfig>,
     extensions: Mutex<Vec<Arc<Extension>>>,
@@ -50,11 +54,16 @@ pub struct Host {
 impl Host {
     pub fn new(config: &Config) -> Arc<Host> {
         Arc::new(Host {
-            document: Document::new(config.max_message),
+            document: Document::new(Bounds {
+                // A message is addressed with four-byte offsets.
+                max_bytes: config.max_message.min(Bounds::NONE.max_bytes),
+                max_elements: config.max_elements,
+            }),
             ui: UiRoute::new(config.file.ui.clone()),
             events: Fanout::new(rpc_core::fanout::DEFAULT_QUEUE, rpc_core::fanout::DEFAULT_QUEUE_BYTES),
             data_dir: config.data_dir.clone(),
             max_message: config.max_message,
+            write_stall: config.write_stall,
             config_file: config.config_file.clone(),
             settings: Mutex::new(config.file.clone()),
             extensions: Mutex::new(Vec::new()),

@@ -67,6 +67,7 @@ pub async fn run(config: Config) -> Result<Stopped, StartError> {
         peer: PeerConfig {
             backlog_bytes: (2 * config.max_message).max(rpc_core::peer::DEFAULT_BACKLOG_BYTES),
             write_budget: (2 * config.max_message).max(rpc_core::peer::DEFAULT_WRITE_BUDGET),
+            write_stall: config.write_stall,
             ..PeerConfig::default()
         },
     };

@@ -12,7 +12,13 @@ fn help_describes_the_daemon_and_its_settings() {
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("Hermes") && help.contains("ctl"), "{help}");
-    for env in ["HERMES_HOST_CONFIG", "HERMES_HOST_SOCKET", "HERMES_HOST_DATA_DIR", "HERMES_HOST_MAX_MESSAGE"] {
+    for env in [
+        "HERMES_HOST_CONFIG",
+        "HERMES_HOST_SOCKET",
+        "HERMES_HOST_DATA_DIR",
+        "HERMES_HOST_MAX_MESSAGE",
+        "HERMES_HOST_MAX_ELEMENTS",
+    ] {
         assert!(help.contains(env), "{env} missing from --help:\n{help}");
     }
 }
@@ -22,6 +28,9 @@ fn a_bad_setting_is_exit_2_naming_it() {
     let out = Command::new(BIN).args(["serve", "--max-message", "12"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("HERMES_HOST_MAX_MESSAGE"));
+    let out = Command::new(BIN).args(["serve", "--max-elements", "12"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("HERMES_HOST_MAX_ELEMENTS"));
     let out = Command::new(BIN).args(["serve", "--config", "/nonexistent/hermes.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("HERMES_HOST_CONFIG"));

@@ -2,13 +2,14 @@
 //! the run itself on a pseudo-terminal, with its output streamed line by line
 //! into the session as it appears.
 
+use std::borrow::Cow;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use nix::pty::{Winsize, openpty};
 use rpc_core::child::{ChildCommand, ChildProcess, Exit};
 use tokio::io::unix::AsyncFd;
@@ -28,6 +29,14 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
 const EXIT_AFTER_COMPLETE: Duration = Duration::from_secs(10);
 /// The terminal's size: wide, so that agents do not wrap what they print.
 const SIZE: Winsize = Winsize { ws_row: 50, ws_col: 200, ws_xpixel: 0, ws_ypixel: 0 };
+/// Longest prompt passed as an argument. The kernel refuses one argument over
+/// 128 KiB (MAX_ARG_STRLEN), and arguments and environment together over
+/// ARG_MAX (128 KiB at the least), and the agent would never start: a longer
+/// prompt goes through the prompt file, the argument naming it.
+const ARGUMENT_MAX: usize = 64 * 1024;
+/// A terminal in canonical mode keeps 4095 bytes of a line and drops the
+/// rest: a prompt with a longer line goes through the prompt file too.
+const TERMINAL_LINE_MAX: usize = 4095;
 
 pub const PRESETS: &[&str] = &["claude", "codex", "opencode"];
 
@@ -81,6 +90,28 @@ impl AgentCommand {
         }
     }
 
+    /// What the agent is handed for `prompt`, and whether the prompt file is
+    /// written: the prompt itself, or, when the way it is passed could not
+    /// carry it whole (an argument too long to exec, a line too long for the
+    /// terminal), a short prompt naming the file that holds it.
+    fn hand_over<'p>(&self, prompt: &'p str, prompt_file: &Path) -> (Cow<'p, str>, bool) {
+        let too_long = match self.delivery() {
+            Delivery::File => return (Cow::Borrowed(prompt), true),
+            Delivery::Argument => prompt.len() > ARGUMENT_MAX,
+            Delivery::Terminal => prompt.lines().any(|line| line.len() >= TERMINAL_LINE_MAX),
+        };
+        if !too_long {
+            return (Cow::Borrowed(prompt), false);
+        }
+        let pointer = format!(
+            "The prompt of this iteration ({} bytes) is too long to be passed here, so it is in a file. \
+             Read the file {} and follow it as your prompt.",
+            prompt.len(),
+            prompt_file.display()
+        );
+        (Cow::Owned(pointer), true)
+    }
+
     /// The argument vector with the placeholders filled in.
     fn argv(&self, prompt: &str, prompt_file: &Path) -> Vec<String> {
         let file = prompt_file.display().to_string();
@@ -129,11 +160,25 @@ pub async fn run(
     interrupts: &mut mpsc::UnboundedReceiver<Interrupt>,
 ) -> std::io::Result<RunReport> {
     let delivery = spec.command.delivery();
-    if delivery == Delivery::File {
+    let (handed, to_file) = spec.command.hand_over(spec.prompt, &spec.prompt_file);
+    if to_file {
         write_prompt_file(&spec.prompt_file, spec.prompt)?;
     }
-    let argv = spec.command.argv(spec.prompt, &spec.prompt_file);
+    if to_file && delivery != Delivery::File {
+        tracing::info!(
+            bytes = spec.prompt.len(),
+            file = %spec.prompt_file.display(),
+            "prompt too long to be passed as it is; the agent is told to read its file"
+        );
+    }
+    let argv = spec.command.argv(&handed, &spec.prompt_file);
     let pty = openpty(Some(&SIZE), None)?;
+    // openpty's descriptors are inherited by default: the agent would hold
+    // the master (and so could any process it leaves behind, keeping the
+    // terminal open after it exits). It gets the slave as its stdio only.
+    for end in [&pty.master, &pty.slave] {
+        fcntl(end, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    }
     let flags = OFlag::from_bits_truncate(fcntl(&pty.master, FcntlArg::F_GETFL)?);
     fcntl(&pty.master, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
     let mut command = ChildCommand::new(&argv[0])
@@ -155,12 +200,13 @@ pub async fn run(
     let (input, keys) = mpsc::channel::<Bytes>(64);
     let writer = tokio::spawn(write_terminal(master.clone(), keys));
     if delivery == Delivery::Terminal {
-        let mut typed = spec.prompt.to_owned();
+        if to_file {
+            // Typed in the prompt's place, the pointer is echoed too: not the agent's output.
+            watch.expect_echo(&handed);
+        }
+        let mut typed = handed.into_owned();
         if !typed.ends_with('\n') {
             typed.push('\n');
-        }
-        if typed.lines().any(|l| l.len() >= 4095) {
-            tracing::warn!("a prompt line is longer than the terminal's 4095-byte line limit; use {{PROMPT_FILE}}");
         }
         // Ctrl-D at the start of a line: end of input for the agent's read.
         typed.push('\x04');
@@ -337,6 +383,26 @@ mod tests {
         assert_eq!(claude.delivery(), Delivery::Argument);
         assert_eq!(claude.argv("do it", file).last().unwrap(), "do it");
         assert!(AgentCommand::preset("gpt").is_none());
+        assert_eq!(claude.hand_over("do it", file), (Cow::Borrowed("do it"), false));
         assert!(AgentCommand::custom("a 'b").is_err() && AgentCommand::custom("  ").is_err());
+    }
+
+    #[test]
+    fn a_prompt_too_long_to_pass_as_it_is_goes_through_the_prompt_file() {
+        let file = Path::new("/t/.ralph/prompt.md");
+        let long = "word ".repeat(ARGUMENT_MAX / 5 + 1);
+        let claude = AgentCommand::preset("claude").unwrap();
+        let (handed, to_file) = claude.hand_over(&long, file);
+        assert!(to_file && handed.len() < 300, "{handed}");
+        assert!(handed.contains("Read the file /t/.ralph/prompt.md") && handed.contains(&long.len().to_string()));
+        // Typed into the terminal: a line the terminal would cut goes through the file too.
+        let typed = AgentCommand::custom("agent").unwrap();
+        let with_a_long_line = format!("short\n{}\nend", "x".repeat(TERMINAL_LINE_MAX));
+        let (handed, to_file) = typed.hand_over(&with_a_long_line, file);
+        assert!(to_file && handed.starts_with("The prompt of this iteration"), "{handed}");
+        assert_eq!(typed.hand_over(&long[..4000], file), (Cow::Borrowed(&long[..4000]), false));
+        // {PROMPT_FILE}: the file, whatever the length.
+        let named = AgentCommand::custom("agent {PROMPT_FILE}").unwrap();
+        assert_eq!(named.hand_over(&long, file), (Cow::Borrowed(long.as_str()), true));
     }
 }

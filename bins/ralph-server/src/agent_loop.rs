@@ -129,7 +129,7 @@ impl AgentLoop {
         };
         tracing::debug!(template = ?template.source, "prompt template");
         // Taken now, put back if the agent cannot even start: never lost.
-        let injected = self.session.requests().pending_prompt.take();
+        let injected = self.session.take_injected();
         let branch = prd.branch_name.clone().unwrap_or_default();
         let vars = Vars {
             task_dir: &self.session.task_dir,
@@ -139,8 +139,7 @@ impl AgentLoop {
             story_title: &story.title,
             iteration,
         };
-        let prompt = template.render(&vars, injected.as_deref());
-        self.session.save();
+        let prompt = template.render(&vars, &injected);
 
         let mut watch = OutputWatch::new(&prompt, completion_marker(), self.failure.clone());
         let (interrupt, mut interrupts) = mpsc::unbounded_channel();
@@ -171,6 +170,7 @@ impl AgentLoop {
                     () = self.shutdown.draining(), if !interrupted => {
                         interrupted = true;
                         let _ = interrupt.send(Interrupt::Stop);
+                        self.session.change(|f| f.status = Status::Stopping);
                     }
                     () = self.shutdown.aborted() => {
                         let _ = interrupt.send(Interrupt::Kill);
@@ -183,9 +183,7 @@ impl AgentLoop {
         let report = match report {
             Ok(report) => report,
             Err(e) => {
-                if let Some(injected) = injected {
-                    self.session.request(|r| crate::prompt::queue_injection(&mut r.pending_prompt, &injected));
-                }
+                self.session.put_back_injected(injected);
                 self.log(&format!("## {} - FAILURE\n{e}", timestamp::now()));
                 return self.failed_once(&e.to_string()).await;
             }

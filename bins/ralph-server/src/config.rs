@@ -9,6 +9,7 @@ use regex::Regex;
 use rpc_core::config::{self, ConfigError, Unit, ValueError};
 
 use crate::agent::{AgentCommand, PRESETS};
+use crate::injected::Limits;
 use crate::output::DEFAULT_FAILURE_PATTERN;
 
 /// Where the control sockets live; shared by `run` and the client commands.
@@ -65,10 +66,27 @@ pub struct RunArgs {
     /// Clients served at once on the control socket.
     #[arg(long, env = "RALPH_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// A client whose replies make no progress for this long while it owes some is disconnected:
+    /// one that never reads does not keep its slot (seconds, or `500ms`). Events alone never
+    /// disconnect a subscriber; it loses them, counted.
+    #[arg(long, env = "RALPH_WRITE_STALL", default_value = "30", value_parser = positive_seconds)]
+    pub write_stall: Duration,
+    /// Injected prompts that may wait for the next iteration at once; inject_prompt past it is
+    /// refused (-32602) until the next iteration takes them.
+    #[arg(long, env = "RALPH_MAX_PENDING_PROMPTS", default_value_t = 100)]
+    pub max_pending_prompts: usize,
+    /// Bytes of injected prompts that may wait for the next iteration at once (one prompt is at
+    /// most 262144 bytes); inject_prompt past it is refused (-32602).
+    #[arg(long, env = "RALPH_MAX_PENDING_PROMPT_BYTES", default_value_t = 1024 * 1024)]
+    pub max_pending_prompt_bytes: usize,
 }
 
 fn parse_seconds(text: &str) -> Result<Duration, ValueError> {
     config::duration(text, Unit::Seconds)
+}
+
+fn positive_seconds(text: &str) -> Result<Duration, ValueError> {
+    config::duration(text, Unit::Seconds).and_then(config::positive)
 }
 
 /// Which agent runs.
@@ -95,6 +113,9 @@ pub struct Config {
     pub socket_dir: PathBuf,
     pub max_iterations: u32,
     pub max_connections: usize,
+    pub write_stall: Duration,
+    /// Bounds on the injected prompts waiting for the next iteration.
+    pub injected: Limits,
     pub run: LoopConfig,
 }
 
@@ -123,6 +144,15 @@ impl Config {
         if args.max_failures == 0 {
             return Err(ConfigError::new("RALPH_MAX_FAILURES (--max-failures)", "must be at least 1"));
         }
+        if args.max_pending_prompts == 0 {
+            return Err(ConfigError::new("RALPH_MAX_PENDING_PROMPTS (--max-pending-prompts)", "must be at least 1"));
+        }
+        if args.max_pending_prompt_bytes == 0 {
+            return Err(ConfigError::new(
+                "RALPH_MAX_PENDING_PROMPT_BYTES (--max-pending-prompt-bytes)",
+                "must be at least 1",
+            ));
+        }
         let failure_pattern = Regex::new(&args.failure_pattern)
             .map_err(|e| ConfigError::new("RALPH_FAILURE_PATTERN (--failure-pattern)", e))?;
         let project_root = match args.project_root {
@@ -137,6 +167,8 @@ impl Config {
             socket_dir: sockets.dir()?,
             max_iterations: args.max_iterations,
             max_connections: args.max_connections.max(1),
+            write_stall: args.write_stall,
+            injected: Limits { count: args.max_pending_prompts, bytes: args.max_pending_prompt_bytes },
             run: LoopConfig {
                 project_root,
                 agent,

@@ -1,5 +1,6 @@
 //! The loop's own files in the task directory: `.ralph/state.json`, written
 //! atomically, and the blocks it appends to `progress.txt`, fsynced.
+//! (Injected prompts have a file of their own: [`crate::injected`].)
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -22,8 +23,9 @@ pub struct SavedState {
     pub started_at: Option<String>,
     #[serde(default)]
     pub updated_at: Option<String>,
-    /// Instructions injected but not yet given to the agent.
-    #[serde(default)]
+    /// Instructions injected but not yet given to the agent, as versions
+    /// before `.ralph/injected.jsonl` kept them: read, never written.
+    #[serde(default, skip_serializing)]
     pub pending_prompt: Option<String>,
     #[serde(default)]
     pub consecutive_failures: u32,

@@ -1,7 +1,15 @@
-//! The task lock: `<socket dir>/<task>.lock`, flock'd for as long as the loop
-//! runs and holding its pid, so a second `run` of the same task is refused
-//! with a message naming the first. The kernel drops the lock when the
-//! process dies, however it dies; the file is removed on a normal exit.
+//! The task's two locks, flock'd for as long as the loop runs:
+//!
+//! - `TASK_DIR/.ralph/lock`, the directory's own: one loop per task
+//!   directory, whatever `--name` it runs under and however its path is
+//!   spelled (a symlink, `..`): every spelling reaches the same file. It
+//!   holds the pid and the task name of the loop that runs it.
+//! - `<socket dir>/<task>.lock`, holding the pid: one loop per task name, so
+//!   two directories of the same name never fight over one socket.
+//!
+//! A second `run` is refused with a message naming the one that runs. The
+//! kernel drops a lock when its process dies, however it dies; the files are
+//! removed on a normal exit.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, Write};
@@ -9,27 +17,85 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
+    #[error("task directory {dir} is already running as task {task:?} (pid {pid}); its lock is {path}")]
+    Directory { dir: PathBuf, task: String, pid: String, path: PathBuf },
     #[error("task {task:?} is already running (pid {pid}); its lock is {path}")]
     Held { task: String, pid: String, path: PathBuf },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
 }
 
+/// What the directory's lock file says of the loop holding it.
+#[derive(Debug, Default, Deserialize, Serialize)]
+struct Holder {
+    pid: u32,
+    task: String,
+}
+
 #[derive(Debug)]
 pub struct TaskLock {
+    _name: LockFile,
+    _directory: LockFile,
+}
+
+impl TaskLock {
+    /// Takes the directory's lock, then the name's (creating `socket_dir`
+    /// 0700 if needed).
+    pub fn acquire(task_dir: &Path, socket_dir: &Path, task: &str) -> Result<TaskLock, LockError> {
+        let pid = std::process::id();
+        let path = task_dir.join(".ralph/lock");
+        let holder = serde_json::to_string(&Holder { pid, task: task.to_owned() }).unwrap_or_default();
+        let directory = match LockFile::take(&path, &holder)? {
+            Taken::Ours(lock) => lock,
+            Taken::Held(said) => {
+                // An unreadable holder (a file from another version) still refuses.
+                let holder: Holder = serde_json::from_str(&said).unwrap_or_default();
+                let pid = if holder.pid == 0 { "unknown".to_owned() } else { holder.pid.to_string() };
+                return Err(LockError::Directory { dir: task_dir.to_owned(), task: holder.task, pid, path });
+            }
+        };
+        if !socket_dir.exists() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(socket_dir)
+                .map_err(|source| LockError::Io { path: socket_dir.to_owned(), source })?;
+        }
+        let path = socket_dir.join(format!("{task}.lock"));
+        let name = match LockFile::take(&path, &pid.to_string())? {
+            Taken::Ours(lock) => lock,
+            Taken::Held(said) => {
+                let pid = if said.trim().is_empty() { "unknown".to_owned() } else { said.trim().to_owned() };
+                return Err(LockError::Held { task: task.to_owned(), pid, path });
+            }
+        };
+        Ok(TaskLock { _name: name, _directory: directory })
+    }
+}
+
+/// One lock file, flock'd and removed when dropped.
+#[derive(Debug)]
+struct LockFile {
     path: PathBuf,
     _file: Flock<File>,
 }
 
-impl TaskLock {
-    pub fn acquire(dir: &Path, task: &str) -> Result<TaskLock, LockError> {
-        let path = dir.join(format!("{task}.lock"));
-        let io = |source| LockError::Io { path: path.clone(), source };
-        if !dir.exists() {
-            fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io)?;
+enum Taken {
+    Ours(LockFile),
+    /// Another process holds it; what its file says.
+    Held(String),
+}
+
+impl LockFile {
+    /// Locks `path` (0600, its directory created if needed) and writes `holder` into it.
+    fn take(path: &Path, holder: &str) -> Result<Taken, LockError> {
+        let io = |source| LockError::Io { path: path.to_owned(), source };
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).map_err(io)?;
         }
         loop {
             let file = OpenOptions::new()
@@ -38,15 +104,14 @@ impl TaskLock {
                 .create(true)
                 .truncate(false)
                 .mode(0o600)
-                .open(&path)
+                .open(path)
                 .map_err(io)?;
             let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(locked) => locked,
                 Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
-                    let mut pid = String::new();
-                    let _ = file.read_to_string(&mut pid);
-                    let pid = if pid.trim().is_empty() { "unknown".to_owned() } else { pid.trim().to_owned() };
-                    return Err(LockError::Held { task: task.to_owned(), pid, path });
+                    let mut said = String::new();
+                    let _ = file.read_to_string(&mut said);
+                    return Ok(Taken::Held(said));
                 }
                 Err((_, errno)) => return Err(io(errno.into())),
             };
@@ -54,20 +119,20 @@ impl TaskLock {
             // and our lock: then we hold a lock on a file nobody else can
             // find, and must take the one at the path instead.
             let ours = file.metadata().map_err(io)?;
-            match fs::metadata(&path) {
+            match fs::metadata(path) {
                 Ok(there) if there.ino() == ours.ino() && there.dev() == ours.dev() => {}
                 _ => continue,
             }
             file.set_len(0).map_err(io)?;
             file.rewind().map_err(io)?;
-            writeln!(file, "{}", std::process::id()).map_err(io)?;
+            writeln!(file, "{holder}").map_err(io)?;
             file.sync_all().map_err(io)?;
-            return Ok(TaskLock { path, _file: file });
+            return Ok(Taken::Ours(LockFile { path: path.to_owned(), _file: file }));
         }
     }
 }
 
-impl Drop for TaskLock {
+impl Drop for LockFile {
     fn drop(&mut self) {
         // Removed while still locked, so no one can lock the old file and
         // believe it owns the task.
@@ -80,14 +145,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_second_lock_on_the_same_task_is_refused_with_the_pid() {
+    fn a_second_lock_on_the_same_task_name_is_refused_with_the_pid() {
         let dir = tempfile::tempdir().unwrap();
-        let first = TaskLock::acquire(dir.path(), "t").unwrap();
-        let err = TaskLock::acquire(dir.path(), "t").unwrap_err().to_string();
-        assert!(err.contains(&format!("pid {}", std::process::id())), "{err}");
-        assert!(TaskLock::acquire(dir.path(), "other").is_ok());
+        let (a, b, sockets) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("sockets"));
+        let first = TaskLock::acquire(&a, &sockets, "t").unwrap();
+        let err = TaskLock::acquire(&b, &sockets, "t").unwrap_err();
+        assert!(matches!(err, LockError::Held { .. }), "{err}");
+        assert!(err.to_string().contains(&format!("pid {}", std::process::id())), "{err}");
+        assert!(TaskLock::acquire(&b, &sockets, "other").is_ok());
         drop(first);
-        assert!(!dir.path().join("t.lock").exists());
-        let _again = TaskLock::acquire(dir.path(), "t").unwrap();
+        assert!(!sockets.join("t.lock").exists() && !a.join(".ralph/lock").exists());
+        let _again = TaskLock::acquire(&a, &sockets, "t").unwrap();
+    }
+
+    #[test]
+    fn a_directory_is_locked_whatever_the_name_and_the_spelling() {
+        let dir = tempfile::tempdir().unwrap();
+        let (task, sockets) = (dir.path().join("task"), dir.path().join("sockets"));
+        fs::create_dir(&task).unwrap();
+        std::os::unix::fs::symlink(&task, dir.path().join("alias")).unwrap();
+        let _first = TaskLock::acquire(&task, &sockets, "one").unwrap();
+        let err = TaskLock::acquire(&dir.path().join("alias"), &sockets, "two").unwrap_err();
+        let LockError::Directory { task: running, pid, .. } = &err else { panic!("{err}") };
+        assert_eq!((running.as_str(), pid.clone()), ("one", std::process::id().to_string()));
+        // The name's lock was not taken by the refused one.
+        assert!(!sockets.join("two.lock").exists());
     }
 }

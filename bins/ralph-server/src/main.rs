@@ -10,6 +10,7 @@ mod agent_loop;
 mod client;
 mod config;
 mod files;
+mod injected;
 mod lock;
 mod methods;
 mod prompt;

@@ -139,11 +139,17 @@ pub struct OutputWatch {
 
 impl OutputWatch {
     pub fn new(prompt: &str, marker: Regex, failure: Regex) -> OutputWatch {
-        let mut echoes = HashMap::new();
-        for line in prompt.lines().map(str::trim).filter(|l| !l.is_empty()) {
-            *echoes.entry(line.to_owned()).or_insert(0) += 1;
+        let mut watch = OutputWatch { marker, failure, echoes: HashMap::new(), findings: Findings::default() };
+        watch.expect_echo(prompt);
+        watch
+    }
+
+    /// Text the terminal will echo besides the prompt (a prompt typed in its
+    /// place): never the agent's own lines either.
+    pub fn expect_echo(&mut self, text: &str) {
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            *self.echoes.entry(line.to_owned()).or_insert(0) += 1;
         }
-        OutputWatch { marker, failure, echoes, findings: Findings::default() }
     }
 
     /// Looks at one whole line (plain text). Returns whether it claims completion.

@@ -50,8 +50,9 @@ impl Template {
         Ok(Template { source: None, text: DEFAULT_TEMPLATE.to_owned() })
     }
 
-    /// The prompt: `injected` (if any) first, then the template with its variables.
-    pub fn render(&self, vars: &Vars<'_>, injected: Option<&str>) -> String {
+    /// The prompt: the `injected` prompts (if any) first, in order, then the
+    /// template with its variables.
+    pub fn render(&self, vars: &Vars<'_>, injected: &[String]) -> String {
         let task_dir = vars.task_dir.display().to_string();
         let prd = vars.task_dir.join("prd.json").display().to_string();
         let progress = vars.task_dir.join("progress.txt").display().to_string();
@@ -84,21 +85,10 @@ impl Template {
             }
         }
         body.push_str(rest);
-        match injected {
-            Some(injected) => format!("{}\n\n---\n\n{body}", injected.trim_end()),
-            None => body,
+        if injected.is_empty() {
+            return body;
         }
-    }
-}
-
-/// Queues an injected prompt behind one still waiting (none is ever lost).
-pub fn queue_injection(pending: &mut Option<String>, prompt: &str) {
-    match pending {
-        Some(earlier) => {
-            earlier.push_str("\n\n");
-            earlier.push_str(prompt);
-        }
-        None => *pending = Some(prompt.to_owned()),
+        format!("{}\n\n---\n\n{body}", injected.join("\n\n").trim_end())
     }
 }
 
@@ -120,16 +110,13 @@ mod tests {
     #[test]
     fn variables_are_filled_once_and_unknown_braces_are_left_alone() {
         let t = Template { source: None, text: "{STORY_ID} {STORY_TITLE} {ITERATION} {NOPE} {PRD_FILE}".into() };
-        assert_eq!(t.render(&vars(Path::new("/t")), None), "US-1 T {ITERATION} 4 {NOPE} /t/prd.json");
+        assert_eq!(t.render(&vars(Path::new("/t")), &[]), "US-1 T {ITERATION} 4 {NOPE} /t/prd.json");
     }
 
     #[test]
     fn an_injected_prompt_comes_first_and_two_injections_are_both_kept() {
         let t = Template { source: None, text: "body".into() };
-        let mut pending = None;
-        queue_injection(&mut pending, "first");
-        queue_injection(&mut pending, "second");
-        let prompt = t.render(&vars(Path::new("/t")), pending.as_deref());
+        let prompt = t.render(&vars(Path::new("/t")), &["first".into(), "second\n".into()]);
         assert_eq!(prompt, "first\n\nsecond\n\n---\n\nbody");
     }
 
@@ -140,6 +127,6 @@ mod tests {
         std::fs::write(dir.path().join("prompt.md"), "mine {STORY_ID}").unwrap();
         let t = Template::find(dir.path()).unwrap();
         assert_eq!(t.source.as_deref(), Some(dir.path().join("prompt.md").as_path()));
-        assert_eq!(t.render(&vars(dir.path()), None), "mine US-1");
+        assert_eq!(t.render(&vars(dir.path()), &[]), "mine US-1");
     }
 }

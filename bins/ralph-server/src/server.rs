@@ -1,26 +1,45 @@
-//! `ralph-server run`: takes the task's lock, serves the control socket on
+//! `ralph-server run`: takes the task's locks, serves the control socket on
 //! rpc-core's start-up path (0700 directory, 0600 socket, a stale socket
 //! replaced, removed on exit), and runs the loop until it ends.
+//!
+//! Two shutdowns. The daemon's, begun by SIGTERM/SIGINT, stops the loop: the
+//! agent gets SIGTERM, and SIGKILL after its grace. The control socket's
+//! connections have one of their own, begun only once the loop has ended,
+//! saved its final state and every subscriber's pump has queued the event
+//! saying so: tied to the signal, they would close (at once when idle) before
+//! an agent that ignores SIGTERM is even killed, and subscribers would never
+//! learn how the loop ended.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rpc_core::Shutdown;
 use rpc_core::daemon::{Daemon, StartError};
 use rpc_core::listen::{self, NdjsonLimits};
 use rpc_core::shutdown::{DEFAULT_GRACE, Stopped};
 
+use crate::agent;
 use crate::agent_loop::{AgentLoop, Outcome};
 use crate::config::{AgentChoice, Config};
 use crate::files::SavedState;
+use crate::injected::PendingPrompts;
 use crate::lock::{LockError, TaskLock};
 use crate::methods;
 use crate::prd::Prd;
 use crate::session::Session;
 
-/// After the loop's last state change, how long subscribers get to read it
-/// before their connections close.
-const LINGER: Duration = Duration::from_millis(200);
+/// How long the daemon's drain waits, after a signal, for the control socket
+/// to close: the agent's stop (SIGKILL after its grace), then the
+/// subscribers' last words. Past it, the loop kills the agent at once.
+const DAEMON_GRACE: Duration = agent::STOP_GRACE.saturating_add(DEFAULT_GRACE);
+
+/// After the loop's last event, how long subscribers get to take it: their
+/// pumps to queue it, then their connections to drain. A subscriber that
+/// does not read in that time loses it, and never holds the exit up longer.
+const LAST_WORDS: Duration = DEFAULT_GRACE;
+/// The same after a second signal, which asks to stop now.
+const LAST_WORDS_FORCED: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -43,29 +62,48 @@ impl rpc_core::daemon::Failure for RunError {
 pub async fn run(config: Config) -> Result<ExitCode, RunError> {
     // Signals first: a SIGTERM that comes while the task is read (run-all's
     // Ctrl-C right after start) must stop the loop, not kill the process.
-    let mut daemon = Daemon::start("ralph-server", DEFAULT_GRACE)?;
+    let mut daemon = Daemon::start("ralph-server", DAEMON_GRACE)?;
     // Checked before anything else: a bad PRD is bad configuration.
     let prd = Prd::load(&config.task_dir).map_err(|e| RunError::Refused(e.to_string()))?;
-    let saved = SavedState::load(&config.task_dir).map_err(|e| RunError::Refused(e.to_string()))?;
-    let lock = TaskLock::acquire(&config.socket_dir, &config.task_name).map_err(|e| match e {
-        LockError::Held { .. } => RunError::Refused(e.to_string()),
+    // Locked before the state is read: another loop on the directory may be writing it.
+    let lock = TaskLock::acquire(&config.task_dir, &config.socket_dir, &config.task_name).map_err(|e| match e {
+        LockError::Held { .. } | LockError::Directory { .. } => RunError::Refused(e.to_string()),
         LockError::Io { .. } => RunError::Refused(format!("cannot lock the task: {e}")),
     })?;
-    let saved = saved.unwrap_or_default();
+    let mut saved =
+        SavedState::load(&config.task_dir).map_err(|e| RunError::Refused(e.to_string()))?.unwrap_or_default();
+    let injected = PendingPrompts::load(&config.task_dir, config.injected, saved.pending_prompt.take())
+        .map_err(|e| RunError::Refused(format!("cannot read the injected prompts: {e}")))?;
     let agent = match &config.run.agent {
         AgentChoice::Command(cmd) => cmd.name.clone(),
         AgentChoice::Preset(name, true) => name.clone(),
         AgentChoice::Preset(name, false) => prd.agent.clone().unwrap_or_else(|| name.clone()),
     };
-    let session =
-        Arc::new(Session::new(config.task_name.clone(), config.task_dir.clone(), config.max_iterations, agent, &saved));
+    let session = Arc::new(Session::new(
+        config.task_name.clone(),
+        config.task_dir.clone(),
+        config.max_iterations,
+        agent,
+        &saved,
+        injected,
+    ));
 
     listen::raise_fd_limit();
     let socket = config.socket_dir.join(format!("{}.sock", config.task_name));
     let listener = daemon.listen_unix(None, &socket, "RALPH_SOCKET_DIR")?;
     let router = methods::router(session.clone()).map_err(|e| RunError::Refused(e.to_string()))?;
-    let limits = NdjsonLimits { max_connections: config.max_connections, ..NdjsonLimits::default() };
-    daemon.serve_ndjson(listener, "control", limits, router, methods::Client::default);
+    let limits = NdjsonLimits {
+        max_connections: config.max_connections,
+        peer: rpc_core::PeerConfig { write_stall: config.write_stall, ..rpc_core::PeerConfig::default() },
+        ..NdjsonLimits::default()
+    };
+    let control = Shutdown::new();
+    // The daemon's drain waits for the accept loop, so the socket file stays
+    // until the control socket's own drain has begun.
+    daemon.shutdown().spawn({
+        let control = control.clone();
+        async move { listen::serve_ndjson(listener, "control", limits, &control, router, methods::Client::default).await }
+    });
     tracing::info!(
         task = %config.task_name,
         socket = %socket.display(),
@@ -77,9 +115,13 @@ pub async fn run(config: Config) -> Result<ExitCode, RunError> {
     let shutdown = daemon.shutdown().clone();
     let served = tokio::spawn(daemon.run());
     let outcome = AgentLoop::new(session.clone(), config.run, shutdown.clone()).run().await;
-    if session.events.subscriber_count() > 0 && !shutdown.is_draining() {
-        tokio::time::sleep(LINGER).await;
+    // The final state is saved and published: now to every subscriber, then close.
+    let last_words = if shutdown.is_forced() { LAST_WORDS_FORCED } else { LAST_WORDS };
+    if !session.end_events(last_words).await {
+        tracing::info!(within = ?last_words, "a subscriber did not take the last events in time");
     }
+    control.begin();
+    control.wait(last_words).await;
     shutdown.begin();
     let stopped = served.await.unwrap_or(Stopped::Forced);
     drop(lock);

@@ -5,18 +5,26 @@
 //! Every change of a status field goes through [`Session::change`], which
 //! publishes one `state_change` event with only the fields that changed and
 //! saves `.ralph/state.json`: clients and the file can never disagree.
+//!
+//! The events end with the loop ([`Session::end_events`]): each subscriber's
+//! queue is forwarded to its connection to the last event, how the loop
+//! ended, before the server lets any connection close.
 
 use parking_lot::Mutex;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use bytes::Bytes;
+use rpc_core::PeerHandle;
 use rpc_core::child::LineRing;
-use rpc_core::fanout::{self, Fanout};
+use rpc_core::fanout::{self, Fanout, Topics, TopicsHandle};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, mpsc};
+use tokio_util::task::TaskTracker;
 
 use crate::files::SavedState;
+use crate::injected::{PendingPrompts, Refused};
 use crate::timestamp;
 
 /// Lines kept for `recent_output`.
@@ -52,12 +60,12 @@ pub struct Fields {
 }
 
 /// What clients asked of the loop, taken by the loop at its next step.
+/// (Injected prompts are [`PendingPrompts`], with a file of their own.)
 #[derive(Debug, Default)]
 pub struct Requests {
     /// `Some(force)` once `stop` was called.
     pub stop: Option<bool>,
     pub checkpoint: bool,
-    pub pending_prompt: Option<String>,
 }
 
 /// The seed's `get_status` result, field for field.
@@ -74,6 +82,9 @@ pub struct StatusReply {
     pub started_at: String,
     pub updated_at: String,
     pub recent_output: Vec<String>,
+    /// Log lines the daemon could not write since it started (stderr's
+    /// reader not keeping up, or gone): an extension of the seed's shape.
+    pub log_lines_dropped: u64,
 }
 
 pub struct Session {
@@ -85,11 +96,18 @@ pub struct Session {
     consecutive_failures: Mutex<u32>,
     recent: LineRing,
     requests: Mutex<Requests>,
+    /// Held while an injection is written to its file: the next one waits,
+    /// so the file keeps the order in which they were accepted.
+    injected: Mutex<PendingPrompts>,
     /// Woken whenever a client makes a request of the loop.
     pub wake: Notify,
     /// The running agent's terminal input, while one runs.
     terminal: Mutex<Option<mpsc::Sender<Bytes>>>,
-    pub events: Fanout<Bytes>,
+    /// The event stream; `None` once the loop has ended and its last event
+    /// is out (subscribers' pumps then end when their queue is empty).
+    events: Mutex<Option<Fanout<Bytes>>>,
+    /// Each subscriber's pump, forwarding its queue to its connection.
+    pumps: TaskTracker,
     /// Held while state.json is written: saves come from the loop and from
     /// every client's requests at once, and share one temporary file.
     saving: Mutex<()>,
@@ -102,6 +120,7 @@ impl Session {
         max_iterations: u32,
         agent: String,
         saved: &SavedState,
+        injected: PendingPrompts,
     ) -> Session {
         let now = timestamp::now();
         let resume = saved.resumable();
@@ -114,7 +133,6 @@ impl Session {
             started_at: saved.started_at.clone().filter(|_| resume).unwrap_or_else(|| now.clone()),
             updated_at: now,
         };
-        let requests = Requests { pending_prompt: saved.pending_prompt.clone(), ..Requests::default() };
         Session {
             task_name,
             task_dir,
@@ -123,10 +141,12 @@ impl Session {
             fields: Mutex::new(fields),
             consecutive_failures: Mutex::new(if resume { saved.consecutive_failures } else { 0 }),
             recent: LineRing::new(RECENT_LINES, RECENT_LINES * RECENT_LINE_BYTES),
-            requests: Mutex::new(requests),
+            requests: Mutex::new(Requests::default()),
+            injected: Mutex::new(injected),
             wake: Notify::new(),
             terminal: Mutex::new(None),
-            events: Fanout::new(fanout::DEFAULT_QUEUE, fanout::DEFAULT_QUEUE_BYTES),
+            events: Mutex::new(Some(Fanout::new(fanout::DEFAULT_QUEUE, fanout::DEFAULT_QUEUE_BYTES))),
+            pumps: TaskTracker::new(),
             saving: Mutex::new(()),
         }
     }
@@ -161,6 +181,7 @@ impl Session {
             started_at: f.started_at,
             updated_at: f.updated_at,
             recent_output: self.recent.tail(RECENT_LINES),
+            log_lines_dropped: rpc_core::log_sink::dropped_lines(),
         }
     }
 
@@ -193,7 +214,7 @@ impl Session {
         let now = timestamp::now();
         fields.updated_at = now.clone();
         // Published under the lock, so events leave in the order the changes happened.
-        self.events.publish("state_change", &event("state_change", &now, &Value::Object(data)));
+        self.publish("state_change", &event("state_change", &now, &Value::Object(data)));
         drop(fields);
         self.save();
     }
@@ -217,7 +238,7 @@ impl Session {
             current_story: fields.current_story.clone(),
             started_at: Some(fields.started_at.clone()),
             updated_at: Some(fields.updated_at.clone()),
-            pending_prompt: self.requests.lock().pending_prompt.clone(),
+            pending_prompt: None,
             consecutive_failures: *self.consecutive_failures.lock(),
         };
         if let Err(e) = state.save(&self.task_dir) {
@@ -230,7 +251,35 @@ impl Session {
     /// keys); the rest follows in later events.
     pub fn publish_output(&self, text: &str, partial: bool) {
         let data = if partial { json!({"line": text, "partial": true}) } else { json!({"line": text}) };
-        self.events.publish("output", &event("output", &timestamp::now(), &data));
+        self.publish("output", &event("output", &timestamp::now(), &data));
+    }
+
+    fn publish(&self, topic: &str, event: &Bytes) {
+        if let Some(events) = &*self.events.lock() {
+            events.publish(topic, event);
+        }
+    }
+
+    /// Subscribes a connection to `topics`: a pump forwards its queue to
+    /// `peer` until either ends. `None` once the events have ended.
+    pub fn subscribe(&self, topics: Topics, peer: PeerHandle) -> Option<TopicsHandle<Bytes>> {
+        let subscription = self.events.lock().as_ref()?.subscribe(topics);
+        let handle = subscription.topics_handle();
+        self.pumps.spawn(fanout::pump(subscription, peer, |count| {
+            event("dropped", &timestamp::now(), &json!({ "count": count })).to_vec()
+        }));
+        Some(handle)
+    }
+
+    /// Ends the event stream after the loop's last event: each pump forwards
+    /// what its subscriber has queued, that last event included, to its
+    /// connection, then ends. Waits for that, at most `within` (a subscriber
+    /// that does not read is not waited for longer); says whether all did.
+    pub async fn end_events(&self, within: Duration) -> bool {
+        // The last publisher gone, each queue ends once emptied.
+        drop(self.events.lock().take());
+        self.pumps.close();
+        tokio::time::timeout(within, self.pumps.wait()).await.is_ok()
     }
 
     /// A whole line for `recent_output`, ANSI escapes already stripped.
@@ -246,8 +295,26 @@ impl Session {
     pub fn request(&self, make: impl FnOnce(&mut Requests)) {
         make(&mut self.requests.lock());
         self.wake.notify_one();
-        // The pending prompt is part of what a resumed run needs.
         self.save();
+    }
+
+    /// Queues a prompt for the next iteration, once it is on disk (this
+    /// waits for a sync: call it off the runtime's threads), and wakes the
+    /// loop, which may be pausing after a failure.
+    pub fn inject(&self, prompt: &str) -> Result<(), Refused> {
+        self.injected.lock().push(prompt)?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Every injected prompt waiting, for the iteration starting now.
+    pub fn take_injected(&self) -> Vec<String> {
+        self.injected.lock().take()
+    }
+
+    /// Prompts taken for an agent that could not start: the next try gets them.
+    pub fn put_back_injected(&self, taken: Vec<String>) {
+        self.injected.lock().put_back(taken);
     }
 
     pub fn attach_terminal(&self, input: Option<mpsc::Sender<Bytes>>) {

@@ -30,7 +30,7 @@ pub struct NewParams {
 }
 
 pub async fn new(ctx: Ctx<ControlConn>, params: NewParams) -> Result<Opened, RpcError> {
-    ctx.state.host.document.new_message(params.message.as_deref().map(|text| (text, params.format)))?;
+    ctx.state.host.document.new_message(params.message.map(|text| (text, params.format)))?;
     Ok(Opened { has_file: false, file_path: None })
 }
 
@@ -61,7 +61,7 @@ pub struct Done {
 }
 
 pub async fn set(ctx: Ctx<ControlConn>, params: SetParams) -> Result<Done, RpcError> {
-    ctx.state.host.document.set(&params.message, params.format, "control")?;
+    ctx.state.host.document.set(params.message, params.format, "control")?;
     Ok(Done { success: true })
 }
 

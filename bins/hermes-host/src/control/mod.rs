@@ -6,6 +6,7 @@
 pub mod extensions;
 pub mod message;
 pub mod session;
+mod status;
 
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -52,6 +53,7 @@ pub fn router() -> Arc<Router<ControlConn>> {
         .method("ui/attach", session::attach)
         .method("window/closed", session::window_closed)
         .method("subscribe", session::subscribe)
+        .method("host/status", status::status)
         .build()
         .expect("each method is registered once")
 }

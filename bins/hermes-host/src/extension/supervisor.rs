@@ -181,6 +181,7 @@ async fn run_once(
         // of them; a reply of that size may wait in the outbox.
         backlog_bytes: (2 * max).max(rpc_core::peer::DEFAULT_BACKLOG_BYTES),
         write_budget: (2 * max).max(rpc_core::peer::DEFAULT_WRITE_BUDGET),
+        write_stall: host.write_stall,
         ..PeerConfig::default()
     };
     let connected = child::connect(

@@ -1,17 +1,30 @@
-//! The HL7 v2 message the host holds: parsed by `hl7-parser` (the parser the
-//! Hermes desktop app uses), kept as an owned tree of raw text so that it
-//! prints back byte for byte, and edited in place by patches.
+//! The HL7 v2 message the host holds: its text, once, with where each
+//! segment starts. Fields, repetitions, components and subcomponents are
+//! found in the text when something asks for them ([`SegmentRef`] and the
+//! views under it borrow it), never stored: a message costs its text plus
+//! four bytes a segment, whatever its shape. (An owned tree of parts cost
+//! 90 to 930 bytes per byte of text, issue 18; hl7-parser's own tree of
+//! slices costs some 200 bytes a field.) It prints back byte for byte
+//! because it is its text, and edits ([`patch`]) splice the text.
 //!
 //! What it owns: [`Hl7Message`] (parse, print, locate), the `json`/`yaml`/`toml`
-//! tree of `editor/getMessage` ([`tree`]), and location-query patches
-//! ([`patch`]). Values are kept as HL7 text, escape sequences included
-//! (`\T\` stays `\T\`): decoding and re-encoding would not give back the same
-//! bytes (`\X0D\`, `\H\`, `\.br\` have no single encoded form).
+//! tree of `editor/getMessage` ([`tree`]), location-query patches
+//! ([`patch`]), and the [`Bounds`] a held message stays within. Values are
+//! kept as HL7 text, escape sequences included (`\T\` stays `\T\`):
+//! decoding and re-encoding would not give back the same bytes (`\X0D\`,
+//! `\H\`, `\.br\` have no single encoded form).
+//!
+//! The grammar is hl7-parser's (the parser the Hermes desktop app uses),
+//! which reads the delimiters from the header here; the structure below is
+//! split the way it splits, and the `hl7_message` fuzz target checks that
+//! every input is accepted, refused and split exactly as hl7-parser does.
 
+pub(crate) mod owned;
 pub mod patch;
 pub mod tree;
 
 use std::fmt::{self, Write as _};
+use std::ops::Range;
 
 /// The five delimiters of a message, from its MSH segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,139 +127,11 @@ impl Delimiters {
     }
 }
 
-/// A field: its repetitions, each a list of components, each a list of
-/// subcomponents (raw HL7 text). An empty field is one empty leaf.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Field {
-    pub repeats: Vec<Repeat>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Repeat {
-    pub components: Vec<Component>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Component {
-    pub subcomponents: Vec<String>,
-}
-
-impl Component {
-    pub fn leaf(text: impl Into<String>) -> Component {
-        Component { subcomponents: vec![text.into()] }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.subcomponents.iter().all(String::is_empty)
-    }
-}
-
-impl Repeat {
-    pub fn leaf(text: impl Into<String>) -> Repeat {
-        Repeat { components: vec![Component::leaf(text)] }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.components.iter().all(Component::is_empty)
-    }
-}
-
-impl Field {
-    pub fn leaf(text: impl Into<String>) -> Field {
-        Field { repeats: vec![Repeat::leaf(text)] }
-    }
-
-    pub fn empty() -> Field {
-        Field::leaf("")
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.repeats.iter().all(Repeat::is_empty)
-    }
-
-    /// The text of a field that is one plain value (MSH.1 and MSH.2 are).
-    pub fn as_leaf(&self) -> Option<&str> {
-        match self.repeats.as_slice() {
-            [Repeat { components }] => match components.as_slice() {
-                [Component { subcomponents }] => match subcomponents.as_slice() {
-                    [text] => Some(text),
-                    _ => None,
-                },
-                _ => None,
-            },
-            _ => None,
-        }
-    }
-
-    fn print(&self, d: &Delimiters, out: &mut String) {
-        for (r, repeat) in self.repeats.iter().enumerate() {
-            if r > 0 {
-                out.push(d.repetition);
-            }
-            for (c, component) in repeat.components.iter().enumerate() {
-                if c > 0 {
-                    out.push(d.component);
-                }
-                for (s, sub) in component.subcomponents.iter().enumerate() {
-                    if s > 0 {
-                        out.push(d.subcomponent);
-                    }
-                    out.push_str(sub);
-                }
-            }
-        }
-    }
-
-    /// Drops trailing empty repetitions, components and subcomponents: after a
-    /// patch cleared something, `DOE^` carries nothing `DOE` does not.
-    fn trim(&mut self) {
-        for repeat in &mut self.repeats {
-            for component in &mut repeat.components {
-                while component.subcomponents.len() > 1 && component.subcomponents.last().is_some_and(String::is_empty)
-                {
-                    component.subcomponents.pop();
-                }
-            }
-            while repeat.components.len() > 1 && repeat.components.last().is_some_and(Component::is_empty) {
-                repeat.components.pop();
-            }
-        }
-        while self.repeats.len() > 1 && self.repeats.last().is_some_and(Repeat::is_empty) {
-            self.repeats.pop();
-        }
-    }
-}
-
 /// Three capital letters or digits (`PID`, `OBX`, `ZPI`): a segment ID.
 /// hl7-parser takes any three alphanumerics, lower case and accented ones
 /// too; the host holds to the standard's, in text, trees and patch paths alike.
 pub fn is_segment_name(name: &str) -> bool {
     name.len() == 3 && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
-}
-
-/// One segment. `fields[0]` is field 1; in MSH that is the field separator
-/// and `fields[1]` the encoding characters, each one plain value.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Segment {
-    pub name: String,
-    pub fields: Vec<Field>,
-}
-
-impl Segment {
-    pub fn new(name: &str) -> Segment {
-        Segment { name: name.to_owned(), fields: Vec::new() }
-    }
-
-    pub fn is_header(&self) -> bool {
-        self.name == "MSH"
-    }
-
-    fn trim(&mut self) {
-        let keep = if self.is_header() { 2 } else { 0 };
-        while self.fields.len() > keep && self.fields.last().is_some_and(Field::is_empty) {
-            self.fields.pop();
-        }
-    }
 }
 
 /// Why text is not an HL7 v2 message.
@@ -262,168 +147,438 @@ pub enum InvalidMessage {
     Tree(String),
 }
 
-/// A parsed message, printed back exactly as it was read (segments joined by `\r`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Hl7Message {
-    pub delimiters: Delimiters,
-    pub segments: Vec<Segment>,
+/// How large a held message may be: its text in bytes, and its elements.
+///
+/// Elements are what the tree formats work through one by one: segments,
+/// and the field, repetition, component and subcomponent delimiters between
+/// their parts (each adds one). The text alone costs memory in proportion
+/// to its bytes; the element bound keeps what is done per element (a
+/// `json`, `yaml` or `toml` tree of the message) bounded too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    pub max_bytes: usize,
+    pub max_elements: usize,
 }
+
+impl Bounds {
+    /// What offsets of four bytes can address, and no element bound.
+    pub const NONE: Bounds = Bounds { max_bytes: u32::MAX as usize, max_elements: usize::MAX };
+
+    /// Whether a message of `bytes` and `elements` is within the bounds.
+    pub fn check(&self, bytes: usize, elements: usize) -> Result<(), Exceeded> {
+        if bytes > self.max_bytes {
+            return Err(Exceeded::Bytes { bytes, max: self.max_bytes });
+        }
+        if elements > self.max_elements {
+            return Err(Exceeded::Elements { elements, max: self.max_elements });
+        }
+        Ok(())
+    }
+}
+
+/// Which bound a message (or the message a patch would make) is past.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exceeded {
+    Bytes { bytes: usize, max: usize },
+    Elements { elements: usize, max: usize },
+}
+
+/// A parsed message: its text exactly as read (line breaks made `\r`, blank
+/// lines at either end left out), which is also how it prints.
+#[derive(Clone, Debug)]
+pub struct Hl7Message {
+    delimiters: Delimiters,
+    text: String,
+    /// Where each segment starts in `text`; each ends at the next `\r`.
+    /// Four bytes, so a message is at most 4 GiB ([`Bounds::NONE`]).
+    starts: Vec<u32>,
+    /// Segments plus delimiters (see [`Bounds`]), kept up to date by edits.
+    elements: usize,
+}
+
+/// Messages are equal when their text is: the text is the whole message.
+impl PartialEq for Hl7Message {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text && self.delimiters == other.delimiters
+    }
+}
+
+impl Eq for Hl7Message {}
 
 impl Hl7Message {
     /// Parses HL7 text. Segments may end in `\r`, `\n` or `\r\n`; blank lines
     /// (a trailing newline, say) are not segments.
     pub fn parse(text: &str) -> Result<Hl7Message, InvalidMessage> {
-        let text = text.trim_start_matches(['\r', '\n']).trim_end_matches(['\r', '\n']);
+        Hl7Message::parse_owned(text.to_owned())
+    }
+
+    /// [`Hl7Message::parse`] of text the caller gives away: the message keeps
+    /// it (line breaks normalised in place) instead of a copy.
+    pub fn parse_owned(mut text: String) -> Result<Hl7Message, InvalidMessage> {
+        normalise_line_breaks(&mut text);
         if text.is_empty() {
             return Err(InvalidMessage::Empty);
         }
         if !text.starts_with("MSH") {
             return Err(InvalidMessage::NoHeader);
         }
-        // The parser reads `\r` only when lenient newlines are off, and
-        // splits `\r\n` into an empty segment otherwise: normalise first.
-        let normalised;
-        let text = if text.contains('\n') {
-            normalised = text.replace("\r\n", "\r").replace('\n', "\r");
-            normalised.as_str()
-        } else {
-            text
-        };
-        let parsed = hl7_parser::parse_message(text).map_err(|e| InvalidMessage::Parse(e.to_string()))?;
-        let s = parsed.separators;
-        let delimiters = Delimiters {
-            field: s.field,
-            component: s.component,
-            repetition: s.repetition,
-            escape: s.escape,
-            subcomponent: s.subcomponent,
-        };
+        let delimiters = header_delimiters(&text)?;
         delimiters.check().map_err(InvalidMessage::Parse)?;
-        let mut segments = Vec::with_capacity(parsed.segments.len());
-        for segment in parsed.segments() {
-            if segment.name.is_empty() && segment.fields.is_empty() {
-                continue;
-            }
-            if !is_segment_name(segment.name) {
-                return Err(InvalidMessage::Parse(format!(
-                    "{:?} is not a segment name (three capital letters or digits)",
-                    segment.name
-                )));
-            }
-            let header = segment.name == "MSH";
-            // hl7-parser reads the first segment as the header, MSH.1 and
-            // MSH.2 its first fields; a later MSH is an ordinary segment to
-            // it, whose first field is MSH.2. Those are plain values.
-            let plain = match (header, segments.is_empty()) {
-                (true, true) => 2,
-                (true, false) => 1,
-                (false, _) => 0,
-            };
-            let mut fields: Vec<Field> = segment
-                .fields()
-                .enumerate()
-                .map(|(i, field)| {
-                    if i < plain {
-                        return Field::leaf(field.raw_value());
-                    }
-                    Field {
-                        repeats: field
-                            .repeats()
-                            .map(|repeat| Repeat {
-                                components: repeat
-                                    .components()
-                                    .map(|c| Component {
-                                        subcomponents: c.subcomponents().map(|s| s.value.to_owned()).collect(),
-                                    })
-                                    .collect(),
-                            })
-                            .collect(),
-                    }
-                })
-                .collect();
-            if header && fields.first().and_then(Field::as_leaf) != Some(&delimiters.field.to_string()) {
-                // The parser may leave MSH.1 implicit; the model always holds it.
-                fields.insert(0, Field::leaf(delimiters.field.to_string()));
-            }
-            // The parser reports an empty MSH.3 for a bare `MSH|^~\&`.
-            let bare_header =
-                3 + delimiters.field.len_utf8() + fields.get(1).and_then(Field::as_leaf).map_or(0, str::len);
-            if header && segment.raw_value().len() == bare_header && fields.len() == 3 && fields[2].is_empty() {
-                fields.pop();
-            }
-            if header && fields.get(1).and_then(Field::as_leaf) != Some(&delimiters.encoding_characters()) {
-                return Err(InvalidMessage::Parse(format!(
-                    "every MSH segment must give the encoding characters {:?}",
-                    delimiters.encoding_characters()
-                )));
-            }
-            segments.push(Segment { name: segment.name.to_owned(), fields });
+        if text.len() > Bounds::NONE.max_bytes {
+            return Err(InvalidMessage::Parse("a message is at most 4 GiB".into()));
         }
-        let message = Hl7Message { delimiters, segments };
-        // Whatever the parser made of odd input, the model must print back
-        // what was read; anything else would silently change the message.
-        let printed = message.to_string();
-        if printed != text {
-            return Err(InvalidMessage::Parse(format!(
-                "the message does not read back the same (at byte {})",
-                printed.bytes().zip(text.bytes()).take_while(|(a, b)| a == b).count()
-            )));
-        }
-        Ok(message)
+        let starts = segment_starts(&text, delimiters)?;
+        let elements = 1 + count_elements(&text, &delimiters);
+        text.shrink_to_fit();
+        Ok(Hl7Message { delimiters, text, starts, elements })
     }
 
     /// A new message: an MSH segment with the standard delimiters and nothing else.
     pub fn new_empty() -> Hl7Message {
-        let d = Delimiters::default();
-        let msh = Segment {
-            name: "MSH".into(),
-            fields: vec![Field::leaf(d.field.to_string()), Field::leaf(d.encoding_characters())],
-        };
-        Hl7Message { delimiters: d, segments: vec![msh] }
+        let delimiters = Delimiters::default();
+        let text = format!("MSH{}{}", delimiters.field, delimiters.encoding_characters());
+        let elements = 1 + count_elements(&text, &delimiters);
+        Hl7Message { delimiters, text, starts: vec![0], elements }
     }
 
-    /// The `n`th (1-based) segment called `name`, as an index into `segments`.
+    pub fn delimiters(&self) -> Delimiters {
+        self.delimiters
+    }
+
+    /// The message as HL7 text, segments joined by `\r`.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.text.len()
+    }
+
+    /// Never true: a message has at least its MSH segment.
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty()
+    }
+
+    /// What the message holds on the heap: its text and its segment starts.
+    pub fn heap_bytes(&self) -> usize {
+        self.text.capacity() + self.starts.capacity() * std::mem::size_of::<u32>()
+    }
+
+    /// Segments plus delimiters, what [`Bounds::max_elements`] bounds.
+    pub fn elements(&self) -> usize {
+        self.elements
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// The segment at `index` (0-based; 0 is the header).
+    pub fn segment(&self, index: usize) -> Option<SegmentRef<'_>> {
+        let range = self.segment_range(index)?;
+        Some(SegmentRef { text: &self.text[range], d: self.delimiters })
+    }
+
+    pub fn segments(&self) -> impl ExactSizeIterator<Item = SegmentRef<'_>> + '_ {
+        (0..self.starts.len()).map(|i| self.segment(i).expect("an index below the count"))
+    }
+
+    /// The `n`th (1-based) segment called `name`, as an index into the segments.
     pub fn find(&self, name: &str, n: usize) -> Option<usize> {
-        self.segments.iter().enumerate().filter(|(_, s)| s.name == name).nth(n.checked_sub(1)?).map(|(i, _)| i)
+        self.segments().enumerate().filter(|(_, s)| s.name() == name).nth(n.checked_sub(1)?).map(|(i, _)| i)
     }
 
     pub fn count(&self, name: &str) -> usize {
-        self.segments.iter().filter(|s| s.name == name).count()
+        self.segments().filter(|s| s.name() == name).count()
+    }
+
+    /// Where segment `index` is in the text, without the `\r` that ends it.
+    pub(crate) fn segment_range(&self, index: usize) -> Option<Range<usize>> {
+        let start = *self.starts.get(index)? as usize;
+        let end = self.starts.get(index + 1).map_or(self.text.len(), |&next| next as usize - 1);
+        Some(start..end)
+    }
+
+    /// Whether replacing `range` of the text with `with` stays within `bounds`.
+    pub(crate) fn check_splice(&self, range: &Range<usize>, with: &str, bounds: &Bounds) -> Result<(), Exceeded> {
+        let removed = count_elements(&self.text[range.clone()], &self.delimiters);
+        let elements = self.elements - removed + count_elements(with, &self.delimiters);
+        bounds.check(self.text.len() - range.len() + with.len(), elements)
+    }
+
+    /// Replaces `range` of the text with `with`, which the caller built to
+    /// leave whole segments (patches do: a segment, or segments with the
+    /// `\r` before each). Segment starts after it move by the difference.
+    pub(crate) fn splice(&mut self, range: Range<usize>, with: &str) {
+        let removed = count_elements(&self.text[range.clone()], &self.delimiters);
+        self.elements = self.elements - removed + count_elements(with, &self.delimiters);
+        // Starts made by a `\r` before the range stay, those made by one in it
+        // go, those after it move.
+        let keep = self.starts.partition_point(|&s| s as usize <= range.start);
+        let moved = self.starts.partition_point(|&s| s as usize <= range.end);
+        let new_starts =
+            with.bytes().enumerate().filter(|&(_, b)| b == b'\r').map(|(i, _)| (range.start + i + 1) as u32);
+        let new_count = with.bytes().filter(|&b| b == b'\r').count();
+        self.starts.splice(keep..moved, new_starts);
+        let shift = with.len() as i64 - range.len() as i64;
+        for start in &mut self.starts[keep + new_count..] {
+            *start = (*start as i64 + shift) as u32;
+        }
+        self.text.replace_range(range, with);
     }
 }
 
 impl fmt::Display for Hl7Message {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let d = &self.delimiters;
-        let mut out = String::new();
-        for (i, segment) in self.segments.iter().enumerate() {
-            if i > 0 {
-                out.push('\r');
-            }
-            out.push_str(&segment.name);
-            let mut fields = segment.fields.iter();
-            if segment.is_header() {
-                // MSH|^~\&|...: MSH.1 is the separator itself, MSH.2 follows it directly.
-                out.push(d.field);
-                fields.next();
-                if let Some(encoding) = fields.next() {
-                    encoding.print(d, &mut out);
-                }
-            }
-            for field in fields {
-                out.push(d.field);
-                field.print(d, &mut out);
-            }
-            if segment.fields.is_empty() && !segment.is_header() {
-                // A segment name alone (`NTE`) is not a segment to the parser:
-                // one made empty by a patch or a tree is written `NTE|`.
-                out.push(d.field);
-            }
-        }
-        f.write_str(&out)
+        f.write_str(&self.text)
     }
 }
 
+/// Blank lines at either end go, and `\r\n` and `\n` become `\r`, in place
+/// (the text only shrinks).
+fn normalise_line_breaks(text: &mut String) {
+    let end = text.trim_end_matches(['\r', '\n']).len();
+    text.truncate(end);
+    let blank = text.len() - text.trim_start_matches(['\r', '\n']).len();
+    text.drain(..blank);
+    if !text.contains('\n') {
+        return;
+    }
+    let mut bytes = std::mem::take(text).into_bytes();
+    let mut write = 0;
+    let mut read = 0;
+    while read < bytes.len() {
+        let byte = bytes[read];
+        read += 1;
+        if byte == b'\r' && bytes.get(read) == Some(&b'\n') {
+            read += 1;
+        }
+        bytes[write] = if byte == b'\n' { b'\r' } else { byte };
+        write += 1;
+    }
+    bytes.truncate(write);
+    // ASCII bytes were replaced by ASCII bytes or dropped: still UTF-8.
+    *text = String::from_utf8(bytes).expect("line breaks are ASCII");
+}
+
+/// The delimiters, read by hl7-parser from the header as Hermes reads them
+/// (five ASCII characters after `MSH`). It is given only the header's first
+/// characters: its tree of the whole message is what cost the memory.
+fn header_delimiters(text: &str) -> Result<Delimiters, InvalidMessage> {
+    // Ten characters: `MSH`, the five, and the seven its error message quotes.
+    let end = text.char_indices().nth(10).map_or(text.len(), |(i, _)| i);
+    let (s, _) = hl7_parser::parser::parse_msh(&text[..end]).map_err(|e| InvalidMessage::Parse(e.to_string()))?;
+    Ok(Delimiters {
+        field: s.field,
+        component: s.component,
+        repetition: s.repetition,
+        escape: s.escape,
+        subcomponent: s.subcomponent,
+    })
+}
+
+/// Where each segment starts, checking the segments as hl7-parser reads
+/// them: a name of three alphanumerics and the field separator, up to the
+/// next `\r`. Where it would stop (a line that is no segment) it would drop
+/// the rest, and the message would not print back as read: refused, like a
+/// header whose encoding characters are not followed by the field separator
+/// (`MSH|^~\&X`), which hl7-parser reads as if it were.
+fn segment_starts(text: &str, d: Delimiters) -> Result<Vec<u32>, InvalidMessage> {
+    let bytes = text.as_bytes();
+    let next_break = |from: usize| bytes[from..].iter().position(|&b| b == b'\r').map_or(bytes.len(), |i| from + i);
+    let mut starts = Vec::with_capacity(1 + bytes.iter().filter(|&&b| b == b'\r').count());
+    starts.push(0);
+    let header_end = next_break(0);
+    // `MSH|^~\&` is 8 bytes: the delimiters are ASCII.
+    let mut differs_at = (header_end > 8 && char::from(bytes[8]) != d.field).then_some(8);
+    let mut at = header_end;
+    while at < bytes.len() {
+        let start = at + 1;
+        let Some(name) = parsed_name(&text[start..], d.field) else {
+            differs_at = Some(differs_at.map_or(at, |first| first.min(at)));
+            break;
+        };
+        if !is_segment_name(name) {
+            return Err(InvalidMessage::Parse(format!(
+                "{name:?} is not a segment name (three capital letters or digits)"
+            )));
+        }
+        // A name of three ASCII characters: the segment is the line.
+        let end = next_break(start);
+        let segment = &text[start..end];
+        if name == "MSH" && segment[4..].split(d.field).next() != Some(d.encoding_characters().as_str()) {
+            return Err(InvalidMessage::Parse(format!(
+                "every MSH segment must give the encoding characters {:?}",
+                d.encoding_characters()
+            )));
+        }
+        starts.push(start as u32);
+        at = end;
+    }
+    match differs_at {
+        Some(at) => Err(InvalidMessage::Parse(format!("the message does not read back the same (at byte {at})"))),
+        None => Ok(starts),
+    }
+}
+
+/// The name of the segment `rest` starts with, as hl7-parser reads one:
+/// three alphanumeric characters, then the field separator. Quirk kept: its
+/// `take_while_m_n` (nom 7) measures the alphanumeric run in bytes but takes
+/// characters, so after a two-byte letter it takes one character past the
+/// run (`ä1&` is a name to it, and `äb` followed by a line break), which the
+/// segment name rule then refuses by name, as before.
+fn parsed_name(rest: &str, field: char) -> Option<&str> {
+    let run = rest.char_indices().find(|&(_, c)| !c.is_alphanumeric()).map_or(rest.len(), |(i, _)| i);
+    if run < 3 {
+        return None;
+    }
+    let end = rest.char_indices().nth(3).map(|(i, _)| i)?;
+    rest[end..].starts_with(field).then(|| &rest[..end])
+}
+
+/// Segment breaks and the four structural delimiters in `text`.
+fn count_elements(text: &str, d: &Delimiters) -> usize {
+    let [f, c, r, s] = [d.field, d.component, d.repetition, d.subcomponent].map(|c| c as u32 as u8);
+    text.bytes().filter(|&b| b == b'\r' || b == f || b == c || b == r || b == s).count()
+}
+
+/// One segment of a message, borrowed.
+#[derive(Clone, Copy, Debug)]
+pub struct SegmentRef<'a> {
+    text: &'a str,
+    d: Delimiters,
+}
+
+impl<'a> SegmentRef<'a> {
+    pub fn name(&self) -> &'a str {
+        &self.text[..3]
+    }
+
+    pub fn is_header(&self) -> bool {
+        self.name() == "MSH"
+    }
+
+    /// The segment as HL7 text.
+    pub fn as_str(&self) -> &'a str {
+        self.text
+    }
+
+    /// Its fields from field 1. In MSH, field 1 is the field separator and
+    /// field 2 the encoding characters, each one plain value. A segment
+    /// written `NTE|` has one empty field.
+    pub fn fields(self) -> impl Iterator<Item = FieldRef<'a>> + 'a {
+        let d = self.d;
+        let (header, body) = match self.is_header() {
+            // `MSH|^~\&` (8 bytes, the delimiters are ASCII), then `|` and the rest.
+            true => {
+                let plain = |text| FieldRef { text, d, plain: true };
+                (Some([plain(&self.text[3..4]), plain(&self.text[4..8])]), self.text.get(9..))
+            }
+            false => (None, Some(&self.text[4..])),
+        };
+        header.into_iter().flatten().chain(
+            body.into_iter().flat_map(move |body| body.split(d.field)).map(move |text| FieldRef {
+                text,
+                d,
+                plain: false,
+            }),
+        )
+    }
+
+    /// Field `n` (1-based), if the segment has it.
+    pub fn field(self, n: usize) -> Option<FieldRef<'a>> {
+        self.fields().nth(n.checked_sub(1)?)
+    }
+}
+
+/// A field: its repetitions, each of components, each of subcomponents
+/// (raw HL7 text). MSH.1 and MSH.2 are plain: one value, not split.
+#[derive(Clone, Copy, Debug)]
+pub struct FieldRef<'a> {
+    text: &'a str,
+    d: Delimiters,
+    plain: bool,
+}
+
+/// One repetition of a field.
+#[derive(Clone, Copy, Debug)]
+pub struct RepeatRef<'a> {
+    text: &'a str,
+    d: Delimiters,
+    plain: bool,
+}
+
+/// One component of a repetition.
+#[derive(Clone, Copy, Debug)]
+pub struct ComponentRef<'a> {
+    text: &'a str,
+    d: Delimiters,
+    plain: bool,
+}
+
+/// The parts of `text` between `sep`, or `text` whole when it is plain.
+fn parts(text: &str, sep: char, plain: bool) -> impl Iterator<Item = &str> {
+    text.split(move |c: char| !plain && c == sep)
+}
+
+impl<'a> FieldRef<'a> {
+    pub fn as_str(&self) -> &'a str {
+        self.text
+    }
+
+    pub fn repeats(self) -> impl Iterator<Item = RepeatRef<'a>> + 'a {
+        let FieldRef { text, d, plain } = self;
+        parts(text, d.repetition, plain).map(move |text| RepeatRef { text, d, plain })
+    }
+
+    /// The text of a field that is one plain value (MSH.1 and MSH.2 are).
+    pub fn as_leaf(&self) -> Option<&'a str> {
+        let d = self.d;
+        (self.plain || !self.text.contains([d.repetition, d.component, d.subcomponent])).then_some(self.text)
+    }
+
+    /// Every leaf empty.
+    pub fn is_empty(&self) -> bool {
+        let d = self.d;
+        match self.plain {
+            true => self.text.is_empty(),
+            false => self.text.chars().all(|c| c == d.repetition || c == d.component || c == d.subcomponent),
+        }
+    }
+}
+
+impl<'a> RepeatRef<'a> {
+    pub fn as_str(&self) -> &'a str {
+        self.text
+    }
+
+    pub fn components(self) -> impl Iterator<Item = ComponentRef<'a>> + 'a {
+        let RepeatRef { text, d, plain } = self;
+        parts(text, d.component, plain).map(move |text| ComponentRef { text, d, plain })
+    }
+
+    /// One component with one subcomponent: the repetition's text is the value.
+    pub fn is_leaf(&self) -> bool {
+        self.plain || !self.text.contains([self.d.component, self.d.subcomponent])
+    }
+}
+
+impl<'a> ComponentRef<'a> {
+    pub fn as_str(&self) -> &'a str {
+        self.text
+    }
+
+    pub fn subcomponents(self) -> impl Iterator<Item = &'a str> + 'a {
+        let ComponentRef { text, d, plain } = self;
+        parts(text, d.subcomponent, plain)
+    }
+
+    /// One subcomponent: the component's text is the value.
+    pub fn is_leaf(&self) -> bool {
+        self.plain || !self.text.contains(self.d.subcomponent)
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,21 +607,80 @@ mod tests {
         assert_eq!(Hl7Message::parse(&lf).unwrap().to_string(), ORU_R01);
     }
 
+    /// A segment's parts, field by field: repetitions, components, subcomponents.
+    fn parts(segment: SegmentRef<'_>) -> Vec<Vec<Vec<Vec<&str>>>> {
+        segment
+            .fields()
+            .map(|f| f.repeats().map(|r| r.components().map(|c| c.subcomponents().collect()).collect()).collect())
+            .collect()
+    }
+
     #[test]
     fn the_model_has_repetitions_components_and_subcomponents() {
         let message = Hl7Message::parse(ADT_A01).unwrap();
-        let pid = &message.segments[message.find("PID", 1).unwrap()];
-        assert_eq!(pid.fields[2].repeats.len(), 2, "PID.3 repeats");
-        assert_eq!(pid.fields[2].repeats[1].components[3].subcomponents, ["USSSA"]);
-        let msh = &message.segments[0];
-        assert_eq!(msh.fields[0].as_leaf(), Some("|"));
-        assert_eq!(msh.fields[1].as_leaf(), Some("^~\\&"));
-        assert_eq!(msh.fields[8].repeats[0].components[1].subcomponents, ["A01"]);
+        let pid = parts(message.segment(message.find("PID", 1).unwrap()).unwrap());
+        assert_eq!(pid[2].len(), 2, "PID.3 repeats");
+        assert_eq!(pid[2][1][3], ["USSSA"]);
+        let msh = message.segment(0).unwrap();
+        assert_eq!(msh.field(1).unwrap().as_leaf(), Some("|"));
+        assert_eq!(msh.field(2).unwrap().as_leaf(), Some("^~\\&"));
+        assert_eq!(parts(msh)[8][0][1], ["A01"]);
         let oru = Hl7Message::parse(ORU_R01).unwrap();
-        let obr = &oru.segments[oru.find("OBR", 1).unwrap()];
-        assert_eq!(obr.fields[15].repeats[0].components[0].subcomponents, ["555-55-5555", "PRIMARY", "PATRICIA P"]);
+        let obr = parts(oru.segment(oru.find("OBR", 1).unwrap()).unwrap());
+        assert_eq!(obr[15][0][0], ["555-55-5555", "PRIMARY", "PATRICIA P"]);
         assert_eq!(oru.find("OBX", 2), Some(4));
         assert_eq!(oru.find("OBX", 3), None);
+    }
+
+    /// The shapes that cost the most per byte as a tree of parts (issue 18:
+    /// 240 to 750 bytes per byte): here the text and four bytes a segment.
+    #[test]
+    fn a_message_holds_its_text_and_four_bytes_a_segment() {
+        let flood = |c: &str| format!("MSH|^~\\&|{}", c.repeat(100_000));
+        let shapes =
+            [format!("MSH|^~\\&{}", "\rNTE|123".repeat(100_000)), flood("|"), flood("^"), flood("~"), flood("&")];
+        for text in shapes {
+            let message = Hl7Message::parse(&text).unwrap();
+            assert_eq!(message.as_str(), text);
+            let most = text.len() + 4 * message.segment_count();
+            assert!(message.heap_bytes() <= most, "{} bytes held for {}", message.heap_bytes(), text.len());
+        }
+    }
+
+    /// `message/set` gives its text away: the message is that text, not a copy.
+    #[test]
+    fn owned_text_becomes_the_message_without_a_copy() {
+        let text = String::from(ORU_R01);
+        let at = text.as_ptr();
+        assert_eq!(Hl7Message::parse_owned(text).unwrap().as_str().as_ptr(), at);
+        let crlf = format!("\r\n{}\r\n", ORU_R01.replace('\r', "\r\n"));
+        assert_eq!(Hl7Message::parse_owned(crlf).unwrap().as_str(), ORU_R01);
+    }
+
+    /// Splices keep what the message knows about its text: where segments
+    /// start and how many elements it has, as a fresh parse finds them.
+    #[test]
+    fn splices_keep_segment_starts_and_elements() {
+        let same_as_fresh = |message: &Hl7Message| {
+            let fresh = Hl7Message::parse(message.as_str()).unwrap();
+            assert_eq!(message.elements(), fresh.elements(), "{:?}", message.as_str());
+            let segments: Vec<&str> = message.segments().map(|s| s.as_str()).collect();
+            assert_eq!(segments, fresh.segments().map(|s| s.as_str()).collect::<Vec<_>>());
+        };
+        let mut message = Hl7Message::parse(ORU_R01).unwrap();
+        message.splice(message.segment_range(1).unwrap(), "PID|1^2~3&4");
+        same_as_fresh(&message);
+        let end = message.segment_range(2).unwrap().end;
+        message.splice(end..end, "\rNTE|\rNTE|a|b");
+        same_as_fresh(&message);
+        let third = message.segment_range(3).unwrap();
+        message.splice(third.start - 1..third.end, "");
+        same_as_fresh(&message);
+        message.splice(message.len()..message.len(), "\rZZZ|x");
+        same_as_fresh(&message);
+        message.splice(message.segment_range(0).unwrap(), "MSH|^~\\&|NEW");
+        same_as_fresh(&message);
+        assert_eq!(message.segment_count(), 7);
     }
 
     #[test]
@@ -484,8 +698,8 @@ mod tests {
     fn a_later_msh_segment_is_a_header_too() {
         let text = "MSH|^~\\&|A\rPID|1\rMSH|^~\\&|B^C|D";
         let message = Hl7Message::parse(text).unwrap();
-        let second = &message.segments[2];
-        assert_eq!(second.fields[2].repeats[0].components.len(), 2, "MSH.3 has components");
+        let second = parts(message.segment(2).unwrap());
+        assert_eq!(second[2][0].len(), 2, "MSH.3 has components");
         assert_eq!(message.to_string(), text);
         for bad in ["MSH|^~\\&\rMSH|", "MSH|^~\\&\rMSH|^~\\#|x", "MSH|^~\\&\rMSH"] {
             assert!(Hl7Message::parse(bad).is_err(), "{bad:?}");
@@ -501,6 +715,10 @@ mod tests {
             assert!(error.contains("is not a segment name"), "{text:?}: {error}");
         }
         assert!(Hl7Message::parse("MSH|^~\\&\rZ01|1").is_ok());
+        // hl7-parser's quirk, kept (see `parsed_name`): after a two-byte letter
+        // it takes a character past the alphanumerics into the name.
+        let error = Hl7Message::parse("MSH|^~\\&\rä1&|x").unwrap_err().to_string();
+        assert!(error.contains("\"ä1&\" is not a segment name"), "{error}");
     }
 
     /// Found by the hl7_message and hl7_patch fuzz targets: delimiters that

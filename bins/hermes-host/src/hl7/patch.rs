@@ -7,13 +7,21 @@
 //! value, `DOE\S\JOHN`; set components one by one). Setting a place that does
 //! not exist yet creates it (fields, repetitions, components in between are
 //! empty); clearing trims the empty delimiters left at the end.
+//!
+//! A patch is worked out as one [`Splice`] of the message's text (a segment
+//! rewritten, segments inserted or one removed), built from the parts it
+//! touches: a patch on a segment of a million fields copies its text once
+//! and allocates nothing per field. Whoever applies it can first check
+//! where it leaves the message ([`Hl7Message::check_splice`]).
+
+use std::ops::Range;
 
 use hl7_parser::query::LocationQuery;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::tree::{MAX_INDEX, grow};
-use super::{Component, Field, Hl7Message, Repeat, Segment, is_segment_name};
+use super::tree::MAX_INDEX;
+use super::{Bounds, Delimiters, Exceeded, Hl7Message, is_segment_name};
 
 /// One patch of `editor/patchMessage`.
 #[derive(Clone, Debug, Deserialize)]
@@ -25,6 +33,22 @@ pub struct Patch {
     pub remove: Option<bool>,
     #[serde(default)]
     pub create: Option<bool>,
+}
+
+/// What a patch does to the text: `range` replaced by `text`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Splice {
+    pub range: Range<usize>,
+    pub text: String,
+}
+
+/// Why a patch was not applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The patch is wrong for this message (its path, its value, its place).
+    Invalid(String),
+    /// It would take the message past its bounds.
+    Exceeds(Exceeded),
 }
 
 /// Parses a location query, strictly.
@@ -56,21 +80,39 @@ pub fn parse_path(path: &str) -> Result<LocationQuery, String> {
 
 /// Applies one patch to `message`; on error the message is unchanged.
 pub fn apply(message: &mut Hl7Message, patch: &Patch) -> Result<(), String> {
+    apply_within(message, patch, &Bounds::NONE).map_err(|refusal| match refusal {
+        Refusal::Invalid(reason) => reason,
+        Refusal::Exceeds(exceeded) => format!("{exceeded:?}"),
+    })
+}
+
+/// Applies one patch unless it is invalid or would take the message past
+/// `bounds`; either way, on error the message is unchanged.
+pub fn apply_within(message: &mut Hl7Message, patch: &Patch, bounds: &Bounds) -> Result<(), Refusal> {
+    let Splice { range, text } = plan(message, patch).map_err(Refusal::Invalid)?;
+    message.check_splice(&range, &text, bounds).map_err(Refusal::Exceeds)?;
+    message.splice(range, &text);
+    Ok(())
+}
+
+/// Works out what `patch` does to `message`, changing nothing.
+pub fn plan(message: &Hl7Message, patch: &Patch) -> Result<Splice, String> {
     let query = parse_path(&patch.path)?;
     let remove = patch.remove == Some(true);
     let create = patch.create == Some(true);
     let nth = query.segment_index.unwrap_or(1);
     let Some(field_number) = query.field else {
         return match (create, remove) {
-            (true, false) => create_segment(message, &query.segment, query.segment_index),
+            (true, false) => create_segment(message, &query.segment, query.segment_index, None),
             (false, true) => remove_segment(message, &query.segment, nth),
             (true, true) => Err("a patch cannot both create and remove".into()),
             (false, false) => Err(format!("{}: a segment path needs `create` or `remove`", patch.path)),
         };
     };
+    let d = message.delimiters();
     let value = match (&patch.value, remove) {
         (_, true) | (None | Some(Value::Null), _) => String::new(),
-        (Some(Value::String(text)), false) => message.delimiters.escape_leaf(text),
+        (Some(Value::String(text)), false) => d.escape_leaf(text),
         (Some(Value::Number(n)), false) => n.to_string(),
         (Some(Value::Bool(b)), false) => b.to_string(),
         (Some(_), false) => return Err(format!("{}: `value` must be a string", patch.path)),
@@ -78,51 +120,150 @@ pub fn apply(message: &mut Hl7Message, patch: &Patch) -> Result<(), String> {
     if query.segment == "MSH" && field_number <= 2 {
         return Err("MSH.1 and MSH.2 hold the delimiters and cannot be patched".into());
     }
-    let index = match message.find(&query.segment, nth) {
-        Some(index) => index,
-        None if create => {
-            create_segment(message, &query.segment, Some(nth))?;
-            message.find(&query.segment, nth).ok_or("the segment could not be created")?
+    let place =
+        Place { field: field_number, repeat: query.repeat, component: query.component, sub: query.subcomponent };
+    match message.find(&query.segment, nth) {
+        Some(index) => {
+            let range = message.segment_range(index).expect("a segment found is there");
+            let text = place.set(&message.as_str()[range.clone()], &d, &value);
+            Ok(Splice { range, text })
         }
-        None => return Err(format!("segment {}[{nth}] not found", query.segment)),
-    };
-    let segment = &mut message.segments[index];
-    grow(&mut segment.fields, field_number, Field::empty);
-    let field = &mut segment.fields[field_number - 1];
-    set(field, query.repeat, query.component, query.subcomponent, value);
-    field.trim();
-    segment.trim();
-    Ok(())
+        // The segment is created with the field set: the last one it adds.
+        None if create => {
+            create_segment(message, &query.segment, Some(nth), Some(&|empty| place.set(empty, &d, &value)))
+        }
+        None => Err(format!("segment {}[{nth}] not found", query.segment)),
+    }
 }
 
-/// Sets the place a query names within one field.
-fn set(field: &mut Field, repeat: Option<usize>, component: Option<usize>, sub: Option<usize>, value: String) {
-    // A whole field without a repetition index: the value replaces every repetition.
-    if repeat.is_none() && component.is_none() {
-        *field = Field::leaf(value);
-        return;
+/// Where in a segment a patch writes: field, repetition, component,
+/// subcomponent, each 1-based.
+struct Place {
+    field: usize,
+    repeat: Option<usize>,
+    component: Option<usize>,
+    sub: Option<usize>,
+}
+
+impl Place {
+    /// The segment `segment` with `value` written at this place, the empty
+    /// delimiters left at the end of the field and of the segment trimmed.
+    fn set(&self, segment: &str, d: &Delimiters, value: &str) -> String {
+        let header = segment.starts_with("MSH");
+        // The fields after the name; in MSH, after MSH.2 (`MSH|^~\&`, 8 bytes):
+        // none at all when the segment ends there.
+        let (head, body, before) = match header {
+            true => (&segment[..8], segment.get(9..), 2),
+            false => (&segment[..3], Some(&segment[4..]), 0),
+        };
+        let body = replace_part(body.unwrap_or(""), d.field, self.field - 1 - before, body.is_none(), |old| {
+            trim_field(&self.set_in_field(old, d, value), d)
+        });
+        // Trailing empty fields go: in MSH down to MSH.2, elsewhere all of
+        // them, and the segment is then written `NTE|` (a name alone is not
+        // a segment).
+        let empty = |field: &str| field.chars().all(|c| c == d.repetition || c == d.component || c == d.subcomponent);
+        let mut body = Some(body);
+        while let Some(fields) = &mut body {
+            match fields.rfind(d.field) {
+                Some(at) if empty(&fields[at + 1..]) => fields.truncate(at),
+                None if empty(fields) => body = None,
+                _ => break,
+            }
+        }
+        let mut out = String::with_capacity(segment.len() + value.len());
+        out.push_str(head);
+        match (header, body) {
+            (true, None) => {}
+            (false, None) => out.push(d.field),
+            (_, Some(fields)) => {
+                out.push(d.field);
+                out.push_str(&fields);
+            }
+        }
+        out
     }
-    let r = repeat.unwrap_or(1);
-    grow(&mut field.repeats, r, || Repeat::leaf(""));
-    let target = &mut field.repeats[r - 1];
-    let Some(c) = component else {
-        *target = Repeat::leaf(value);
-        return;
-    };
-    grow(&mut target.components, c, || Component::leaf(""));
-    let component = &mut target.components[c - 1];
-    match sub {
-        None => *component = Component::leaf(value),
-        Some(s) => {
-            grow(&mut component.subcomponents, s, String::new);
-            component.subcomponents[s - 1] = value;
+
+    /// A field's text with `value` at this place. A whole field without a
+    /// repetition index: the value replaces every repetition.
+    fn set_in_field(&self, field: &str, d: &Delimiters, value: &str) -> String {
+        if self.repeat.is_none() && self.component.is_none() {
+            return value.to_owned();
+        }
+        replace_part(field, d.repetition, self.repeat.unwrap_or(1) - 1, false, |repeat| match self.component {
+            None => value.to_owned(),
+            Some(c) => replace_part(repeat, d.component, c - 1, false, |component| match self.sub {
+                None => value.to_owned(),
+                Some(s) => replace_part(component, d.subcomponent, s - 1, false, |_| value.to_owned()),
+            }),
+        })
+    }
+}
+
+/// `text` split at `sep`, with part `index` (0-based) replaced by what `with`
+/// makes of it; missing parts before it are added empty. `none` says `text`
+/// has no parts at all (a bare MSH has no fields after MSH.2).
+fn replace_part(text: &str, sep: char, index: usize, none: bool, with: impl FnOnce(&str) -> String) -> String {
+    let mut start = 0;
+    let mut parts = if none { 0 } else { 1 };
+    while parts <= index {
+        match text[start..].find(sep) {
+            Some(at) => {
+                start += at + sep.len_utf8();
+                parts += 1;
+            }
+            None => break,
         }
     }
+    if parts > index {
+        let end = text[start..].find(sep).map_or(text.len(), |at| start + at);
+        let mut out = String::with_capacity(text.len());
+        out.push_str(&text[..start]);
+        out.push_str(&with(&text[start..end]));
+        out.push_str(&text[end..]);
+        return out;
+    }
+    // Parts 0..parts exist; add the empty ones up to `index`, then the new one.
+    let mut out = String::from(text);
+    let missing = if none { index } else { index + 1 - parts };
+    out.extend(std::iter::repeat_n(sep, missing));
+    out.push_str(&with(""));
+    out
+}
+
+/// Drops trailing empty repetitions, components and subcomponents: after a
+/// patch cleared something, `DOE^` carries nothing `DOE` does not.
+fn trim_field(field: &str, d: &Delimiters) -> String {
+    let mut out = String::with_capacity(field.len());
+    for (r, repeat) in field.split(d.repetition).enumerate() {
+        if r > 0 {
+            out.push(d.repetition);
+        }
+        let start = out.len();
+        for (c, component) in repeat.split(d.component).enumerate() {
+            if c > 0 {
+                out.push(d.component);
+            }
+            out.push_str(component.trim_end_matches(d.subcomponent));
+        }
+        let kept = out[start..].trim_end_matches(d.component).len();
+        out.truncate(start + kept);
+    }
+    let kept = out.trim_end_matches(d.repetition).len();
+    out.truncate(kept);
+    out
 }
 
 /// Adds a segment after the last one of its name (at the end when there is
-/// none). `OBX[3]` with one OBX present adds two, so that the path then exists.
-fn create_segment(message: &mut Hl7Message, name: &str, nth: Option<usize>) -> Result<(), String> {
+/// none). `OBX[3]` with one OBX present adds two, so that the path then
+/// exists; `last`, if given, makes the text of the last one added from the
+/// empty one (`NTE|`).
+fn create_segment(
+    message: &Hl7Message,
+    name: &str,
+    nth: Option<usize>,
+    last: Option<&dyn Fn(&str) -> String>,
+) -> Result<Splice, String> {
     if name == "MSH" {
         return Err("a message has one MSH segment".into());
     }
@@ -131,20 +272,25 @@ fn create_segment(message: &mut Hl7Message, name: &str, nth: Option<usize>) -> R
     if wanted <= count {
         return Err(format!("segment {name}[{wanted}] already exists"));
     }
-    let at = message.segments.iter().rposition(|s| s.name == name).map_or(message.segments.len(), |i| i + 1);
-    for offset in 0..wanted - count {
-        message.segments.insert(at + offset, Segment::new(name));
+    let after = message.segments().enumerate().filter(|(_, s)| s.name() == name).last().map(|(i, _)| i);
+    let at = after.and_then(|i| message.segment_range(i)).map_or(message.len(), |range| range.end);
+    let empty = format!("{name}{}", message.delimiters().field);
+    let mut text = format!("\r{empty}").repeat(wanted - count);
+    if let Some(last) = last {
+        text.truncate(text.len() - empty.len());
+        text.push_str(&last(&empty));
     }
-    Ok(())
+    Ok(Splice { range: at..at, text })
 }
 
-fn remove_segment(message: &mut Hl7Message, name: &str, nth: usize) -> Result<(), String> {
+fn remove_segment(message: &Hl7Message, name: &str, nth: usize) -> Result<Splice, String> {
     if name == "MSH" {
         return Err("the MSH segment cannot be removed".into());
     }
     let index = message.find(name, nth).ok_or_else(|| format!("segment {name}[{nth}] not found"))?;
-    message.segments.remove(index);
-    Ok(())
+    let range = message.segment_range(index).expect("a segment found is there");
+    // With the `\r` before it (it is not the first segment: that is MSH).
+    Ok(Splice { range: range.start - 1..range.end, text: String::new() })
 }
 
 #[cfg(test)]
@@ -204,6 +350,15 @@ mod tests {
         // An empty segment is written with its field separator: `NTE` alone does not parse.
         assert_eq!(text, "MSH|^~\\&|APP\rOBX|1\rNTE|\rNTE|||note");
         assert_eq!(Hl7Message::parse(&text).unwrap().to_string(), text);
+    }
+
+    /// Found by the hl7_patch fuzz target: creating `MSH[2]` with a field
+    /// set wrote the field into an empty `MSH|` before refusing it.
+    #[test]
+    fn a_second_msh_is_refused_before_anything_is_written() {
+        let (text, errors) = patched(ADT, json!([{"path": "MSH[2].3", "value": "x", "create": true}]));
+        assert_eq!(errors, ["a message has one MSH segment"]);
+        assert_eq!(text, ADT);
     }
 
     #[test]

@@ -4,7 +4,7 @@ use rpc_core::{Ctx, RpcError};
 use serde::{Deserialize, Serialize};
 
 use super::ExtConn;
-use crate::document::{Document, PatchOutcome};
+use crate::document::{Document, PatchOutcome, Text};
 use crate::hl7::patch::Patch;
 use crate::hl7::tree::Format;
 
@@ -23,14 +23,14 @@ pub(crate) fn hl7() -> Format {
 #[serde(rename_all = "camelCase")]
 pub struct Message {
     #[serde(serialize_with = "shared_str")]
-    pub message: std::sync::Arc<str>,
+    pub message: Text,
     pub has_file: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file_path: Option<String>,
 }
 
 /// Serialises the shared text without copying it first.
-fn shared_str<S: serde::Serializer>(text: &std::sync::Arc<str>, serializer: S) -> Result<S::Ok, S::Error> {
+fn shared_str<S: serde::Serializer>(text: &Text, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_str(text)
 }
 
@@ -69,6 +69,6 @@ pub struct SetOutcome {
 /// Unparsable input is -32004 (the spec's choice over Hermes'
 /// `{success: false, error}`), so `success` is always true here.
 pub async fn set_message(ctx: Ctx<ExtConn>, params: SetParams) -> Result<SetOutcome, RpcError> {
-    ctx.state.host.document.set(&params.message, params.format, ctx.state.extension.name())?;
+    ctx.state.host.document.set(params.message, params.format, ctx.state.extension.name())?;
     Ok(SetOutcome { success: true })
 }

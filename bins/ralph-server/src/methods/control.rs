@@ -8,11 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::Client;
-use crate::prompt::queue_injection;
+use crate::injected::Refused;
 use crate::session::Session;
-
-/// Longest prompt one `inject_prompt` may add.
-const MAX_INJECTED: usize = 256 * 1024;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,18 +49,26 @@ pub struct InjectParams {
     prompt: String,
 }
 
-pub fn inject_prompt(
-    session: Arc<Session>,
-) -> impl Fn(Ctx<Client>, InjectParams) -> std::future::Ready<Result<Value, RpcError>> + Send + Sync + 'static {
+/// Queues the prompt within the limits on pending prompts (-32602 past
+/// them, naming the setting), once it is saved: a sync, off the runtime's threads.
+pub fn inject_prompt(session: Arc<Session>) -> impl Fn(Ctx<Client>, InjectParams) -> Pending + Send + Sync + 'static {
     move |_, params: InjectParams| {
-        let result = if params.prompt.trim().is_empty() {
-            Err(RpcError::invalid_params("prompt: must not be empty"))
-        } else if params.prompt.len() > MAX_INJECTED {
-            Err(RpcError::invalid_params(format!("prompt: longer than {MAX_INJECTED} bytes")))
-        } else {
-            session.request(|r| queue_injection(&mut r.pending_prompt, &params.prompt));
-            Ok(json!({"status": "prompt_injected", "prompt": params.prompt}))
-        };
-        std::future::ready(result)
+        let session = session.clone();
+        Box::pin(async move {
+            if params.prompt.trim().is_empty() {
+                return Err(RpcError::invalid_params("prompt: must not be empty"));
+            }
+            let prompt = params.prompt;
+            let (saved, prompt) = tokio::task::spawn_blocking(move || (session.inject(&prompt), prompt))
+                .await
+                .map_err(|e| RpcError::internal(format!("inject_prompt: {e}")))?;
+            match saved {
+                Ok(()) => Ok(json!({"status": "prompt_injected", "prompt": prompt})),
+                Err(e @ Refused::Io { .. }) => Err(RpcError::internal(e)),
+                Err(e) => Err(RpcError::invalid_params(e)),
+            }
+        })
     }
 }
+
+type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, RpcError>> + Send>>;

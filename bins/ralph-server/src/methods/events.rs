@@ -2,7 +2,7 @@
 //! to one client.
 //!
 //! Each client has its own bounded queue in the session's fan-out, delivered
-//! by `fanout::pump`: a client that stops reading loses events, counted,
+//! by `fanout::pump` ([`Session::subscribe`]): a client that stops reading loses events, counted,
 //! never its connection, and slows nobody (the publisher never waits). When it
 //! reads again, the first thing after the gap is an event of type `dropped`
 //! with `{"count": N}`. Topics change in place while the pump runs, so
@@ -12,13 +12,12 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use rpc_core::fanout::{self, EVERY_TOPIC, Topics, TopicsHandle};
+use rpc_core::fanout::{EVERY_TOPIC, Topics, TopicsHandle};
 use rpc_core::{Ctx, RpcError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::session::{Session, event};
-use crate::timestamp;
+use crate::session::Session;
 
 /// The event types a client may subscribe to (besides `*`).
 pub const EVENT_TYPES: &[&str] = &["output", "state_change"];
@@ -70,11 +69,8 @@ pub fn subscribe(session: Arc<Session>) -> impl Fn(Ctx<Client>, EventsParams) ->
                 None => {
                     let mut topics = Topics::none();
                     params.events.iter().for_each(|e| topics.add(e));
-                    let subscription = session.events.subscribe(topics.clone());
-                    *slot = Some(subscription.topics_handle());
-                    tokio::spawn(fanout::pump(subscription, ctx.peer.clone(), |count| {
-                        event("dropped", &timestamp::now(), &json!({ "count": count })).to_vec()
-                    }));
+                    // After the loop's end there is nothing more to send.
+                    *slot = session.subscribe(topics.clone(), ctx.peer.clone());
                     topics
                 }
             };

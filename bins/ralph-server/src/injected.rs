@@ -1,0 +1,271 @@
+//! Prompts injected by clients and not yet given to the agent: bounded in
+//! count and bytes, and kept in `.ralph/injected.jsonl`, one JSON line each.
+//!
+//! An injection appends its own line and syncs it, so it costs a write of its
+//! own size: never a rewrite of the prompts before it or of state.json (120
+//! injections of 256 KiB used to rewrite and fsync a state.json growing to
+//! 30 MB on every call). A restart, after a crash too, finds them in the file.
+//! The next iteration takes them all and empties the file.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Longest prompt one `inject_prompt` may add.
+pub const MAX_PROMPT: usize = 256 * 1024;
+
+/// How many prompts, and how many bytes of them, may wait at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub count: usize,
+    pub bytes: usize,
+}
+
+/// Why an injection was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("prompt: longer than {MAX_PROMPT} bytes")]
+    TooLong,
+    #[error(
+        "prompt: {count} injected prompts already wait for the next iteration, the most allowed \
+         (--max-pending-prompts, RALPH_MAX_PENDING_PROMPTS: {count}); inject again once it has started"
+    )]
+    Count { count: usize },
+    #[error(
+        "prompt: {len} more bytes would make {total} bytes of injected prompts waiting for the next \
+         iteration, more than allowed (--max-pending-prompt-bytes, RALPH_MAX_PENDING_PROMPT_BYTES: {limit})"
+    )]
+    Bytes { len: usize, total: usize, limit: usize },
+    #[error("cannot save the prompt in {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+}
+
+/// One line of the file.
+#[derive(Deserialize, Serialize)]
+struct Line<'a> {
+    #[serde(borrow)]
+    prompt: std::borrow::Cow<'a, str>,
+}
+
+#[derive(Debug)]
+pub struct PendingPrompts {
+    path: PathBuf,
+    limits: Limits,
+    prompts: Vec<String>,
+    bytes: usize,
+    /// The file, open for appending once something was written to it, and
+    /// its length: a failed append is cut off again, so no torn line stays.
+    file: Option<(File, u64)>,
+}
+
+impl PendingPrompts {
+    pub fn path(task_dir: &Path) -> PathBuf {
+        task_dir.join(".ralph/injected.jsonl")
+    }
+
+    /// The prompts the file holds. `earlier`: a prompt an older version kept
+    /// in state.json, which comes first. A line cut short by a crash was never
+    /// acknowledged, and is dropped; the file is then written again whole.
+    pub fn load(task_dir: &Path, limits: Limits, earlier: Option<String>) -> io::Result<PendingPrompts> {
+        let path = PendingPrompts::path(task_dir);
+        let mut pending = PendingPrompts { path, limits, prompts: Vec::new(), bytes: 0, file: None };
+        let mut clean = earlier.is_none();
+        pending.prompts.extend(earlier);
+        match File::open(&pending.path) {
+            Ok(file) => {
+                let mut reader = BufReader::new(file);
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    let read = reader
+                        .read_line(&mut line)
+                        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", pending.path.display())))?;
+                    if read == 0 {
+                        break;
+                    }
+                    match serde_json::from_str::<Line<'_>>(&line) {
+                        Ok(Line { prompt }) if line.ends_with('\n') => pending.prompts.push(prompt.into_owned()),
+                        _ => {
+                            tracing::warn!(file = %pending.path.display(), "dropped a torn line");
+                            clean = false;
+                        }
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", pending.path.display()))),
+        }
+        pending.bytes = pending.prompts.iter().map(String::len).sum();
+        if !clean {
+            pending.rewrite()?;
+        }
+        Ok(pending)
+    }
+
+    /// Adds `prompt` behind the others, within the limits, once it is on disk.
+    pub fn push(&mut self, prompt: &str) -> Result<(), Refused> {
+        if prompt.len() > MAX_PROMPT {
+            return Err(Refused::TooLong);
+        }
+        if self.prompts.len() >= self.limits.count {
+            return Err(Refused::Count { count: self.limits.count });
+        }
+        let total = self.bytes + prompt.len();
+        if total > self.limits.bytes {
+            return Err(Refused::Bytes { len: prompt.len(), total, limit: self.limits.bytes });
+        }
+        self.append(prompt).map_err(|source| Refused::Io { path: self.path.clone(), source })?;
+        self.prompts.push(prompt.to_owned());
+        self.bytes = total;
+        Ok(())
+    }
+
+    /// Every prompt waiting, in order; the file is emptied. Should emptying it
+    /// fail, a restart gives them again rather than never.
+    pub fn take(&mut self) -> Vec<String> {
+        let taken = std::mem::take(&mut self.prompts);
+        self.bytes = 0;
+        if !taken.is_empty()
+            && let Err(e) = self.empty()
+        {
+            tracing::warn!(error = %e, file = %self.path.display(), "cannot empty the injected prompts' file");
+        }
+        taken
+    }
+
+    fn empty(&mut self) -> io::Result<()> {
+        let (file, len) = match &mut self.file {
+            Some(open) => open,
+            None => self.file.insert(open_for_append(&self.path)?),
+        };
+        file.set_len(0)?;
+        file.sync_data()?;
+        *len = 0;
+        Ok(())
+    }
+
+    /// Puts prompts taken for an agent that could not start back in front,
+    /// whatever the limits: they were accepted once.
+    pub fn put_back(&mut self, mut taken: Vec<String>) {
+        if taken.is_empty() {
+            return;
+        }
+        taken.append(&mut self.prompts);
+        self.prompts = taken;
+        self.bytes = self.prompts.iter().map(String::len).sum();
+        if let Err(e) = self.rewrite() {
+            tracing::warn!(error = %e, file = %self.path.display(), "cannot save the injected prompts");
+        }
+    }
+
+    fn append(&mut self, prompt: &str) -> io::Result<()> {
+        let mut line = serde_json::to_vec(&Line { prompt: prompt.into() }).map_err(io::Error::other)?;
+        line.push(b'\n');
+        let (file, len) = match &mut self.file {
+            Some(open) => open,
+            None => self.file.insert(open_for_append(&self.path)?),
+        };
+        match file.write_all(&line).and_then(|()| file.sync_data()) {
+            Ok(()) => {
+                *len += line.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // Cut off what part of the line got written, so the next one starts clean.
+                let _ = file.set_len(*len);
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes the file anew: a temporary file beside it, synced, renamed over
+    /// it, the directory synced. A crash leaves the old file or the new.
+    fn rewrite(&mut self) -> io::Result<()> {
+        self.file = None;
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        fs::create_dir_all(dir)?;
+        let tmp = dir.join(format!(".injected.jsonl.{}.tmp", std::process::id()));
+        let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        for prompt in &self.prompts {
+            let mut line = serde_json::to_vec(&Line { prompt: prompt.as_str().into() }).map_err(io::Error::other)?;
+            line.push(b'\n');
+            file.write_all(&line)?;
+        }
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, &self.path)?;
+        File::open(dir)?.sync_all()
+    }
+}
+
+/// The file, open for appending (0600: prompts may be private); a file it
+/// had to create is made durable with a sync of its directory.
+fn open_for_append(path: &Path) -> io::Result<(File, u64)> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let existed = path.exists();
+    let file = OpenOptions::new().append(true).create(true).mode(0o600).open(path)?;
+    if !existed {
+        File::open(dir)?.sync_all()?;
+    }
+    let len = file.metadata()?.len();
+    Ok((file, len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROOMY: Limits = Limits { count: 100, bytes: 1 << 20 };
+
+    #[test]
+    fn prompts_are_kept_in_order_across_a_restart_and_taken_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut pending = PendingPrompts::load(dir.path(), ROOMY, None).unwrap();
+        pending.push("first\nline").unwrap();
+        pending.push("second \"quoted\"").unwrap();
+        let mut again = PendingPrompts::load(dir.path(), ROOMY, None).unwrap();
+        assert_eq!(again.take(), ["first\nline", "second \"quoted\""]);
+        assert!(PendingPrompts::load(dir.path(), ROOMY, None).unwrap().take().is_empty(), "taken once");
+        // A prompt from an older state.json comes first.
+        pending.push("third").unwrap();
+        let mut old = PendingPrompts::load(dir.path(), ROOMY, Some("from state.json".into())).unwrap();
+        assert_eq!(old.take(), ["from state.json", "third"]);
+    }
+
+    #[test]
+    fn limits_refuse_past_the_count_and_the_bytes_and_name_their_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut pending = PendingPrompts::load(dir.path(), Limits { count: 2, bytes: 10 }, None).unwrap();
+        pending.push("12345").unwrap();
+        let err = pending.push("1234567").unwrap_err().to_string();
+        assert!(err.contains("RALPH_MAX_PENDING_PROMPT_BYTES: 10") && err.contains("12 bytes"), "{err}");
+        pending.push("12345").unwrap();
+        let err = pending.push("1").unwrap_err().to_string();
+        assert!(err.contains("RALPH_MAX_PENDING_PROMPTS: 2"), "{err}");
+        assert!(matches!(pending.push(&"x".repeat(MAX_PROMPT + 1)), Err(Refused::TooLong)));
+        assert_eq!(pending.take().len(), 2);
+        pending.push("1").unwrap();
+        // Put back in front, whatever the limits.
+        pending.put_back(vec!["0123456789".into(), "a".into()]);
+        assert_eq!(PendingPrompts::load(dir.path(), ROOMY, None).unwrap().take(), ["0123456789", "a", "1"]);
+    }
+
+    #[test]
+    fn a_line_torn_by_a_crash_is_dropped_and_the_next_append_starts_clean() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut pending = PendingPrompts::load(dir.path(), ROOMY, None).unwrap();
+        pending.push("whole").unwrap();
+        let path = PendingPrompts::path(dir.path());
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(b"{\"prompt\": \"cut sh").unwrap();
+        let mut again = PendingPrompts::load(dir.path(), ROOMY, None).unwrap();
+        again.push("after").unwrap();
+        assert_eq!(PendingPrompts::load(dir.path(), ROOMY, None).unwrap().take(), ["whole", "after"]);
+        // Only the file itself is left in .ralph/.
+        assert_eq!(fs::read_dir(dir.path().join(".ralph")).unwrap().count(), 1);
+    }
+}
