@@ -82,9 +82,6 @@ pub struct StatusReply {
     pub started_at: String,
     pub updated_at: String,
     pub recent_output: Vec<String>,
-    /// Log lines the daemon could not write since it started (stderr's
-    /// reader not keeping up, or gone): an extension of the seed's shape.
-    pub log_lines_dropped: u64,
 }
 
 pub struct Session {
@@ -181,7 +178,6 @@ impl Session {
             started_at: f.started_at,
             updated_at: f.updated_at,
             recent_output: self.recent.tail(RECENT_LINES),
-            log_lines_dropped: rpc_core::log_sink::dropped_lines(),
         }
     }
 

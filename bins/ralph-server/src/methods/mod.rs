@@ -19,6 +19,7 @@ pub fn router(session: Arc<Session>) -> Result<Arc<Router<Client>>, DuplicateMet
     let s = || session.clone();
     Router::new()
         .method("get_status", status::get_status(s()))
+        .method("get_server_status", status::get_server_status)
         .method("stop", control::stop(s()))
         .method("checkpoint", control::checkpoint(s()))
         .method("inject_prompt", control::inject_prompt(s()))

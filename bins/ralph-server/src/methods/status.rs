@@ -1,4 +1,5 @@
-//! `get_status`: the seed's result shape, field for field.
+//! `get_status`: the seed's result shape, field for field; and
+//! `get_server_status`, ours: the daemon's own health.
 
 use std::sync::Arc;
 
@@ -11,4 +12,23 @@ pub fn get_status(
     session: Arc<Session>,
 ) -> impl Fn(Ctx<Client>, NoParams) -> std::future::Ready<Result<StatusReply, RpcError>> + Send + Sync + 'static {
     move |_, _| std::future::ready(Ok(session.snapshot()))
+}
+
+/// The daemon's own health: not the loop's (that is `get_status`, whose
+/// shape is the seed's and stays so).
+#[derive(serde::Serialize)]
+pub struct ServerStatus {
+    version: &'static str,
+    pid: u32,
+    /// Log lines the daemon could not write since it started (stderr's
+    /// reader not keeping up, or gone).
+    log_lines_dropped: u64,
+}
+
+pub async fn get_server_status(_: Ctx<Client>, _: NoParams) -> Result<ServerStatus, RpcError> {
+    Ok(ServerStatus {
+        version: env!("CARGO_PKG_VERSION"),
+        pid: std::process::id(),
+        log_lines_dropped: rpc_core::log_sink::dropped_lines(),
+    })
 }
