@@ -197,7 +197,7 @@ fn assert_nothing_left(log: &str, scratch: &Path, started: &[&str]) {
 fn run_all_starts_every_daemon_each_try_it_works_and_ctrl_c_leaves_nothing_behind() {
     let _turn = DEFAULT_PORTS_IN_USE.lock();
     if DEFAULT_PORTS.iter().any(|p| listening(*p)) {
-        eprintln!("SKIP: a default port ({DEFAULT_PORTS:?}) is in use on this machine");
+        integration_tests::skip(&format!("a default port ({DEFAULT_PORTS:?}) is in use"), "stop what listens there");
         return;
     }
     let mut run_all = RunAll::start(&[]);
@@ -232,7 +232,7 @@ fn run_all_starts_every_daemon_each_try_it_works_and_ctrl_c_leaves_nothing_behin
 fn run_all_with_the_bridge_port_taken_reports_supex_bridge_at_once_and_runs_the_others() {
     let _turn = DEFAULT_PORTS_IN_USE.lock();
     if DEFAULT_PORTS.iter().any(|p| listening(*p)) {
-        eprintln!("SKIP: a default port ({DEFAULT_PORTS:?}) is in use on this machine");
+        integration_tests::skip(&format!("a default port ({DEFAULT_PORTS:?}) is in use"), "stop what listens there");
         return;
     }
     // Taken by something that accepts and never answers: a client of it would hang.
@@ -273,7 +273,7 @@ fn run_all_with_the_bridge_port_taken_reports_supex_bridge_at_once_and_runs_the_
 fn run_all_without_ruby_still_runs_the_bridge_and_its_try_it_says_how_to_get_ruby() {
     let _turn = DEFAULT_PORTS_IN_USE.lock();
     if DEFAULT_PORTS.iter().any(|p| listening(*p)) {
-        eprintln!("SKIP: a default port ({DEFAULT_PORTS:?}) is in use on this machine");
+        integration_tests::skip(&format!("a default port ({DEFAULT_PORTS:?}) is in use"), "stop what listens there");
         return;
     }
     let mut run_all = RunAll::start(&[("SUPEX_RUBY", "/nonexistent/ruby")]);

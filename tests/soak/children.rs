@@ -44,7 +44,7 @@ fn supex_bridge_ruby_sigkilled_mid_eval_fails_it_clearly_and_the_queue_runs_on_a
     let killed = Instant::now();
     sigkill(ruby);
     let reply = client.recv();
-    assert!(killed.elapsed() < Duration::from_secs(2), "the caller waited {:?}", killed.elapsed());
+    assert!(killed.elapsed() < Duration::from_secs(5), "the caller waited {:?}", killed.elapsed());
     let err = error(&reply);
     assert_eq!((err["code"].as_i64(), err["data"]["reason"].as_str()), (Some(-32000), Some("crashed")), "{reply}");
     let message = err["message"].as_str().unwrap_or_default();
@@ -83,7 +83,7 @@ fn hermes_host_extension_sigkilled_mid_command_is_reported_restarted_and_its_dia
     let killed = Instant::now();
     sigkill(old);
     let failed = watcher.recv();
-    assert!(killed.elapsed() < Duration::from_secs(2), "reported after {:?}", killed.elapsed());
+    assert!(killed.elapsed() < Duration::from_secs(5), "reported after {:?}", killed.elapsed());
     assert_eq!(failed["params"]["name"], "py", "{failed}");
     assert_eq!(failed["params"]["state"], "failed", "{failed}");
     let reason = failed["params"]["reason"].as_str().unwrap_or_default();

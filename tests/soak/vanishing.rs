@@ -12,6 +12,12 @@ use std::time::{Duration, Instant};
 use integration_tests::{eventually, peak_rss, require_tool, rss_bytes, rss_growth_mib};
 use serde_json::{Value, json};
 
+/// How long a live client may wait while vanished ones' work winds down. Not a
+/// latency target (that is rpc-bench's): long enough for a loaded 2-core CI
+/// machine, and far shorter than waiting behind the vanished clients' work, or
+/// for a timeout, would take.
+const LIVE: Duration = Duration::from_secs(5);
+
 const MIB: usize = 1024 * 1024;
 
 /// Writes `requests` as NDJSON on `stream` and drops it without reading.
@@ -69,7 +75,7 @@ fn supex_bridge_clients_vanishing_mid_request_leave_no_work_behind() {
     assert!(done, "evaluations for vanished clients kept running: $runs = {settled}");
     let asked = Instant::now();
     assert_eq!(eval(&mut live, "6 * 7"), "42");
-    assert!(asked.elapsed() < Duration::from_millis(500), "a live evaluation waited {:?}", asked.elapsed());
+    assert!(asked.elapsed() < LIVE, "a live evaluation waited {:?}", asked.elapsed());
     eprintln!("{settled} of 160 evaluations from vanished clients ran");
     assert_eq!(ok(&mut live, "runtime_info", json!({}))["restarts"], 0);
 }
@@ -95,7 +101,7 @@ fn vanishing_wave(bridge: &crate::bridge::Bridge, live: &mut integration_tests::
         if round % 10 == 9 {
             let asked = Instant::now();
             assert_eq!(live.call(9, "ping", json!({}))["result"]["status"], "ok");
-            assert!(asked.elapsed() < Duration::from_secs(1), "a live client waited {:?}", asked.elapsed());
+            assert!(asked.elapsed() < LIVE, "a live client waited {:?}", asked.elapsed());
         }
     }
 }
@@ -193,7 +199,7 @@ async fn btcp_broker_an_sse_browser_dropping_its_stream_fails_the_pending_call_a
     let dropped = Instant::now();
     drop(browser);
     let answer = agent.response(&json!(1)).await;
-    assert!(dropped.elapsed() < Duration::from_secs(2), "the agent waited {:?}", dropped.elapsed());
+    assert!(dropped.elapsed() < LIVE, "the agent waited {:?}", dropped.elapsed());
     assert_eq!(answer["error"]["code"], -32002, "{answer}");
     assert!(answer["error"]["message"].as_str().unwrap_or_default().contains("disconnected"), "{answer}");
     assert_eq!(agent.call(2, "ping", json!({})).await["result"]["pong"], true);
@@ -221,7 +227,7 @@ fn hermes_host_control_clients_vanishing_mid_request_leave_nothing_behind() {
         send_and_vanish(stream, &requests);
         let asked = Instant::now();
         assert!(live.call("extensions/list", json!({}))["result"]["extensions"].is_array());
-        assert!(asked.elapsed() < Duration::from_secs(1), "a live client waited {:?}", asked.elapsed());
+        assert!(asked.elapsed() < LIVE, "a live client waited {:?}", asked.elapsed());
     }
     // 200 unread answers of 256 KiB (50 MiB), none of them held.
     let grown = rss_growth_mib(host.daemon.pid(), before, Duration::from_secs(1), "hermes-host: 40 vanished clients");
@@ -239,7 +245,7 @@ fn hermes_host_control_clients_vanishing_mid_request_leave_nothing_behind() {
     let gone = Instant::now();
     drop(ui);
     let answer: Value = serde_json::from_str(&host.wait_log("py", "RESULT ", 0, Duration::from_secs(10))).unwrap();
-    assert!(gone.elapsed() < Duration::from_secs(2), "the extension waited {:?}", gone.elapsed());
+    assert!(gone.elapsed() < LIVE, "the extension waited {:?}", gone.elapsed());
     assert_eq!(answer["error"]["code"], -32012, "{answer}");
     let mut next = host.client();
     assert_eq!(next.call("ui/attach", json!({}))["result"]["attached"], true, "the vanished UI is still attached");

@@ -34,22 +34,59 @@ pub fn free_port() -> u16 {
 }
 
 /// Whether an external program the test needs is installed. Missing: the test
-/// should return early after this printed a skip line; under `CI=true` a missing
-/// tool is a failure instead, because CI installs it.
+/// should return early after this reported the skip (see [`skip`]); under
+/// `CI=true` a missing tool is a failure instead, because CI installs it.
 pub fn require_tool(tool: &str) -> bool {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
         .stdout(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    if found {
-        return true;
+    if !found {
+        skip(&format!("`{tool}` is not installed"), &format!("install {tool} (README, \"Run the tests\")"));
     }
+    found
+}
+
+/// Reports that the running test skips itself because `missing` (with how
+/// to get it), where a person sees it: straight to the terminal, past the
+/// test harness's capture (a skipped test still reports `ok`), and in
+/// `target/skipped-tests/<test binary>.txt`, one line a test, for whoever
+/// runs the tests another way (nextest captures stderr). Under `CI=true` it
+/// panics instead: CI installs everything, so there a skip is a failure.
+pub fn skip(missing: &str, how: &str) {
+    let test = std::thread::current().name().unwrap_or("?").to_owned();
     if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("`{tool}` is required by this test and CI=true: install it (see .ci/run)");
+        panic!("{test}: {missing} and CI=true: {how} (see .ci/run)");
     }
-    eprintln!("SKIP: `{tool}` is not installed; install it to run this test");
-    false
+    let line = format!("SKIP {test}: {missing}; {how}\n");
+    // Not eprintln!: libtest captures that, and shows it only for a failure.
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(file) = skip_list() {
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+    }
+}
+
+/// This test binary's list of skipped tests, emptied at its first skip.
+fn skip_list() -> Option<&'static Path> {
+    static LIST: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    LIST.get_or_init(|| {
+        let exe = std::env::current_exe().ok()?;
+        // target/<profile>/deps/<binary>-<hash>
+        let target = exe.parent()?.parent()?.parent()?;
+        let binary = exe.file_name()?.to_string_lossy();
+        let binary = binary.rsplit_once('-').map_or(binary.as_ref(), |(name, _)| name).to_owned();
+        let dir = target.join("skipped-tests");
+        std::fs::create_dir_all(&dir).ok()?;
+        let file = dir.join(format!("{binary}.txt"));
+        std::fs::write(&file, "").ok()?;
+        Some(file)
+    })
+    .as_deref()
 }
 
 /// What reads a daemon's stderr, for the tests of a log reader that fails.
@@ -483,10 +520,7 @@ impl McpClient {
             .status()
             .is_ok_and(|s| s.success());
         if !has_sdk {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("the MCP Python SDK is required by this test and CI=true: `pip install mcp` (see .ci/run)");
-            }
-            eprintln!("SKIP: the MCP Python SDK is not installed; `pip install mcp` to run this test");
+            skip("the MCP Python SDK is not installed", "`pip install mcp==2.3.0`");
             return None;
         }
         let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp/driver.py");
@@ -577,10 +611,7 @@ impl Drop for McpClient {
 pub fn mcp_inspector(args: &[&str]) -> Option<Value> {
     let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp/node_modules/.bin/mcp-inspector");
     if !cli.exists() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("the MCP Inspector is required by this test and CI=true: `npm ci --prefix tests/mcp`");
-        }
-        eprintln!("SKIP: the MCP Inspector is not installed; `npm ci --prefix tests/mcp` to run this test");
+        skip("the MCP Inspector is not installed", "`npm ci --prefix tests/mcp`");
         return None;
     }
     let output = Command::new(cli).arg("--cli").args(args).stdin(Stdio::null()).output().expect("the inspector runs");
