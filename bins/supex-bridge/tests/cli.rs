@@ -31,6 +31,7 @@ fn help_lists_every_setting_with_its_env_variable_and_default() {
         "SUPEX_HELLO_TIMEOUT",
         "SUPEX_WRITE_BUDGET",
         "SUPEX_BACKLOG_BYTES",
+        "SUPEX_WRITE_STALL",
         "SUPEX_LOG_DIR",
         "RUST_LOG",
         "LOG_FORMAT",
@@ -53,7 +54,7 @@ fn help_lists_every_setting_with_its_env_variable_and_default() {
     for command in ["serve", "call", "repl", "ping"] {
         assert!(text.contains(command), "--help lacks the {command} command");
     }
-    assert_eq!(help(&["serve", "--help"]).matches("[env: SUPEX_").count(), 17);
+    assert_eq!(help(&["serve", "--help"]).matches("[env: SUPEX_").count(), 18);
 }
 
 #[test]
