@@ -12,7 +12,8 @@ use rpc_core::RpcError;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{ToolContext, ToolSpec, blocking, files};
+use super::context::{ToolContext, ToolSpec, blocking};
+use super::files;
 use crate::errors;
 use crate::paths::AllowedPath;
 use crate::runtime::{Eval, Evaluated, Scope, Show};

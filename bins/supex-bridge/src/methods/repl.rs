@@ -1,4 +1,6 @@
-//! The REPL server (port 4433): an interactive Ruby console for humans.
+//! The REPL server's own methods (port 4433), an interactive Ruby console for
+//! humans: `hello`, `eval`, `complete`. Its method table is in
+//! [`crate::methods`].
 //!
 //! All REPL clients share one top-level binding, as in a Ruby console: locals
 //! defined by one client are there for the next. Evaluations queue FIFO with
@@ -7,58 +9,32 @@
 //! up to 5 backtrace lines); only runtime problems (timeout, crash, no Ruby)
 //! are JSON-RPC errors.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use rpc_core::{Ctx, NoParams, Router, RpcError};
+use rpc_core::{Ctx, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::auth::{self, Handshake, HelloFields};
 use crate::errors;
+use crate::methods::handshake::{HelloFields, ServerInfo, check_token};
 use crate::runtime::{Eval, Scope, Show};
-use crate::server::{self, App};
+use crate::state::{App, ReplConn};
 
 /// Backtrace lines shown under an exception.
 const BACKTRACE_LINES: usize = 5;
 
-#[derive(Debug, Default)]
-pub struct ReplConn {
-    handshake: Handshake,
-    session: OnceLock<String>,
-}
-
-pub fn router(app: Arc<App>) -> Arc<Router<ReplConn>> {
-    let token_required = app.token_required();
-    let hello_app = app.clone();
-    let ping_app = app.clone();
-    let eval_app = app.clone();
-    let complete_app = app;
-    Router::new()
-        .method("hello", move |cx, params| hello(hello_app.clone(), cx, params))
-        .method("ping", move |_, _: NoParams| server::ping(&ping_app))
-        .method("eval", move |_, params| eval(eval_app.clone(), params))
-        .method("complete", move |_, params| complete(complete_app.clone(), params))
-        .guard(move |cx, method| match method {
-            "hello" | "ping" => Ok(()),
-            _ if cx.state.handshake.is_identified() => Ok(()),
-            _ => Err(auth::not_identified(token_required, "Send hello first (params: name, version, pid, token)")),
-        })
-        .build()
-        .expect("the REPL registers each method once")
-}
-
 #[derive(Serialize)]
-struct Welcome {
+pub struct Welcome {
     success: bool,
     session: String,
-    server: crate::bridge::ServerInfo,
+    server: ServerInfo,
 }
 
-async fn hello(app: Arc<App>, cx: Ctx<ReplConn>, params: Value) -> Result<Welcome, RpcError> {
+pub async fn hello(app: Arc<App>, cx: Ctx<ReplConn>, params: Value) -> Result<Welcome, RpcError> {
     let handshake = &cx.state.handshake;
     handshake.admit(&cx)?;
     let fields = HelloFields::new(params).map_err(|e| handshake.fail(&cx, e))?;
-    if let Err(e) = auth::check_token(app.auth_token.as_deref(), fields.token()) {
+    if let Err(e) = check_token(app.auth_token.as_deref(), fields.token()) {
         tracing::warn!(conn = cx.peer.conn_id(), "REPL authentication failed: invalid or missing token");
         return Err(handshake.fail(&cx, e));
     }
@@ -85,22 +61,22 @@ async fn hello(app: Arc<App>, cx: Ctx<ReplConn>, params: Value) -> Result<Welcom
     Ok(Welcome {
         success: true,
         session,
-        server: crate::bridge::ServerInfo { name: "supex-repl", version: env!("CARGO_PKG_VERSION") },
+        server: ServerInfo { name: "supex-repl", version: env!("CARGO_PKG_VERSION") },
     })
 }
 
 #[derive(Deserialize)]
-struct Code {
+pub struct Code {
     code: String,
 }
 
 #[derive(Serialize)]
-struct Evaluated {
+pub struct Evaluated {
     success: bool,
     output: String,
 }
 
-async fn eval(app: Arc<App>, params: Code) -> Result<Evaluated, RpcError> {
+pub async fn eval(app: Arc<App>, params: Code) -> Result<Evaluated, RpcError> {
     let evaluated = app
         .runtime
         .eval(Eval {
@@ -136,7 +112,7 @@ async fn eval(app: Arc<App>, params: Code) -> Result<Evaluated, RpcError> {
     Ok(Evaluated { success, output })
 }
 
-async fn complete(app: Arc<App>, params: Code) -> Result<Value, RpcError> {
+pub async fn complete(app: Arc<App>, params: Code) -> Result<Value, RpcError> {
     let complete = app.runtime.complete(&params.code).await.map_err(|e| errors::runtime(&e))?;
     Ok(json!({ "complete": complete }))
 }

@@ -19,10 +19,10 @@ use rpc_core::RpcError;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{ToolContext, ToolSpec, blocking};
+use super::context::{ToolContext, ToolSpec, blocking};
 use crate::errors;
 use crate::paths::{self, AllowedPath, PathRefusal};
-use crate::server::App;
+use crate::state::App;
 
 /// Entries `list_dir` returns at most.
 const MAX_ENTRIES: usize = 10_000;

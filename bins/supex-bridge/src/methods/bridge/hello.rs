@@ -8,11 +8,10 @@ use rpc_core::{Ctx, RpcError};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::BridgeConn;
-use crate::auth::{self, HelloFields};
+use crate::methods::handshake::{HelloFields, ServerInfo, check_token};
+use crate::methods::tools::files::checked;
 use crate::paths::resolve;
-use crate::server::App;
-use crate::tools::checked;
+use crate::state::{App, BridgeConn};
 
 #[derive(Serialize)]
 pub struct Welcome {
@@ -21,17 +20,11 @@ pub struct Welcome {
     server: ServerInfo,
 }
 
-#[derive(Serialize)]
-pub struct ServerInfo {
-    pub name: &'static str,
-    pub version: &'static str,
-}
-
 pub async fn handle(app: Arc<App>, cx: Ctx<BridgeConn>, params: Value) -> Result<Welcome, RpcError> {
     let handshake = &cx.state.handshake;
     handshake.admit(&cx)?;
     let fields = HelloFields::new(params).map_err(|e| handshake.fail(&cx, e))?;
-    if let Err(e) = auth::check_token(app.auth_token.as_deref(), fields.token()) {
+    if let Err(e) = check_token(app.auth_token.as_deref(), fields.token()) {
         tracing::warn!(conn = cx.peer.conn_id(), "bridge authentication failed: invalid or missing token");
         return Err(handshake.fail(&cx, e));
     }

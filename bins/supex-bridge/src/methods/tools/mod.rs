@@ -1,16 +1,21 @@
-//! The bridge's tools: `tools/list` (each with a JSON Schema) and `tools/call`.
+//! The bridge's tools, behind its `tools/list` (each with a JSON Schema) and
+//! `tools/call` methods: this file is the tool table, every tool by name in
+//! one place.
 //!
 //! One file per group: [`eval`] runs Ruby (through the FIFO queue), [`files`]
 //! touches the file system under the path policy, [`runtime`] reports on and
-//! manages the runtime without waiting for it.
+//! manages the runtime without waiting for it; [`context`] is what they all
+//! run with.
+//!
+//! The tools are methods in all but name (the legacy dialect calls them as
+//! commands, the MCP front offers them as they are), so they live here with
+//! the other methods rather than beside the runtime they use.
 
+mod context;
 mod eval;
-mod files;
+pub mod files;
 mod runtime;
 
-pub use files::checked;
-
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use rpc_core::{Ctx, RpcError};
@@ -19,21 +24,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use crate::bridge::BridgeConn;
-use crate::server::App;
+use context::{ToolContext, ToolSpec};
 
-/// What a tool runs with: the shared state and the calling connection's workspace.
-pub struct ToolContext {
-    pub app: Arc<App>,
-    pub workspace: Option<PathBuf>,
-}
-
-/// A tool's entry in `tools/list`.
-pub struct ToolSpec {
-    pub name: &'static str,
-    pub description: &'static str,
-    pub input_schema: fn() -> Value,
-}
+use crate::state::{App, BridgeConn};
 
 /// Every tool, in the order `tools/list` shows them.
 fn specs() -> Vec<ToolSpec> {
@@ -85,13 +78,6 @@ fn parse<T: DeserializeOwned>(args: Option<&RawValue>) -> Result<T, RpcError> {
 
 fn reply<T: Serialize>(result: T) -> Result<Box<RawValue>, RpcError> {
     serde_json::value::to_raw_value(&result).map_err(|e| RpcError::internal(format!("result did not serialise: {e}")))
-}
-
-/// Runs blocking file-system work off the async threads.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, RpcError> + Send + 'static,
-) -> Result<T, RpcError> {
-    tokio::task::spawn_blocking(work).await.map_err(|e| RpcError::internal(format!("file operation failed: {e}")))?
 }
 
 #[cfg(test)]

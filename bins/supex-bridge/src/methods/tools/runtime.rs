@@ -5,7 +5,7 @@ use rpc_core::RpcError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{ToolContext, ToolSpec};
+use super::context::{ToolContext, ToolSpec};
 use crate::errors;
 
 pub fn specs() -> Vec<ToolSpec> {

@@ -1,60 +1,19 @@
-//! The `hello` handshake both servers share: the token check and the count of
-//! failed attempts per connection.
+//! What the `hello` of both servers share: the token check, the answer to
+//! a method called before a successful hello, the server's name in the
+//! welcome, and the params read field by field. The count of failed hellos
+//! is the connection's state ([`crate::state::Handshake`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-
+use rpc_core::RpcError;
 use rpc_core::token::token_matches;
-use rpc_core::{Ctx, RpcError};
+use serde::Serialize;
 
 use crate::errors;
 
-/// Failed `hello`s after which a connection is closed.
-pub const MAX_FAILED_HELLOS: u32 = 3;
-
-/// The handshake state of one connection.
-#[derive(Debug, Default)]
-pub struct Handshake {
-    identified: AtomicBool,
-    failures: AtomicU32,
-}
-
-impl Handshake {
-    pub fn is_identified(&self) -> bool {
-        self.identified.load(Ordering::Acquire)
-    }
-
-    /// Records a successful `hello`; the connection no longer counts against
-    /// the listener's share of connections without a handshake, and its
-    /// handshake deadline no longer applies.
-    pub fn identify<S>(&self, cx: &Ctx<S>) {
-        self.identified.store(true, Ordering::Release);
-        cx.peer.handshake_done();
-    }
-
-    /// The first step of every `hello`: once [`MAX_FAILED_HELLOS`] have
-    /// failed, the rest are refused without their token being looked at.
-    /// Hellos in one batch run side by side, each before the connection can
-    /// close, so without this a batch of 1000 would be 1000 token guesses.
-    pub fn admit<S>(&self, cx: &Ctx<S>) -> Result<(), RpcError> {
-        if self.failures.load(Ordering::Acquire) < MAX_FAILED_HELLOS {
-            return Ok(());
-        }
-        Err(self.fail(cx, errors::too_many_failed_hellos()))
-    }
-
-    /// Counts a failed `hello`; from the third on, the connection closes once
-    /// the reply (a whole batch's, for a batch) is written. Returns the error
-    /// unchanged.
-    pub fn fail<S>(&self, cx: &Ctx<S>, error: RpcError) -> RpcError {
-        let failures = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
-        if failures == MAX_FAILED_HELLOS {
-            tracing::warn!(conn = cx.peer.conn_id(), failures, "too many failed hellos; closing the connection");
-        }
-        if failures >= MAX_FAILED_HELLOS {
-            cx.peer.close_after_reply();
-        }
-        error
-    }
+/// Who answers, in both servers' welcome.
+#[derive(Serialize)]
+pub struct ServerInfo {
+    pub name: &'static str,
+    pub version: &'static str,
 }
 
 /// Checks the token of a `hello` when one is required.
@@ -75,20 +34,6 @@ pub fn not_identified(token_required: bool, hint: &str) -> RpcError {
     } else {
         RpcError::new(RpcError::INVALID_REQUEST, "Client must identify with 'hello' method first")
             .with_data(serde_json::json!({ "hint": hint }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn check_token_requires_the_token_only_when_configured() {
-        assert!(check_token(None, None).is_ok());
-        assert!(check_token(None, Some("anything")).is_ok());
-        assert!(check_token(Some("t"), Some("t")).is_ok());
-        assert_eq!(check_token(Some("t"), None).unwrap_err().code, errors::AUTH_FAILED);
-        assert_eq!(check_token(Some("t"), Some("u")).unwrap_err().code, errors::AUTH_FAILED);
     }
 }
 
@@ -148,5 +93,19 @@ fn json_type(value: &serde_json::Value) -> &'static str {
         serde_json::Value::String(_) => "a string",
         serde_json::Value::Array(_) => "an array",
         serde_json::Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_token_requires_the_token_only_when_configured() {
+        assert!(check_token(None, None).is_ok());
+        assert!(check_token(None, Some("anything")).is_ok());
+        assert!(check_token(Some("t"), Some("t")).is_ok());
+        assert_eq!(check_token(Some("t"), None).unwrap_err().code, errors::AUTH_FAILED);
+        assert_eq!(check_token(Some("t"), Some("u")).unwrap_err().code, errors::AUTH_FAILED);
     }
 }
