@@ -16,7 +16,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
 use crate::output::{LineSplitter, OutputWatch, Piece, plain};
-use crate::session::Session;
+use crate::state::Session;
 
 /// How long a line still being written waits for more before it is
 /// published as it is (a prompt, keys echoed in interactive mode).

@@ -11,11 +11,11 @@ use tokio::sync::mpsc;
 
 use crate::agent::{self, AgentCommand, Interrupt, RunSpec};
 use crate::config::{AgentChoice, LoopConfig};
-use crate::files::append_progress;
 use crate::output::{OutputWatch, completion_marker};
 use crate::prd::{Prd, Story};
+use crate::progress;
 use crate::prompt::{Template, Vars};
-use crate::session::{Session, Status};
+use crate::state::{Session, Status};
 use crate::timestamp;
 
 /// How the loop ended; `run` exits with its code.
@@ -304,7 +304,7 @@ impl AgentLoop {
     }
 
     fn log(&self, block: &str) {
-        if let Err(e) = append_progress(&self.session.task_dir, block) {
+        if let Err(e) = progress::append(&self.session.task_dir, block) {
             tracing::warn!(error = %e, "cannot append to progress.txt");
         }
     }

@@ -9,13 +9,13 @@ mod agent;
 mod agent_loop;
 mod client;
 mod config;
-mod files;
 mod injected;
 mod lock;
 mod methods;
+mod progress;
 mod prompt;
 mod server;
-mod session;
+mod state;
 mod timestamp;
 
 use std::process::ExitCode;

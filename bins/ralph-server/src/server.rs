@@ -22,12 +22,11 @@ use rpc_core::shutdown::{DEFAULT_GRACE, Stopped};
 use crate::agent;
 use crate::agent_loop::{AgentLoop, Outcome};
 use crate::config::{AgentChoice, Config};
-use crate::files::SavedState;
 use crate::injected::PendingPrompts;
 use crate::lock::{LockError, TaskLock};
 use crate::methods;
 use crate::prd::Prd;
-use crate::session::Session;
+use crate::state::{SavedState, Session};
 
 /// How long the daemon's drain waits, after a signal, for the control socket
 /// to close: the agent's stop (SIGKILL after its grace), then the

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{call, connect, socket_path};
 use crate::config::SocketArgs;
-use crate::files::SavedState;
+use crate::state::SavedState;
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {

@@ -7,9 +7,9 @@ use rpc_core::{Ctx, NoParams, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::Client;
+use super::events::Client;
 use crate::injected::Refused;
-use crate::session::Session;
+use crate::state::Session;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -9,8 +9,8 @@ use rpc_core::{Ctx, RpcError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::Client;
-use crate::session::Session;
+use super::events::Client;
+use crate::state::Session;
 
 /// Most bytes one `write_pty` may carry (keystrokes, a paste).
 const MAX_WRITE: usize = 64 * 1024;

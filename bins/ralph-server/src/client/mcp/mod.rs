@@ -128,7 +128,7 @@ fn lines_arg(args: &JsonObject) -> Result<usize, String> {
     match args.get("lines") {
         None | Some(Value::Null) => Ok(DEFAULT_LINES as usize),
         Some(value) => match value.as_u64() {
-            Some(n) if n >= 1 => Ok(n.min(crate::session::RECENT_LINES as u64) as usize),
+            Some(n) if n >= 1 => Ok(n.min(crate::state::RECENT_LINES as u64) as usize),
             _ => Err(format!("`lines` must be a whole number from 1 to 200, not {value}")),
         },
     }
