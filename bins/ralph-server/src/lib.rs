@@ -17,6 +17,7 @@ mod agent;
 mod agent_loop;
 mod client;
 mod config;
+mod errors;
 mod injected;
 mod lock;
 mod methods;

@@ -34,9 +34,7 @@ pub struct WriteParams {
     data: String,
 }
 
-pub fn write_pty(
-    session: Arc<Session>,
-) -> impl Fn(Ctx<Client>, WriteParams) -> futures_ready::Ready + Send + Sync + 'static {
+pub fn write_pty(session: Arc<Session>) -> impl Fn(Ctx<Client>, WriteParams) -> Pending + Send + Sync + 'static {
     move |_, params: WriteParams| {
         let session = session.clone();
         Box::pin(async move {
@@ -58,7 +56,4 @@ pub fn write_pty(
     }
 }
 
-mod futures_ready {
-    pub type Ready =
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<serde_json::Value, rpc_core::RpcError>> + Send>>;
-}
+type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, RpcError>> + Send>>;
