@@ -1,6 +1,8 @@
 //! The state every connection and the loop share: the status fields of the
 //! seed's `get_status`, the last lines of output, the requests clients made
-//! of the loop, and the events published when any of it changes.
+//! of the loop, and the events published when any of it changes; and its
+//! saved form, `.ralph/state.json` ([`SavedState`]), from which a new `run`
+//! resumes.
 //!
 //! Every change of a status field goes through [`Session::change`], which
 //! publishes one `state_change` event with only the fields that changed and
@@ -10,11 +12,13 @@
 //! queue is forwarded to its connection to the last event, how the loop
 //! ended, before the server lets any connection close.
 
-use parking_lot::Mutex;
-use std::path::PathBuf;
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 use rpc_core::PeerHandle;
 use rpc_core::child::LineRing;
 use rpc_core::fanout::{self, Fanout, Topics, TopicsHandle};
@@ -23,7 +27,6 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::task::TaskTracker;
 
-use crate::files::SavedState;
 use crate::injected::{PendingPrompts, Refused};
 use crate::timestamp;
 
@@ -57,6 +60,68 @@ pub struct Fields {
     pub interactive_mode: bool,
     pub started_at: String,
     pub updated_at: String,
+}
+
+/// What `.ralph/state.json` holds: enough to resume.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct SavedState {
+    pub iteration: u32,
+    pub status: Option<Status>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub current_story: Option<String>,
+    #[serde(default)]
+    pub started_at: Option<String>,
+    #[serde(default)]
+    pub updated_at: Option<String>,
+    /// Instructions injected but not yet given to the agent, as versions
+    /// before `.ralph/injected.jsonl` kept them: read, never written.
+    #[serde(default, skip_serializing)]
+    pub pending_prompt: Option<String>,
+    #[serde(default)]
+    pub consecutive_failures: u32,
+}
+
+impl SavedState {
+    pub fn path(task_dir: &Path) -> PathBuf {
+        task_dir.join(".ralph/state.json")
+    }
+
+    /// The saved state, `None` when there is none; an unreadable one is an error.
+    pub fn load(task_dir: &Path) -> io::Result<Option<SavedState>> {
+        let path = SavedState::path(task_dir);
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
+        }
+    }
+
+    /// Whether a new `run` continues this one: after a checkpoint, or after a
+    /// run that never reached a final status (it crashed or was killed).
+    pub fn resumable(&self) -> bool {
+        matches!(self.status, Some(Status::Checkpointed | Status::Starting | Status::Running | Status::Stopping))
+    }
+
+    /// Writes a temporary file beside it, syncs it, renames it over the old
+    /// one and syncs the directory: a crash leaves the old state or the new.
+    pub fn save(&self, task_dir: &Path) -> io::Result<()> {
+        let path = SavedState::path(task_dir);
+        let dir = path.parent().unwrap_or(task_dir);
+        fs::create_dir_all(dir)?;
+        let tmp = dir.join(format!(".state.json.{}.tmp", std::process::id()));
+        let json = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
+        let mut file = File::create(&tmp)?;
+        file.write_all(&json)?;
+        file.write_all(b"\n")?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, &path)?;
+        File::open(dir)?.sync_all()
+    }
 }
 
 /// What clients asked of the loop, taken by the loop at its next step.
@@ -330,4 +395,23 @@ pub fn event(kind: &str, timestamp: &str, data: &Value) -> Bytes {
         "params": {"type": kind, "timestamp": timestamp, "data": data},
     });
     Bytes::from(serde_json::to_vec(&message).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_round_trips_and_says_when_to_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(SavedState::load(dir.path()).unwrap(), None);
+        let state = SavedState { iteration: 3, status: Some(Status::Checkpointed), ..Default::default() };
+        state.save(dir.path()).unwrap();
+        let back = SavedState::load(dir.path()).unwrap().unwrap();
+        assert_eq!(back, state);
+        assert!(back.resumable());
+        assert!(!SavedState { status: Some(Status::Completed), ..Default::default() }.resumable());
+        // No temporary file is left behind.
+        assert_eq!(fs::read_dir(dir.path().join(".ralph")).unwrap().count(), 1);
+    }
 }
