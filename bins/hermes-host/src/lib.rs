@@ -13,16 +13,15 @@
 
 mod client;
 mod config;
-mod control;
+mod dialog_route;
 mod document;
 mod errors;
 mod events;
 mod extension;
 pub mod hl7;
-mod host;
 mod methods;
 mod server;
-mod ui;
+mod state;
 
 #[doc(hidden)]
 pub mod fuzzing;

@@ -20,8 +20,7 @@ use tokio::sync::watch;
 
 use super::protocol::InitializeResult;
 use super::{Extension, State, StopReason};
-use crate::host::Host;
-use crate::methods::{ExtConn, Readiness};
+use crate::state::{ExtensionSession, Host, Readiness, TOPIC_LOG};
 
 /// The Hermes version extensions are told (`HERMES_VERSION`, `hermesVersion`).
 pub const HERMES_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -165,7 +164,7 @@ async fn run_once(
             tokio::spawn(super::log::read_lines(pipe, move |line| {
                 let entry = extension.log.push(line);
                 host.publish(
-                    crate::host::TOPIC_LOG,
+                    TOPIC_LOG,
                     json!({"extension": extension.name(), "level": entry.level, "line": entry.line}),
                 );
             }));
@@ -174,7 +173,7 @@ async fn run_once(
     }
 
     let (ready, readiness) = watch::channel(Readiness::Starting);
-    let state = Arc::new(ExtConn { host: host.clone(), extension: extension.clone(), ready: readiness });
+    let state = Arc::new(ExtensionSession { host: host.clone(), extension: extension.clone(), ready: readiness });
     let max = host.max_message;
     let peer_config = PeerConfig {
         // A 20 MiB setMessage must fit the backlog whole, and so must a few
