@@ -139,19 +139,18 @@ struct HostDoor {
 
 const FORMATS: [&str; 4] = ["hl7", "json", "yaml", "toml"];
 
+/// Every tool, in the order they are listed: the message's, then the extensions'.
 fn tools() -> Vec<Tool> {
+    let mut tools = message_tools();
+    tools.extend(extension_tools());
+    tools
+}
+
+/// The message: open, get, set, patch, save.
+fn message_tools() -> Vec<Tool> {
     let format = json!({"type": "string", "enum": FORMATS, "default": "hl7",
         "description": "hl7: the text, one segment per line; json, yaml, toml: the same tree of segments and 1-based fields"});
-    let patch = json!({
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "description": "HL7 location, 1-based: PID.5, PID.5.1, PID.5.1.2, OBX[2].5 (second OBX), PID.3[2].1 (second repetition), or a segment (NTE, OBX[2]) with create/remove"},
-            "value": {"type": ["string", "null"], "description": "the value of one leaf; delimiters in it are escaped; missing or null clears"},
-            "create": {"type": "boolean", "description": "on a segment path: add the segment"},
-            "remove": {"type": "boolean", "description": "on a segment path: delete the segment; on a field path: clear it"}
-        },
-        "required": ["path"]
-    });
+    let patch = patch_schema();
     vec![
         mcp_front::tool(
             "open_message",
@@ -191,6 +190,26 @@ fn tools() -> Vec<Tool> {
             "Save the message atomically to its file, or to `path` (then that becomes its file).",
             json!({"type": "object", "properties": {"path": {"type": "string"}}}),
         ),
+    ]
+}
+
+/// One patch of `patch_message`, as `message/patch` takes it.
+fn patch_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "HL7 location, 1-based: PID.5, PID.5.1, PID.5.1.2, OBX[2].5 (second OBX), PID.3[2].1 (second repetition), or a segment (NTE, OBX[2]) with create/remove"},
+            "value": {"type": ["string", "null"], "description": "the value of one leaf; delimiters in it are escaped; missing or null clears"},
+            "create": {"type": "boolean", "description": "on a segment path: add the segment"},
+            "remove": {"type": "boolean", "description": "on a segment path: delete the segment; on a field path: clear it"}
+        },
+        "required": ["path"]
+    })
+}
+
+/// The extensions: list them, run a command, read their logs, their schemas.
+fn extension_tools() -> Vec<Tool> {
+    vec![
         mcp_front::tool(
             "list_extensions",
             "The extensions: name, state (starting, running, failed with a reason, stopped), version, the \
