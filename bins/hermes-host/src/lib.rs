@@ -2,11 +2,14 @@
 //! messages, and the client commands that talk to it.
 //!
 //! The tree, from the bottom up: the HL7 message ([`hl7`]) and the document
-//! that holds it (`document`); one configured extension and the task that
-//! runs its process (`extension`); where dialogs go (`dialog_route`); the
-//! state every connection shares (`state`); the method tables extensions and
-//! control clients call (`methods`); the wiring (`server`). The client
-//! subcommands are in `client`, the command line in `config`.
+//! that holds it (`document`); one configured extension (`extension`);
+//! where dialogs go (`dialog_route`); the state every connection shares
+//! (`state`). Above the state: what runs the extensions' processes
+//! (`extension::supervisor`, `extension::lineup`), what tells them and
+//! subscribers of changes (`events`), and the method tables extensions and
+//! control clients call (`methods`). On top, the wiring (`server`). Beside
+//! them: the command line and settings (`config`), the error codes
+//! (`errors`), the client subcommands (`client`).
 //!
 //! Only [`hl7`] and the fuzz targets' entry points ([`fuzzing`]) are public,
 //! for the targets in `fuzz/`: this is not an API for other crates.
