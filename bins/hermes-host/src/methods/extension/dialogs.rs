@@ -1,5 +1,6 @@
-//! `ui/*`: validated here, then answered by the attached UI client or the
-//! headless policy (see `crate::ui`). The UI receives the extension's params
+//! The extension's `ui/*` methods (dialogs and windows): validated here,
+//! then answered by the attached UI client or the headless policy (see
+//! `crate::dialog_route`). The UI receives the extension's params
 //! as they came, plus `extension` (who asks) and, for windows, `windowId`.
 
 use rpc_core::{Ctx, RpcError};
@@ -8,9 +9,9 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::ExtConn;
+use crate::dialog_route::Unanswered;
 use crate::errors;
-use crate::ui::Unanswered;
+use crate::state::ExtensionSession;
 
 type Answer = Result<Box<RawValue>, RpcError>;
 
@@ -25,7 +26,7 @@ fn check<T: DeserializeOwned>(params: &Value) -> Result<T, RpcError> {
 }
 
 /// The params the UI gets: the extension's own plus `extension`.
-fn for_ui(ctx: &Ctx<ExtConn>, params: &Value) -> Value {
+fn for_ui(ctx: &Ctx<ExtensionSession>, params: &Value) -> Value {
     let mut params = match params {
         Value::Object(map) => map.clone(),
         _ => Default::default(),
@@ -35,8 +36,8 @@ fn for_ui(ctx: &Ctx<ExtConn>, params: &Value) -> Value {
 }
 
 /// Forwards to the UI, or answers with `headless`.
-async fn ask(ctx: &Ctx<ExtConn>, method: &str, params: &Value, headless: impl FnOnce() -> Answer) -> Answer {
-    let ui = &ctx.state.host.ui;
+async fn ask(ctx: &Ctx<ExtensionSession>, method: &str, params: &Value, headless: impl FnOnce() -> Answer) -> Answer {
+    let ui = &ctx.state.host.dialogs;
     match ui.ask(method, &for_ui(ctx, params), ctx.cancel_token()).await {
         Ok(answer) => Ok(answer),
         Err(Unanswered::Headless) => headless(),
@@ -52,7 +53,7 @@ struct MessageParams {
     kind: Option<String>,
 }
 
-pub async fn show_message(ctx: Ctx<ExtConn>, params: Value) -> Answer {
+pub async fn show_message(ctx: Ctx<ExtensionSession>, params: Value) -> Answer {
     let p: MessageParams = check(&params)?;
     let name = ctx.state.extension.name().to_owned();
     ask(&ctx, "ui/showMessage", &params, || {
@@ -72,9 +73,9 @@ struct ConfirmParams {
     buttons: Option<String>,
 }
 
-pub async fn show_confirm(ctx: Ctx<ExtConn>, params: Value) -> Answer {
+pub async fn show_confirm(ctx: Ctx<ExtensionSession>, params: Value) -> Answer {
     let _: ConfirmParams = check(&params)?;
-    let confirmed = ctx.state.host.ui.headless_confirm();
+    let confirmed = ctx.state.host.dialogs.headless_confirm();
     ask(&ctx, "ui/showConfirm", &params, || Ok(raw(json!({"confirmed": confirmed})))).await
 }
 
@@ -96,24 +97,24 @@ struct Filter {
     extensions: Vec<String>,
 }
 
-async fn picker(ctx: Ctx<ExtConn>, method: &str, params: Value, key: &str) -> Answer {
+async fn picker(ctx: Ctx<ExtensionSession>, method: &str, params: Value, key: &str) -> Answer {
     let _: FileParams = check(&params)?;
     ask(&ctx, method, &params, || Ok(raw(json!({ key: null })))).await
 }
 
-pub async fn open_file(ctx: Ctx<ExtConn>, params: Value) -> Answer {
+pub async fn open_file(ctx: Ctx<ExtensionSession>, params: Value) -> Answer {
     picker(ctx, "ui/openFile", params, "path").await
 }
 
-pub async fn open_files(ctx: Ctx<ExtConn>, params: Value) -> Answer {
+pub async fn open_files(ctx: Ctx<ExtensionSession>, params: Value) -> Answer {
     picker(ctx, "ui/openFiles", params, "paths").await
 }
 
-pub async fn save_file(ctx: Ctx<ExtConn>, params: Value) -> Answer {
+pub async fn save_file(ctx: Ctx<ExtensionSession>, params: Value) -> Answer {
     picker(ctx, "ui/saveFile", params, "path").await
 }
 
-pub async fn select_directory(ctx: Ctx<ExtConn>, params: Value) -> Answer {
+pub async fn select_directory(ctx: Ctx<ExtensionSession>, params: Value) -> Answer {
     picker(ctx, "ui/selectDirectory", params, "path").await
 }
 
@@ -141,10 +142,10 @@ fn check_url(url: &str) -> Result<(), RpcError> {
     Ok(())
 }
 
-pub async fn open_window(ctx: Ctx<ExtConn>, params: Value) -> Answer {
+pub async fn open_window(ctx: Ctx<ExtensionSession>, params: Value) -> Answer {
     let p: WindowParams = check(&params)?;
     check_url(&p.url)?;
-    let ui = &ctx.state.host.ui;
+    let ui = &ctx.state.host.dialogs;
     if !ui.is_attached() {
         return Err(RpcError::new(errors::WINDOW_ERROR, "no UI attached"));
     }
@@ -174,9 +175,9 @@ struct CloseParams {
     window_id: String,
 }
 
-pub async fn close_window(ctx: Ctx<ExtConn>, params: Value) -> Answer {
+pub async fn close_window(ctx: Ctx<ExtensionSession>, params: Value) -> Answer {
     let p: CloseParams = check(&params)?;
-    let ui = &ctx.state.host.ui;
+    let ui = &ctx.state.host.dialogs;
     let me = ctx.state.extension.name();
     match ui.owner_of(&p.window_id) {
         None => return Err(RpcError::new(errors::WINDOW_ERROR, format!("no window {}", p.window_id))),

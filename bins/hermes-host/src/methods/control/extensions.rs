@@ -5,17 +5,18 @@ use rpc_core::{Ctx, NoParams, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::ControlConn;
 use crate::errors;
 use crate::extension::Listing;
+use crate::extension::lineup;
 use crate::extension::log::{LogLine, RING_LINES};
+use crate::state::ControlSession;
 
 #[derive(Serialize)]
 pub struct List {
     extensions: Vec<Listing>,
 }
 
-pub async fn list(ctx: Ctx<ControlConn>, _: NoParams) -> Result<List, RpcError> {
+pub async fn list(ctx: Ctx<ControlSession>, _: NoParams) -> Result<List, RpcError> {
     Ok(List { extensions: ctx.state.host.extensions().iter().map(|e| e.listing()).collect() })
 }
 
@@ -29,10 +30,10 @@ pub struct Reloaded {
     extensions: Vec<String>,
 }
 
-pub async fn reload(ctx: Ctx<ControlConn>, params: ReloadParams) -> Result<Reloaded, RpcError> {
+pub async fn reload(ctx: Ctx<ControlSession>, params: ReloadParams) -> Result<Reloaded, RpcError> {
     let host = ctx.state.host.clone();
     // The reload goes on even if this client leaves: half a reload helps no one.
-    let names = tokio::spawn(async move { host.reload(params.name.as_deref()).await })
+    let names = tokio::spawn(async move { lineup::reload(&host, params.name.as_deref()).await })
         .await
         .map_err(|e| RpcError::internal(e.to_string()))??;
     Ok(Reloaded { extensions: names })
@@ -52,7 +53,7 @@ pub struct Logs {
     log_file: Option<String>,
 }
 
-pub async fn logs(ctx: Ctx<ControlConn>, params: LogsParams) -> Result<Logs, RpcError> {
+pub async fn logs(ctx: Ctx<ControlSession>, params: LogsParams) -> Result<Logs, RpcError> {
     let extension = ctx
         .state
         .host
@@ -75,11 +76,11 @@ pub struct Sent {
     extension: String,
 }
 
-pub async fn execute(ctx: Ctx<ControlConn>, params: ExecuteParams) -> Result<Sent, RpcError> {
+pub async fn execute(ctx: Ctx<ControlSession>, params: ExecuteParams) -> Result<Sent, RpcError> {
     let extension = ctx.state.host.execute(&params.command).await?;
     Ok(Sent { sent: true, extension })
 }
 
-pub async fn schema(ctx: Ctx<ControlConn>, _: NoParams) -> Result<Value, RpcError> {
+pub async fn schema(ctx: Ctx<ControlSession>, _: NoParams) -> Result<Value, RpcError> {
     Ok(ctx.state.host.merged_schema())
 }

@@ -3,10 +3,10 @@
 use rpc_core::{Ctx, RpcError};
 use serde::{Deserialize, Serialize};
 
-use super::ExtConn;
 use crate::document::{Document, PatchOutcome, Text};
 use crate::hl7::patch::Patch;
 use crate::hl7::tree::Format;
+use crate::state::ExtensionSession;
 
 /// `editor/getMessage` and the control socket's `message/get`.
 #[derive(Deserialize)]
@@ -34,7 +34,7 @@ fn shared_str<S: serde::Serializer>(text: &Text, serializer: S) -> Result<S::Ok,
     serializer.serialize_str(text)
 }
 
-pub async fn get_message(ctx: Ctx<ExtConn>, params: GetParams) -> Result<Message, RpcError> {
+pub async fn get_message(ctx: Ctx<ExtensionSession>, params: GetParams) -> Result<Message, RpcError> {
     message_in(&ctx.state.host.document, params)
 }
 
@@ -50,7 +50,7 @@ pub struct PatchParams {
     pub patches: Vec<Patch>,
 }
 
-pub async fn patch_message(ctx: Ctx<ExtConn>, params: PatchParams) -> Result<PatchOutcome, RpcError> {
+pub async fn patch_message(ctx: Ctx<ExtensionSession>, params: PatchParams) -> Result<PatchOutcome, RpcError> {
     ctx.state.host.document.patch(&params.patches, ctx.state.extension.name())
 }
 
@@ -68,7 +68,7 @@ pub struct SetOutcome {
 
 /// Unparsable input is -32004 (the spec's choice over Hermes'
 /// `{success: false, error}`), so `success` is always true here.
-pub async fn set_message(ctx: Ctx<ExtConn>, params: SetParams) -> Result<SetOutcome, RpcError> {
+pub async fn set_message(ctx: Ctx<ExtensionSession>, params: SetParams) -> Result<SetOutcome, RpcError> {
     ctx.state.host.document.set(params.message, params.format, ctx.state.extension.name())?;
     Ok(SetOutcome { success: true })
 }

@@ -3,7 +3,7 @@
 use rpc_core::{Ctx, NoParams, RpcError};
 use serde::Serialize;
 
-use super::ControlConn;
+use crate::state::ControlSession;
 
 #[derive(Serialize)]
 pub struct Status {
@@ -15,7 +15,7 @@ pub struct Status {
     log_lines_dropped: u64,
 }
 
-pub async fn status(ctx: Ctx<ControlConn>, _: NoParams) -> Result<Status, RpcError> {
+pub async fn status(ctx: Ctx<ControlSession>, _: NoParams) -> Result<Status, RpcError> {
     Ok(Status {
         version: env!("CARGO_PKG_VERSION"),
         pid: std::process::id(),

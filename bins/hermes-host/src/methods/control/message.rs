@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use rpc_core::{Ctx, RpcError};
 use serde::{Deserialize, Serialize};
 
-use super::ControlConn;
 use crate::document::PatchOutcome;
 use crate::hl7::tree::Format;
-use crate::methods::editor::{self, GetParams, Message, PatchParams};
+use crate::methods::extension::editor::{self, GetParams, Message, PatchParams};
+use crate::state::ControlSession;
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -29,7 +29,7 @@ pub struct NewParams {
     format: Format,
 }
 
-pub async fn new(ctx: Ctx<ControlConn>, params: NewParams) -> Result<Opened, RpcError> {
+pub async fn new(ctx: Ctx<ControlSession>, params: NewParams) -> Result<Opened, RpcError> {
     ctx.state.host.document.new_message(params.message.map(|text| (text, params.format)))?;
     Ok(Opened { has_file: false, file_path: None })
 }
@@ -39,12 +39,12 @@ pub struct OpenParams {
     path: PathBuf,
 }
 
-pub async fn open(ctx: Ctx<ControlConn>, params: OpenParams) -> Result<Opened, RpcError> {
+pub async fn open(ctx: Ctx<ControlSession>, params: OpenParams) -> Result<Opened, RpcError> {
     let path = ctx.state.host.document.open(&params.path).await?;
     Ok(Opened { has_file: true, file_path: Some(path.display().to_string()) })
 }
 
-pub async fn get(ctx: Ctx<ControlConn>, params: GetParams) -> Result<Message, RpcError> {
+pub async fn get(ctx: Ctx<ControlSession>, params: GetParams) -> Result<Message, RpcError> {
     editor::message_in(&ctx.state.host.document, params)
 }
 
@@ -60,14 +60,14 @@ pub struct Done {
     success: bool,
 }
 
-pub async fn set(ctx: Ctx<ControlConn>, params: SetParams) -> Result<Done, RpcError> {
+pub async fn set(ctx: Ctx<ControlSession>, params: SetParams) -> Result<Done, RpcError> {
     ctx.state.host.document.set(params.message, params.format, "control")?;
     Ok(Done { success: true })
 }
 
 /// `message/patch {patches}`: what `editor/patchMessage` does for an
 /// extension, for a control client; the change is reported as by `control`.
-pub async fn patch(ctx: Ctx<ControlConn>, params: PatchParams) -> Result<PatchOutcome, RpcError> {
+pub async fn patch(ctx: Ctx<ControlSession>, params: PatchParams) -> Result<PatchOutcome, RpcError> {
     ctx.state.host.document.patch(&params.patches, "control")
 }
 
@@ -82,7 +82,7 @@ pub struct Saved {
     file_path: String,
 }
 
-pub async fn save(ctx: Ctx<ControlConn>, params: SaveParams) -> Result<Saved, RpcError> {
+pub async fn save(ctx: Ctx<ControlSession>, params: SaveParams) -> Result<Saved, RpcError> {
     let path = ctx.state.host.document.save(params.path.as_deref()).await?;
     Ok(Saved { file_path: path.display().to_string() })
 }

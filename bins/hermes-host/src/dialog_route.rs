@@ -1,6 +1,6 @@
-//! Where `ui/*` requests go: to the UI client attached to the control socket
-//! (`ui/attach`, one at a time), which answers them, or, with none attached,
-//! to the headless policy:
+//! Where the extensions' dialogs (their `ui/*` requests) go: to the UI
+//! client attached to the control socket (`ui/attach`, one at a time), which
+//! answers them, or, with none attached, to the headless policy:
 //!
 //! | request | headless answer |
 //! |---|---|
@@ -12,6 +12,10 @@
 //!
 //! Windows get their ids here (`<extension>-window-<n>`), so the host knows
 //! whose each one is: closing another extension's window is -32008.
+//!
+//! The methods on either side are `methods::extension::dialogs` (what an
+//! extension asks) and `methods::control::attached_ui` (a client becoming
+//! the UI, and telling of windows a person closed).
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -26,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::UiPolicy;
 use crate::errors;
 
-pub struct UiRoute {
+pub struct DialogRoute {
     attached: Mutex<Option<PeerHandle>>,
     policy: Mutex<UiPolicy>,
     /// Open windows and the extension that opened each.
@@ -41,9 +45,9 @@ pub enum Unanswered {
     Failed(RpcError),
 }
 
-impl UiRoute {
-    pub fn new(policy: UiPolicy) -> UiRoute {
-        UiRoute {
+impl DialogRoute {
+    pub fn new(policy: UiPolicy) -> DialogRoute {
+        DialogRoute {
             attached: Mutex::new(None),
             policy: Mutex::new(policy),
             windows: Mutex::default(),
