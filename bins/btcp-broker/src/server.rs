@@ -84,7 +84,7 @@ where
 {
     let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
         request.extensions_mut().insert(peer.clone());
-        crate::http::normalize_path(&mut request);
+        crate::http::request::normalize_path(&mut request);
         let mut app = app.clone();
         async move { Ok::<_, Infallible>(app.call(request).await.unwrap_or_else(|e| match e {})) }
     });

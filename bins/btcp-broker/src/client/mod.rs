@@ -5,12 +5,15 @@
 mod agent;
 mod http;
 
+use std::process::ExitCode;
+
 use anyhow::{Context as _, bail};
 use serde_json::{Map, Value};
 
 use crate::config::{Command, EndpointArgs};
 
-pub async fn run(endpoint: &EndpointArgs, command: Command) -> anyhow::Result<()> {
+/// Runs a client command; an error ends it with exit code 1.
+pub async fn run(endpoint: &EndpointArgs, command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve(_) | Command::Common(_) => unreachable!("main runs serve, completions and man itself"),
         Command::Sessions { json } => sessions(endpoint, json).await,
@@ -19,7 +22,8 @@ pub async fn run(endpoint: &EndpointArgs, command: Command) -> anyhow::Result<()
             call(endpoint, &session, &tool, args, timeout, json).await
         }
         Command::Mcp { session, call_timeout } => mcp(endpoint, &session, call_timeout).await,
-    }
+    }?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `btcp-broker mcp --session ID`: the session's browser tools over MCP on stdio.

@@ -2,11 +2,9 @@
 //! endpoints (`/health`, `/sessions`, `/metrics`, `/btcp.js`, `/`).
 
 pub mod admission;
+pub mod request;
 mod sse;
 mod websocket;
-
-// The request parsers are the library's (lib.rs), where the fuzz targets reach them.
-pub use btcp_broker::http::request::{self, normalize_path, origin_allowed};
 
 use std::sync::Arc;
 
@@ -20,6 +18,7 @@ use serde_json::json;
 
 use crate::broker::{Broker, SERVER_VERSION};
 use admission::{PeerAddr, Rejection, reject};
+use request::origin_allowed;
 
 const BTCP_JS: &str = include_str!("../assets/btcp.js");
 const INDEX_HTML: &str = include_str!("../assets/index.html");
