@@ -5,16 +5,18 @@
 //! fuzz targets (through [`fuzzing`]) run the same code. Nothing else is
 //! public: this is not an API for other crates.
 
-mod broker;
 mod client;
 mod config;
+mod errors;
 mod http;
 mod mcp;
 mod methods;
 mod metrics;
+mod peer;
 mod rate_limit;
 mod server;
-mod session;
+mod sessions;
+mod state;
 mod toolset;
 
 #[doc(hidden)]

@@ -30,8 +30,8 @@ use rpc_core::{CancelNotice, PeerHandle, Router};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-use crate::broker::Broker;
-use crate::methods::codes;
+use crate::errors;
+use crate::state::Broker;
 
 /// How the agent connection reaches the broker.
 pub enum Dial {
@@ -259,7 +259,7 @@ impl Door for SessionDoor {
         match self.link.call("tools/call", &params, None, &cancel).await {
             // The browser answers in MCP's own shape; anything else is shown as JSON.
             Ok(result) => mcp_front::passed_on(result),
-            Err(Failure::Rpc(e)) if e.code == codes::NO_BROWSER => mcp_front::failure(
+            Err(Failure::Rpc(e)) if e.code == errors::NO_BROWSER => mcp_front::failure(
                 format!(
                     "{}: no browser page has this session open. Open {} to provide its tools.",
                     e.message, self.page

@@ -16,7 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
-use crate::session::{ClientType, Counts};
+use crate::sessions::{ClientType, Counts};
 
 /// How a forwarded tools/call ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,7 +2,6 @@
 //! READY=1, drain): HTTP/1.1 on each connection and the idle-session sweeper.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -16,9 +15,10 @@ use rpc_core::shutdown::Stopped;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tower_service::Service as _;
 
-use crate::broker::Broker;
 use crate::config::Config;
 use crate::http::admission::PeerAddr;
+use crate::methods;
+use crate::state::Broker;
 
 /// HTTP connections held besides the broker's peers (requests in progress,
 /// keep-alive connections of scrapers and POSTing SSE clients).
@@ -48,12 +48,13 @@ pub async fn run(config: Config) -> Result<Stopped, StartError> {
         }
         _ => {}
     }
-    let broker = Broker::new(config, daemon.shutdown().clone());
+    let broker = Broker::new(config, daemon.shutdown().clone(), methods::router());
     let mcp_doors = crate::mcp::HttpDoors::new(broker.clone());
     let app = crate::http::router(broker.clone(), mcp_doors.clone());
     mcp_doors.set_app(app.clone());
 
-    tokio::spawn(sweep_idle_sessions(broker.clone()));
+    let sweeper = broker.clone();
+    tokio::spawn(async move { sweeper.sessions.sweep_idle(sweeper.config.session_idle_ttl, &sweeper.shutdown).await });
     let max_http = broker.config.max_connections + EXTRA_HTTP_CONNECTIONS;
     let shutdown = daemon.shutdown().clone();
     daemon
@@ -108,24 +109,6 @@ where
                 _ = connection.as_mut() => {}
                 () = shutdown.aborted() => {}
             }
-        }
-    }
-}
-
-/// Removes sessions nobody has been attached to for the idle TTL.
-async fn sweep_idle_sessions(broker: Arc<Broker>) {
-    let ttl = broker.config.session_idle_ttl;
-    let every = (ttl / 4).clamp(Duration::from_millis(50), Duration::from_secs(10));
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            () = broker.shutdown.draining() => return,
-        }
-        let removed = broker.sessions.remove_idle(ttl);
-        if removed > 0 {
-            tracing::debug!(removed, "idle sessions removed");
         }
     }
 }

@@ -16,7 +16,8 @@ use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::broker::{Broker, SERVER_VERSION};
+use crate::peer::SERVER_VERSION;
+use crate::state::Broker;
 use admission::{PeerAddr, Rejection, reject};
 use request::origin_allowed;
 
