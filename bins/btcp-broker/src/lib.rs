@@ -9,7 +9,7 @@ mod client;
 mod config;
 mod errors;
 mod http;
-mod mcp;
+mod mcp_door;
 mod methods;
 mod metrics;
 mod peer;
