@@ -13,8 +13,7 @@ use serde::Serialize;
 
 use crate::errors;
 use crate::metrics::TransportKind;
-use crate::sessions::registry::AttachError;
-use crate::sessions::{BrowserSlot, ClientType, Session, SessionEvent};
+use crate::sessions::{AttachError, BrowserSlot, ClientType, Session, SessionEvent};
 use crate::state::{Broker, ConnState, Joined, PeerSlot};
 
 /// Version of the BTCP protocol spoken (the public client's default).

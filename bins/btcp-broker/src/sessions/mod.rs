@@ -12,8 +12,8 @@
 //! - [`registry`]: every session by id: attach, find, list, expire, evict.
 //! - [`forward`]: an agent's `tools/call` on its way to the session's browser.
 //!
-//! Nothing here knows of HTTP, JSON-RPC method tables or the broker's
-//! connections: the connections hold sessions, not the reverse.
+//! Nothing here knows of HTTP, the method tables or the connections' state
+//! (`state.rs`): the connections hold sessions, not the reverse.
 
 pub mod forward;
 pub mod registry;
