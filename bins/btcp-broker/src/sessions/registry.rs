@@ -1,112 +1,19 @@
-//! Sessions: the broker's domain model.
+//! Every session of the broker, by id: browsers and agents attach here, the
+//! HTTP endpoints list and count from here, and idle sessions and departed
+//! browsers' tool lists are dropped from here.
 //!
-//! A session belongs to a browser (its tool provider) and holds the tools that
-//! browser registered and the agents that joined it. One browser at a time: a
-//! second browser with the same id replaces the first. A browser that goes away
-//! leaves its session (agents and cached tools) behind for its return; a session
-//! nobody is attached to is removed after the idle TTL.
-//!
-//! The lists of browsers that left are kept within a byte budget shared by all
-//! sessions ([`CachedTools`]): a list costs nothing while its browser is
-//! connected (its connection's limits bound it), and past the budget the lists
-//! whose browsers left longest ago are dropped first.
-//!
-//! Locking: the registry map is locked only to find, create or remove a
-//! session, never on the tools/call path (an agent holds its `Arc<Session>`).
-//! Lock order is map, then session.
+//! Locking: the map is locked only to find, create or remove a session, never
+//! on the tools/call path (an agent holds its `Arc<Session>`). Lock order is
+//! map, then session.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use rpc_core::PeerHandle;
-use rpc_core::fanout::{self, Fanout, Subscription, Topics};
-use serde::Serialize;
-use serde_json::value::RawValue;
+use rpc_core::Shutdown;
 
-use crate::toolset::ToolSet;
-
-/// Who is on the other end of a connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ClientType {
-    Browser,
-    Agent,
-}
-
-impl ClientType {
-    pub fn parse(text: &str) -> Option<ClientType> {
-        match text {
-            "browser" => Some(ClientType::Browser),
-            "agent" => Some(ClientType::Agent),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ClientType::Browser => "browser",
-            ClientType::Agent => "agent",
-        }
-    }
-}
-
-/// The browser attached to a session.
-#[derive(Clone, Debug)]
-pub struct BrowserSlot {
-    pub peer: PeerHandle,
-    pub client_id: Arc<str>,
-}
-
-pub struct Session {
-    pub id: Arc<str>,
-    created_at: SystemTime,
-    /// Whether the short-id warning was logged for this session.
-    short_id_warned: AtomicBool,
-    cache: Arc<CachedTools>,
-    /// Milliseconds since the Unix epoch of the last call, registration or
-    /// connection change; an atomic so the call path takes no lock for it.
-    last_activity: AtomicU64,
-    state: Mutex<SessionState>,
-    /// Notifications to the session's agents (each agent pumps its own queue).
-    events: Fanout<Bytes>,
-}
-
-/// Invariant: a session's tool list is counted in [`CachedTools`] exactly
-/// while it has no browser; every change of `browser` or `tools` keeps it.
-struct SessionState {
-    browser: Option<BrowserSlot>,
-    tools: Arc<ToolSet>,
-    agents: usize,
-    /// When the session last became unattended (no browser, no agents).
-    idle_since: Option<Instant>,
-    /// When its browser last left (the eviction order of its tool list).
-    browser_left: Option<Instant>,
-}
-
-/// The bytes of tool lists held for browsers that have left, and the budget
-/// they must fit in.
-pub struct CachedTools {
-    bytes: AtomicUsize,
-    budget: usize,
-}
-
-impl CachedTools {
-    fn add(&self, bytes: usize) {
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    fn remove(&self, bytes: usize) {
-        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
-    }
-
-    fn over_budget(&self) -> bool {
-        self.bytes.load(Ordering::Relaxed) > self.budget
-    }
-}
+use super::session::{BrowserSlot, CachedTools, Session, SessionInfo, ToolsUpdated};
 
 /// What a browser arriving at a session found there.
 pub struct Attached {
@@ -126,144 +33,6 @@ pub enum AttachError {
     NotFound(String),
 }
 
-/// One row of `GET /sessions`.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionInfo {
-    pub id: Arc<str>,
-    pub has_browser: bool,
-    pub agent_count: usize,
-    pub tool_count: usize,
-    pub created_at: String,
-    pub last_activity: String,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-fn rfc3339(time: SystemTime) -> String {
-    humantime::format_rfc3339_millis(time).to_string()
-}
-
-impl Session {
-    fn new(id: Arc<str>, cache: Arc<CachedTools>) -> Session {
-        Session {
-            id,
-            created_at: SystemTime::now(),
-            short_id_warned: AtomicBool::new(false),
-            cache,
-            last_activity: AtomicU64::new(now_ms()),
-            state: Mutex::new(SessionState {
-                browser: None,
-                tools: Arc::new(ToolSet::empty()),
-                agents: 0,
-                idle_since: Some(Instant::now()),
-                browser_left: None,
-            }),
-            events: Fanout::new(fanout::DEFAULT_QUEUE, fanout::DEFAULT_QUEUE_BYTES),
-        }
-    }
-
-    pub fn touch(&self) {
-        self.last_activity.store(now_ms(), Ordering::Relaxed);
-    }
-
-    /// The browser and the tool list, as one consistent snapshot.
-    pub fn browser_and_tools(&self) -> (Option<PeerHandle>, Arc<ToolSet>) {
-        let state = self.state.lock();
-        (state.browser.as_ref().map(|b| b.peer.clone()), state.tools.clone())
-    }
-
-    pub fn tools(&self) -> Arc<ToolSet> {
-        self.state.lock().tools.clone()
-    }
-
-    pub fn browser(&self) -> Option<BrowserSlot> {
-        self.state.lock().browser.clone()
-    }
-
-    /// Replaces the tool list, if `conn_id` is still this session's browser
-    /// (a replaced browser's late registration must not overwrite its
-    /// successor's). Returns whether it was.
-    pub fn register_tools(&self, conn_id: u64, tools: Arc<ToolSet>) -> bool {
-        let mut state = self.state.lock();
-        if state.browser.as_ref().is_none_or(|b| b.peer.conn_id() != conn_id) {
-            return false;
-        }
-        state.tools = tools;
-        drop(state);
-        self.touch();
-        true
-    }
-
-    /// True the first time it is asked: the short-id warning is logged once.
-    pub fn first_short_id_warning(&self) -> bool {
-        !self.short_id_warned.swap(true, Ordering::Relaxed)
-    }
-
-    /// Sends a notification to every agent of the session; never waits.
-    pub fn notify_agents<P: Serialize>(&self, method: &str, params: &P) {
-        match rpc_core::message::request(None, method, params) {
-            Ok(json) => {
-                self.events.publish("agents", &Bytes::from(json));
-            }
-            Err(e) => tracing::error!(method, error = %e, "notification did not serialise"),
-        }
-    }
-
-    /// The queue of notifications for one agent.
-    pub fn subscribe_agent(&self) -> Subscription<Bytes> {
-        self.events.subscribe(Topics::all())
-    }
-
-    /// Detaches a browser if it is still this session's browser. Returns whether
-    /// it was (a replaced browser leaving must not unseat its successor). Its
-    /// tool list is then kept for its return, counted against the budget.
-    pub fn detach_browser(&self, conn_id: u64) -> bool {
-        let mut state = self.state.lock();
-        let ours = state.browser.as_ref().is_some_and(|b| b.peer.conn_id() == conn_id);
-        if ours {
-            state.browser = None;
-            state.browser_left = Some(Instant::now());
-            self.cache.add(state.tools.bytes());
-            if state.agents == 0 {
-                state.idle_since = Some(Instant::now());
-            }
-        }
-        drop(state);
-        self.touch();
-        ours
-    }
-
-    pub fn remove_agent(&self) {
-        let mut state = self.state.lock();
-        state.agents = state.agents.saturating_sub(1);
-        if state.agents == 0 && state.browser.is_none() {
-            state.idle_since = Some(Instant::now());
-        }
-        drop(state);
-        self.touch();
-    }
-
-    pub fn info(&self) -> SessionInfo {
-        let state = self.state.lock();
-        let last = UNIX_EPOCH + Duration::from_millis(self.last_activity.load(Ordering::Relaxed));
-        SessionInfo {
-            id: self.id.clone(),
-            has_browser: state.browser.is_some(),
-            agent_count: state.agents,
-            tool_count: state.tools.len(),
-            created_at: rfc3339(self.created_at),
-            last_activity: rfc3339(last),
-        }
-    }
-
-    pub fn has_browser(&self) -> bool {
-        self.state.lock().browser.is_some()
-    }
-}
-
 /// Counts for `/health` and `/metrics`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Counts {
@@ -274,7 +43,6 @@ pub struct Counts {
     pub cached_tool_bytes: usize,
 }
 
-/// Every session of the broker, by id.
 pub struct SessionRegistry {
     sessions: Mutex<HashMap<Arc<str>, Arc<Session>>>,
     max_sessions: usize,
@@ -288,7 +56,7 @@ impl SessionRegistry {
             sessions: Mutex::new(HashMap::new()),
             max_sessions,
             max_agents,
-            cache: Arc::new(CachedTools { bytes: AtomicUsize::new(0), budget: tools_budget }),
+            cache: Arc::new(CachedTools::new(tools_budget)),
         }
     }
 
@@ -297,14 +65,7 @@ impl SessionRegistry {
     pub fn attach_browser(&self, id: &str, slot: BrowserSlot) -> Result<Attached, AttachError> {
         let mut sessions = self.sessions.lock();
         let session = self.get_or_create(&mut sessions, id)?;
-        let mut state = session.state.lock();
-        let replaced = state.browser.replace(slot);
-        if replaced.is_none() {
-            // Its list is live again: its connection answers for it now.
-            self.cache.remove(state.tools.bytes());
-        }
-        state.idle_since = None;
-        drop(state);
+        let replaced = session.seat_browser(slot);
         drop(sessions);
         session.touch();
         Ok(Attached { session, replaced })
@@ -320,13 +81,9 @@ impl SessionRegistry {
             None if create => self.get_or_create(&mut sessions, id)?,
             None => return Err(AttachError::NotFound(id.to_owned())),
         };
-        let mut state = session.state.lock();
-        if state.agents >= self.max_agents {
+        if !session.add_agent(self.max_agents) {
             return Err(AttachError::TooManyAgents { session: session.id.clone(), max: self.max_agents });
         }
-        state.agents += 1;
-        state.idle_since = None;
-        drop(state);
         drop(sessions);
         session.touch();
         Ok(session)
@@ -360,7 +117,7 @@ impl SessionRegistry {
     /// Whether one more agent fits in session `id` (a new session has room).
     pub fn has_agent_room(&self, id: &str) -> bool {
         let sessions = self.sessions.lock();
-        sessions.get(id).is_none_or(|s| s.state.lock().agents < self.max_agents)
+        sessions.get(id).is_none_or(|s| s.attendance().1 < self.max_agents)
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
@@ -384,15 +141,12 @@ impl SessionRegistry {
 
     pub fn counts(&self) -> Counts {
         let sessions = self.sessions.lock();
-        let mut counts = Counts {
-            sessions: sessions.len(),
-            cached_tool_bytes: self.cache.bytes.load(Ordering::Relaxed),
-            ..Counts::default()
-        };
+        let mut counts =
+            Counts { sessions: sessions.len(), cached_tool_bytes: self.cache.bytes(), ..Counts::default() };
         for session in sessions.values() {
-            let state = session.state.lock();
-            counts.browsers += usize::from(state.browser.is_some());
-            counts.agents += state.agents;
+            let (has_browser, agents) = session.attendance();
+            counts.browsers += usize::from(has_browser);
+            counts.agents += agents;
         }
         counts
     }
@@ -402,16 +156,31 @@ impl SessionRegistry {
         let mut sessions = self.sessions.lock();
         let before = sessions.len();
         sessions.retain(|id, session| {
-            let state = session.state.lock();
-            let expired =
-                state.browser.is_none() && state.agents == 0 && state.idle_since.is_some_and(|t| t.elapsed() >= ttl);
+            let expired = session.expire_if_idle(ttl);
             if expired {
-                self.cache.remove(state.tools.bytes());
                 tracing::info!(session = %id, "idle session removed");
             }
             !expired
         });
         before - sessions.len()
+    }
+
+    /// Removes idle sessions every quarter of the idle TTL (within 50 ms and
+    /// 10 s), until the broker drains.
+    pub async fn sweep_idle(&self, ttl: Duration, shutdown: &Shutdown) {
+        let every = (ttl / 4).clamp(Duration::from_millis(50), Duration::from_secs(10));
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                () = shutdown.draining() => return,
+            }
+            let removed = self.remove_idle(ttl);
+            if removed > 0 {
+                tracing::debug!(removed, "idle sessions removed");
+            }
+        }
     }
 
     /// Drops the tool lists kept for departed browsers, those that left
@@ -423,14 +192,8 @@ impl SessionRegistry {
             return 0;
         }
         let mut sessions = self.sessions.lock();
-        let mut departed: Vec<(Instant, Arc<Session>)> = sessions
-            .values()
-            .filter_map(|session| {
-                let state = session.state.lock();
-                let cached = state.browser.is_none() && state.tools.bytes() > 0;
-                cached.then(|| (state.browser_left.unwrap_or_else(Instant::now), session.clone()))
-            })
-            .collect();
+        let mut departed: Vec<(Instant, Arc<Session>)> =
+            sessions.values().filter_map(|session| Some((session.cached_since()?, session.clone()))).collect();
         departed.sort_unstable_by_key(|(left, _)| *left);
         let mut evicted = 0;
         let mut emptied = Vec::new();
@@ -438,18 +201,13 @@ impl SessionRegistry {
             if !self.cache.over_budget() {
                 break;
             }
-            let mut state = session.state.lock();
             // Browsers attach under the map lock, which is held: still departed.
-            let bytes = state.tools.bytes();
-            self.cache.remove(bytes);
+            let (bytes, agents) = session.evict_cached_tools();
             evicted += 1;
-            tracing::info!(session = %session.id, bytes, agents = state.agents, "tool list evicted (BTCP_TOOLS_BUDGET)");
-            if state.agents == 0 {
-                drop(state);
+            tracing::info!(session = %session.id, bytes, agents, "tool list evicted (BTCP_TOOLS_BUDGET)");
+            if agents == 0 {
                 sessions.remove(&session.id);
             } else {
-                state.tools = Arc::new(ToolSet::empty());
-                drop(state);
                 emptied.push(session);
             }
         }
@@ -463,24 +221,10 @@ impl SessionRegistry {
     }
 }
 
-/// `{"sessionId": ...}`, the params of the session notifications to agents.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionEvent<'a> {
-    pub session_id: &'a str,
-}
-
-/// `tools/updated` params.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolsUpdated<'a> {
-    pub session_id: &'a str,
-    pub tools: &'a RawValue,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::toolset::ToolSet;
 
     #[test]
     fn idle_sessions_expire_only_when_nobody_is_attached() {

@@ -1,7 +1,8 @@
-//! The MCP front door: a session's browser tools as Model Context Protocol
-//! tools, for coding agents. `btcp-broker mcp --session ID` serves one
-//! session on stdio; `/mcp?sessionId=ID` serves any session over streamable
-//! HTTP on the broker's own port.
+//! The MCP front door of one session: its browser's tools as Model Context
+//! Protocol tools, for coding agents. Shared by both ways it is served:
+//! `btcp-broker mcp --session ID` on stdio (`client/mcp.rs`) and
+//! `/mcp?sessionId=ID` over streamable HTTP on the broker's own port
+//! (`http/mcp.rs`). It knows neither: only how to reach the broker ([`Dial`]).
 //!
 //! Either way the MCP side is an ordinary BTCP *agent* of that session: it
 //! connects to `/ws` with the broker's token, so the broker's admission,
@@ -15,11 +16,9 @@
 //! - An MCP cancellation (or the client's timeout) cancels the forwarded
 //!   call at the broker (`notifications/cancelled`), which tells the browser.
 
-use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mcp_front::CancellationToken;
 use mcp_front::{
@@ -30,16 +29,28 @@ use rpc_core::{CancelNotice, PeerHandle, Router};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-use crate::broker::Broker;
-use crate::methods::codes;
+use crate::errors;
 
-/// How the agent connection reaches the broker.
+/// How the agent connection reaches the broker at `authority` (`host:port`,
+/// also where a person opens the session's page).
 pub enum Dial {
     /// Over TCP, from another process (`btcp-broker mcp`).
     Tcp { authority: String },
     /// Inside the broker (`/mcp`): an in-memory stream served by the broker's
     /// own HTTP stack, so admission and auth are the same as over a socket.
-    InProcess { broker: Arc<Broker>, app: axum::Router },
+    InProcess { authority: String, serve: ServeInProcess },
+}
+
+/// Serves one in-memory connection as the broker serves a socket's (it
+/// spawns the serving, and returns at once).
+pub type ServeInProcess = Arc<dyn Fn(tokio::io::DuplexStream) + Send + Sync>;
+
+impl Dial {
+    fn authority(&self) -> &str {
+        match self {
+            Dial::Tcp { authority } | Dial::InProcess { authority, .. } => authority,
+        }
+    }
 }
 
 /// What the agent connection has heard about its session.
@@ -95,11 +106,8 @@ impl SessionAgent {
     }
 
     async fn open(&self) -> Result<PeerHandle, String> {
-        let authority = match &self.dial {
-            Dial::Tcp { authority } => authority.clone(),
-            Dial::InProcess { broker, .. } => broker.config.listen.to_string(),
-        };
-        let url = self.url(&authority);
+        let authority = self.dial.authority();
+        let url = self.url(authority);
         let mut request = url.as_str().into_client_request().map_err(|e| format!("{url}: {e}"))?;
         if let Some(token) = &self.token {
             let value = format!("Bearer {token}").parse().map_err(|_| "the token is not a valid header value")?;
@@ -120,9 +128,9 @@ impl SessionAgent {
                     tokio_tungstenite::connect_async_with_config(request, config, true).await.map_err(refused)?;
                 websocket::transport(ws)
             }
-            Dial::InProcess { broker, app } => {
+            Dial::InProcess { serve, .. } => {
                 let (ours, theirs) = tokio::io::duplex(64 * 1024);
-                tokio::spawn(crate::server::serve_in_process(theirs, app.clone(), broker.shutdown.clone()));
+                serve(theirs);
                 let (ws, _) =
                     tokio_tungstenite::client_async_with_config(request, ours, config).await.map_err(refused)?;
                 websocket::transport(ws)
@@ -166,22 +174,15 @@ pub struct SessionDoor {
 
 impl SessionDoor {
     pub fn new(dial: Dial, session: &str, token: Option<String>, call_timeout: Option<Duration>) -> Arc<Self> {
-        let page_authority = match &dial {
-            Dial::Tcp { authority } => authority.clone(),
-            Dial::InProcess { broker, .. } => broker.config.listen.to_string(),
-        };
         let encoded: String = form_urlencoded::byte_serialize(session.as_bytes()).collect();
+        let page = format!("http://{}/?sessionId={encoded}", dial.authority());
         let view = Arc::new(SessionView {
             session: session.to_owned(),
             browser: AtomicBool::new(false),
             connected_before: AtomicBool::new(false),
             changes: Changes::new(),
         });
-        Arc::new(SessionDoor {
-            link: Link::new(SessionAgent { dial, token, view }),
-            call_timeout,
-            page: format!("http://{page_authority}/?sessionId={encoded}"),
-        })
+        Arc::new(SessionDoor { link: Link::new(SessionAgent { dial, token, view }), call_timeout, page })
     }
 
     fn view(&self) -> &SessionView {
@@ -259,7 +260,7 @@ impl Door for SessionDoor {
         match self.link.call("tools/call", &params, None, &cancel).await {
             // The browser answers in MCP's own shape; anything else is shown as JSON.
             Ok(result) => mcp_front::passed_on(result),
-            Err(Failure::Rpc(e)) if e.code == codes::NO_BROWSER => mcp_front::failure(
+            Err(Failure::Rpc(e)) if e.code == errors::NO_BROWSER => mcp_front::failure(
                 format!(
                     "{}: no browser page has this session open. Open {} to provide its tools.",
                     e.message, self.page
@@ -268,140 +269,5 @@ impl Door for SessionDoor {
             ),
             Err(failure) => failure.into_result(),
         }
-    }
-}
-
-/// The `/mcp` endpoint's doors, one per session id asked for. A door whose
-/// MCP clients are all gone is closed after a while, so its agent
-/// connection does not keep a session alive forever.
-pub struct HttpDoors {
-    broker: Arc<Broker>,
-    /// The broker's HTTP routes, which the in-process agent connections are
-    /// served by (set once, right after they are built).
-    app: std::sync::OnceLock<axum::Router>,
-    doors: Mutex<HashMap<String, HttpDoor>>,
-    /// Fires when the broker drains: every door closes its MCP sessions.
-    stop_all: CancellationToken,
-}
-
-struct HttpDoor {
-    door: Arc<SessionDoor>,
-    service: McpService,
-    last_used: Instant,
-    stop: CancellationToken,
-}
-
-type McpService = mcp_front::rmcp::transport::streamable_http_server::StreamableHttpService<
-    mcp_front::Front<SessionDoor>,
-    mcp_front::rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
->;
-
-/// At most this many sessions served over `/mcp` at once.
-const MAX_HTTP_DOORS: usize = 1024;
-/// A door with no MCP session or request for this long is closed.
-const HTTP_DOOR_IDLE: Duration = Duration::from_secs(600);
-
-impl HttpDoors {
-    pub fn new(broker: Arc<Broker>) -> Arc<Self> {
-        let stop_all = CancellationToken::new();
-        let doors = Arc::new(HttpDoors { broker, app: Default::default(), doors: Mutex::default(), stop_all });
-        tokio::spawn(doors.clone().close_idle());
-        doors
-    }
-
-    pub fn set_app(&self, app: axum::Router) {
-        let _ = self.app.set(app);
-    }
-
-    /// The MCP service for `session`, made on first use. `None` when too many
-    /// sessions are served already.
-    pub fn service(&self, session: &str) -> Option<McpService> {
-        let mut doors = self.doors.lock();
-        if let Some(entry) = doors.get_mut(session) {
-            entry.last_used = Instant::now();
-            return Some(entry.service.clone());
-        }
-        if doors.len() >= MAX_HTTP_DOORS {
-            return None;
-        }
-        let app = self.app.get()?.clone();
-        let config = &self.broker.config;
-        let door = SessionDoor::new(
-            Dial::InProcess { broker: self.broker.clone(), app },
-            session,
-            config.auth_token.clone(),
-            None,
-        );
-        let stop = self.stop_all.child_token();
-        door.keep_connected(stop.clone());
-        let factory_door = door.clone();
-        // Host and Origin are the broker's business (its token and Origin
-        // policy run before this service); rmcp's own checks would only
-        // disagree with BTCP_HOST and BTCP_ALLOWED_ORIGINS.
-        let http = mcp_front::rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
-            .with_allowed_hosts(Vec::<String>::new())
-            .with_cancellation_token(stop.clone());
-        let service =
-            McpService::new(move || Ok(mcp_front::Front::new(factory_door.clone())), Default::default(), http);
-        doors.insert(session.to_owned(), HttpDoor { door, service: service.clone(), last_used: Instant::now(), stop });
-        Some(service)
-    }
-
-    async fn close_idle(self: Arc<Self>) {
-        let mut ticks = tokio::time::interval(Duration::from_secs(30));
-        loop {
-            tokio::select! {
-                _ = ticks.tick() => {}
-                () = self.broker.shutdown.draining() => {
-                    self.stop_all.cancel();
-                    return;
-                }
-            }
-            self.doors.lock().retain(|_, entry| {
-                // Only the map holds the door: no MCP session or stream uses it.
-                let unused = Arc::strong_count(&entry.door) <= 2 && entry.last_used.elapsed() > HTTP_DOOR_IDLE;
-                if unused {
-                    entry.stop.cancel();
-                }
-                !unused
-            });
-        }
-    }
-}
-
-/// `/mcp?sessionId=ID`: the broker's token applies (the Origin policy ran
-/// before), then the session's MCP service answers.
-pub async fn endpoint(doors: Arc<HttpDoors>, request: axum::extract::Request) -> axum::response::Response {
-    use axum::http::StatusCode;
-    use axum::response::IntoResponse;
-    use tower_service::Service as _;
-
-    use crate::http::admission::{self, PeerAddr, reject};
-
-    let broker = &doors.broker;
-    let query = match admission::query(request.uri()) {
-        Ok(query) => query,
-        Err(rejection) => return rejection.into_response(),
-    };
-    if let Err(rejection) =
-        admission::authorize(broker, request.headers(), &query, request.extensions().get::<PeerAddr>())
-    {
-        return rejection.into_response();
-    }
-    let Some(session) = query.get("sessionId").filter(|s| !s.is_empty()) else {
-        return reject(StatusCode::BAD_REQUEST, "session_id", "sessionId is required: /mcp?sessionId=ID")
-            .into_response();
-    };
-    let Some(mut service) = doors.service(session) else {
-        return reject(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "mcp_sessions",
-            format!("too many sessions served over /mcp (at most {MAX_HTTP_DOORS})"),
-        )
-        .into_response();
-    };
-    match service.call(request).await {
-        Ok(response) => response.map(axum::body::Body::new),
-        Err(never) => match never {},
     }
 }

@@ -1,24 +1,20 @@
-//! The broker's shared state and the life of one browser or agent connection,
-//! whatever its transport: attach to a session, welcome, serve, detach.
+//! The life of one browser or agent connection, whatever its transport
+//! (`http/websocket.rs`, `http/sse.rs`): attach to a session, welcome, serve,
+//! detach. Also what the broker says of itself to every peer: its versions
+//! and the ids it gives.
 
-use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::sync::atomic::AtomicBool;
 
 use futures_util::FutureExt;
-use rpc_core::codec::Frame;
-use rpc_core::fanout;
 use rpc_core::peer::CloseReason;
-use rpc_core::{Connection, PeerConfig, PeerHandle, Router, Shutdown, Transport};
+use rpc_core::{Connection, PeerHandle, Transport};
 use serde::Serialize;
-use tokio::sync::mpsc;
 
-use crate::config::Config;
-use crate::metrics::{Metrics, TransportKind};
-use crate::rate_limit::TokenBucket;
-use crate::session::{AttachError, BrowserSlot, ClientType, Session, SessionEvent, SessionRegistry};
+use crate::errors;
+use crate::metrics::TransportKind;
+use crate::sessions::{AttachError, BrowserSlot, ClientType, Session, SessionEvent};
+use crate::state::{Broker, ConnState, Joined, PeerSlot};
 
 /// Version of the BTCP protocol spoken (the public client's default).
 pub const PROTOCOL_VERSION: &str = "1.0.0";
@@ -39,82 +35,6 @@ pub fn unguessable_id() -> String {
     bits.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Everything the connections share.
-pub struct Broker {
-    pub config: Config,
-    pub sessions: SessionRegistry,
-    pub metrics: Metrics,
-    pub router: Arc<Router<ConnState>>,
-    pub shutdown: Shutdown,
-    /// Inbound queues of SSE peers, by client id, fed by `POST /message`.
-    pub sse_inboxes: Mutex<HashMap<Arc<str>, SseInbox>>,
-    started: Instant,
-    peers: AtomicUsize,
-}
-
-impl Broker {
-    pub fn new(config: Config, shutdown: Shutdown) -> Arc<Broker> {
-        Arc::new(Broker {
-            sessions: SessionRegistry::new(config.max_sessions, config.max_agents_per_session, config.tools_budget),
-            metrics: Metrics::new(),
-            router: crate::methods::router(),
-            shutdown,
-            sse_inboxes: Mutex::new(HashMap::new()),
-            started: Instant::now(),
-            peers: AtomicUsize::new(0),
-            config,
-        })
-    }
-
-    pub fn uptime_s(&self) -> u64 {
-        self.started.elapsed().as_secs()
-    }
-
-    /// Reserves room for one more browser or agent connection.
-    pub fn reserve_peer(self: &Arc<Self>) -> Option<PeerSlot> {
-        let max = self.config.max_connections;
-        self.peers
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
-            .ok()
-            .map(|_| PeerSlot { broker: self.clone() })
-    }
-
-    fn peer_config(&self, client_type: ClientType) -> PeerConfig {
-        let config = &self.config;
-        PeerConfig {
-            keepalive: config.keepalive,
-            request_timeout: config.call_timeout,
-            write_stall: config.write_stall,
-            write_budget: config.write_budget,
-            backlog_bytes: config.backlog_bytes,
-            // Answers to forwarded calls may come through the SSE session
-            // fallback, where the id is the only secret an answer shows.
-            unguessable_ids: client_type == ClientType::Browser,
-            ..PeerConfig::default()
-        }
-    }
-}
-
-/// Where `POST /message` delivers an SSE client's messages.
-#[derive(Clone)]
-pub struct SseInbox {
-    pub sender: mpsc::Sender<Frame>,
-    /// Whether the client's event stream is still open: posts speak for a
-    /// listening client only.
-    pub stream_open: Arc<AtomicBool>,
-}
-
-/// One reserved connection place, given back when dropped.
-pub struct PeerSlot {
-    broker: Arc<Broker>,
-}
-
-impl Drop for PeerSlot {
-    fn drop(&mut self) {
-        self.broker.peers.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// What the connect request said about the peer.
 pub struct PeerSpec {
     pub client_type: ClientType,
@@ -125,65 +45,6 @@ pub struct PeerSpec {
     /// SSE clients: whether the event stream is still open.
     pub event_stream: Option<Arc<AtomicBool>>,
     pub slot: PeerSlot,
-}
-
-/// Per-connection state, reachable from every handler.
-pub struct ConnState {
-    pub broker: Arc<Broker>,
-    pub client_type: ClientType,
-    pub client_id: Arc<str>,
-    /// A browser's session (fixed at connect) or an agent's joined session.
-    pub joined: Mutex<Option<Joined>>,
-    /// tools/call admission for agents.
-    pub rate: Mutex<TokenBucket>,
-    /// SSE clients: whether the event stream is still open.
-    pub event_stream: Option<Arc<AtomicBool>>,
-}
-
-pub struct Joined {
-    pub session: Arc<Session>,
-    /// An agent's notification pump; aborting it unsubscribes.
-    pump: Option<tokio::task::AbortHandle>,
-}
-
-impl ConnState {
-    pub fn session(&self) -> Option<Arc<Session>> {
-        self.joined.lock().as_ref().map(|j| j.session.clone())
-    }
-
-    /// False once an SSE client's event stream has closed (WebSocket: always true).
-    pub fn is_listening(&self) -> bool {
-        self.event_stream.as_ref().is_none_or(|open| open.load(Ordering::Acquire))
-    }
-
-    /// Makes this agent a member of `session` (already counted there) and
-    /// starts forwarding the session's notifications to it.
-    pub fn join(&self, peer: &PeerHandle, session: Arc<Session>) {
-        let subscription = session.subscribe_agent();
-        let pump = tokio::spawn(fanout::pump(subscription, peer.clone(), |count| {
-            rpc_core::message::request(None, "notifications/missed", &serde_json::json!({ "count": count }))
-                .unwrap_or_default()
-        }));
-        let previous = self.joined.lock().replace(Joined { session, pump: Some(pump.abort_handle()) });
-        if let Some(previous) = previous {
-            leave(previous);
-        }
-    }
-
-    /// Leaves the joined session, if any; returns its id.
-    pub fn leave(&self) -> Option<Arc<str>> {
-        let joined = self.joined.lock().take()?;
-        let id = joined.session.id.clone();
-        leave(joined);
-        Some(id)
-    }
-}
-
-fn leave(joined: Joined) {
-    if let Some(pump) = joined.pump {
-        pump.abort();
-    }
-    joined.session.remove_agent();
 }
 
 #[derive(Serialize)]
@@ -240,58 +101,17 @@ struct AfterRun {
 /// Attaches a peer to its session and welcomes it.
 pub async fn open_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpec) -> Opened {
     let PeerSpec { client_type, session_id, client_id, version, transport: transport_kind, event_stream, slot } = spec;
-    let state = Arc::new(ConnState {
-        broker: broker.clone(),
-        client_type,
-        client_id: client_id.clone(),
-        joined: Mutex::new(None),
-        rate: Mutex::new(TokenBucket::new(broker.config.rate_limit, broker.config.rate_burst)),
-        event_stream,
-    });
+    let state = Arc::new(ConnState::new(broker.clone(), client_type, client_id.clone(), event_stream));
     let (peer, conn) =
         Connection::new(transport, broker.router.clone(), state.clone(), broker.peer_config(client_type));
-    let attached = match client_type {
-        ClientType::Browser => {
-            let chosen = session_id.is_some();
-            let id = session_id.unwrap_or_else(unguessable_id);
-            let attached = attach_browser(&broker, &state, &peer, &id);
-            if let Ok((session, _)) = &attached
-                && chosen
-                && transport_kind == TransportKind::Sse
-            {
-                warn_if_guessable(&broker, session);
-            }
-            attached.map(Some)
-        }
-        ClientType::Agent => match session_id {
-            Some(id) => broker.sessions.attach_agent(&id, true).map(|session| Some((session, peer.clone()))),
-            None => Ok(None),
-        },
-    };
-    let session = match attached {
-        Ok(Some((session, _))) => Some(session),
-        Ok(None) => None,
+    let session = match attach(&broker, &state, &peer, session_id, transport_kind) {
+        Ok(session) => session,
         Err(error) => {
-            // Checked before the upgrade too; this is the rare race past it.
-            tracing::warn!(%client_id, %error, "connection refused");
-            let _ = peer.notify("error", serde_json::json!({"code": -32000, "message": error.to_string()})).await;
-            peer.close(1013, "session or broker full");
+            refuse(&peer, &client_id, &error).await;
             return Opened { conn, slot, after: None };
         }
     };
-    let available_sessions = (client_type == ClientType::Agent).then(|| broker.sessions.with_browser());
-    let welcome = Welcome {
-        session_id: session.as_ref().map(|s| &*s.id),
-        client_id: &client_id,
-        client_type,
-        server_version: SERVER_VERSION,
-        protocol_version: PROTOCOL_VERSION,
-        available_sessions,
-    };
-    let _ = peer.notify("welcome", &welcome).await;
-    if let (ClientType::Agent, Some(session)) = (client_type, &session) {
-        state.join(&peer, session.clone());
-    }
+    welcome(&broker, &state, &peer, session.as_ref()).await;
     broker.metrics.peer_opened(client_type, transport_kind);
     tracing::info!(
         conn = peer.conn_id(),
@@ -304,6 +124,59 @@ pub async fn open_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpec
     );
     let conn = conn.with_shutdown(&broker.shutdown);
     Opened { conn, slot, after: Some(AfterRun { broker, state, peer, client_type, transport_kind }) }
+}
+
+/// A browser takes its session (a new one when it named none); an agent that
+/// named a session joins it, waiting for its browser if need be.
+fn attach(
+    broker: &Broker,
+    state: &ConnState,
+    peer: &PeerHandle,
+    session_id: Option<String>,
+    transport_kind: TransportKind,
+) -> Result<Option<Arc<Session>>, AttachError> {
+    match state.client_type {
+        ClientType::Browser => {
+            let chosen = session_id.is_some();
+            let id = session_id.unwrap_or_else(unguessable_id);
+            let session = attach_browser(broker, state, peer, &id)?;
+            if chosen && transport_kind == TransportKind::Sse {
+                warn_if_guessable(broker, &session);
+            }
+            Ok(Some(session))
+        }
+        ClientType::Agent => match session_id {
+            Some(id) => broker.sessions.attach_agent(&id, true).map(Some),
+            None => Ok(None),
+        },
+    }
+}
+
+/// Checked before the upgrade too; this is the rare race past it: the peer
+/// is told why and closed.
+async fn refuse(peer: &PeerHandle, client_id: &str, error: &AttachError) {
+    tracing::warn!(%client_id, %error, "connection refused");
+    let notice = serde_json::json!({"code": errors::CONNECTION, "message": error.to_string()});
+    let _ = peer.notify("error", notice).await;
+    peer.close(1013, "session or broker full");
+}
+
+/// The `welcome` notification; an agent then hears its session's events.
+async fn welcome(broker: &Broker, state: &ConnState, peer: &PeerHandle, session: Option<&Arc<Session>>) {
+    let client_type = state.client_type;
+    let available_sessions = (client_type == ClientType::Agent).then(|| broker.sessions.with_browser());
+    let welcome = Welcome {
+        session_id: session.map(|s| &*s.id),
+        client_id: &state.client_id,
+        client_type,
+        server_version: SERVER_VERSION,
+        protocol_version: PROTOCOL_VERSION,
+        available_sessions,
+    };
+    let _ = peer.notify("welcome", &welcome).await;
+    if let (ClientType::Agent, Some(session)) = (client_type, session) {
+        state.join(peer, session.clone());
+    }
 }
 
 impl Opened {
@@ -366,16 +239,18 @@ fn warn_if_guessable(broker: &Broker, session: &Session) {
     }
 }
 
+/// Seats the browser in session `id`; the browser it replaces is told and
+/// closed, and the session's agents hear that a browser is there.
 fn attach_browser(
     broker: &Broker,
     state: &ConnState,
     peer: &PeerHandle,
     id: &str,
-) -> Result<(Arc<Session>, PeerHandle), AttachError> {
+) -> Result<Arc<Session>, AttachError> {
     let attached =
         broker.sessions.attach_browser(id, BrowserSlot { peer: peer.clone(), client_id: state.client_id.clone() })?;
     let session = attached.session;
-    *state.joined.lock() = Some(Joined { session: session.clone(), pump: None });
+    *state.joined.lock() = Some(Joined::browser(session.clone()));
     if let Some(old) = attached.replaced {
         tracing::info!(session = %session.id, old = %old.client_id, new = %state.client_id, "browser replaced");
         let session_id = session.id.clone();
@@ -392,5 +267,5 @@ fn attach_browser(
         });
     }
     session.notify_agents("session/browserConnected", &SessionEvent { session_id: &session.id });
-    Ok((session, peer.clone()))
+    Ok(session)
 }
