@@ -26,7 +26,7 @@ use std::process::ExitCode;
 
 use clap::CommandFactory;
 use rpc_core::cli;
-use rpc_core::daemon::{self, Threads};
+use rpc_core::daemon::Threads;
 
 use config::{Cli, Command, Config, EndpointArgs, ServeArgs};
 
@@ -55,9 +55,5 @@ pub fn main() -> ExitCode {
 /// Runs the broker: 0 after a clean stop, 1 after a runtime failure or a
 /// forced stop, 2 for bad configuration.
 fn serve(endpoint: &EndpointArgs, args: &ServeArgs) -> ExitCode {
-    let config = match Config::from_args(endpoint, args) {
-        Ok(config) => config,
-        Err(e) => return cli::bad_configuration(&e),
-    };
-    daemon::run_to_exit("btcp-broker", Threads::per_core(), server::run(config))
+    cli::run_daemon("btcp-broker", Threads::per_core(), Config::from_args(endpoint, args), server::run)
 }

@@ -33,7 +33,7 @@ use std::process::ExitCode;
 
 use clap::CommandFactory;
 use rpc_core::cli::{self, LogArgs};
-use rpc_core::daemon::{self, Threads};
+use rpc_core::daemon::Threads;
 
 use crate::config::{Cli, Command, Config, ServeArgs};
 
@@ -55,13 +55,10 @@ pub fn main() -> ExitCode {
 /// Runs the daemon: 0 after a clean stop, 1 after a runtime failure or a
 /// forced stop, 2 for bad configuration.
 fn serve(args: ServeArgs, log: &LogArgs) -> ExitCode {
-    let config = match log.init().and_then(|()| Config::from_args(args)) {
-        Ok(config) => config,
-        Err(e) => return cli::bad_configuration(&e),
-    };
+    let settings = log.init().and_then(|()| Config::from_args(args));
     // One thread: an extension's request, its handler and its reply then run
     // on the thread that read it, with no wake-up of another (editor/getMessage
     // from one extension: 447k/s on two workers, 462k/s on one). Saving files
     // goes to the blocking pool.
-    daemon::run_to_exit("hermes-host", Threads::One, server::run(config))
+    cli::run_daemon("hermes-host", Threads::One, settings, server::run)
 }

@@ -36,7 +36,7 @@ use std::process::ExitCode;
 
 use clap::CommandFactory;
 use rpc_core::cli::{self, run_client};
-use rpc_core::daemon::{self, Threads};
+use rpc_core::daemon::Threads;
 
 use crate::config::{Cli, Command, Config, RunArgs, SocketArgs};
 
@@ -67,9 +67,5 @@ pub fn main() -> ExitCode {
 
 /// `run`: the loop, its exit code from its outcome; 2 for bad configuration.
 fn run(args: RunArgs, sockets: &SocketArgs) -> ExitCode {
-    let config = match Config::from_args(args, sockets) {
-        Ok(config) => config,
-        Err(e) => return cli::bad_configuration(&e),
-    };
-    daemon::run_to_exit("ralph-server", Threads::Workers(2), server::run(config))
+    cli::run_daemon("ralph-server", Threads::Workers(2), Config::from_args(args, sockets), server::run)
 }

@@ -26,7 +26,7 @@ use std::process::ExitCode;
 
 use clap::CommandFactory;
 use rpc_core::cli::{self, LogArgs};
-use rpc_core::daemon::{self, Threads};
+use rpc_core::daemon::Threads;
 
 use crate::config::{Cli, Command, Config, ServeArgs};
 
@@ -51,13 +51,10 @@ pub fn main() -> ExitCode {
 /// Runs the daemon: 0 after a clean stop, 1 after a runtime failure or a
 /// forced stop, 2 for bad configuration.
 fn serve(args: ServeArgs, log: &LogArgs) -> ExitCode {
-    let config = match log.init().and_then(|()| Config::from_args(args)) {
-        Ok(config) => config,
-        Err(e) => return cli::bad_configuration(&e),
-    };
+    let settings = log.init().and_then(|()| Config::from_args(args));
     // One thread: evaluations take turns on one Ruby anyway, and a second
     // worker only adds cross-thread wake-ups to every round trip (eval_ruby
     // of `1+1`, p50: 125 us on two workers, 100 us on one; ping throughput the
     // same). File tools run on tokio's blocking pool as before.
-    daemon::run_to_exit("supex-bridge", Threads::One, server::run(config))
+    cli::run_daemon("supex-bridge", Threads::One, settings, server::run)
 }

@@ -222,6 +222,27 @@ impl CommonCommand {
     }
 }
 
+/// Runs a daemon from its settings: a bad one is one line and exit code 2;
+/// else `serve` on a runtime of `threads`, and the exit code of how it ended
+/// (see [`daemon::run_to_exit`](crate::daemon::run_to_exit)). Every daemon's
+/// `serve` subcommand starts this one way.
+pub fn run_daemon<C, T, E, Fut>(
+    name: &str,
+    threads: crate::daemon::Threads,
+    settings: Result<C, ConfigError>,
+    serve: impl FnOnce(C) -> Fut,
+) -> ExitCode
+where
+    Fut: Future<Output = Result<T, E>>,
+    T: Into<ExitCode>,
+    E: crate::daemon::Failure,
+{
+    match settings {
+        Ok(config) => crate::daemon::run_to_exit(name, threads, serve(config)),
+        Err(e) => bad_configuration(&e),
+    }
+}
+
 /// Runs a client command (`ctl`, `status`, `call`, `mcp`...) on a small
 /// runtime of its own: what it returns is the exit code; an error is one line
 /// on stderr, `PROGRAM: ERROR`, and exit code 1. Every daemon's client
