@@ -24,12 +24,12 @@ export class Windows {
     const url = new URL(p.url);
     // A page of this host's own origin would reach the live channel: no same-origin rights for it.
     const sandbox = `allow-scripts allow-forms allow-popups allow-modals allow-downloads${url.origin === location.origin ? '' : ' allow-same-origin'}`;
-    const frame = h('iframe', { src: url.href, sandbox, title: p.title, style: { width: `${width}px`, height: `${height}px` } });
+    const frame = h('iframe', { src: url.href, sandbox, title: p.title });
     const close = h('button', { class: 'icon close-window', title: 'close', 'aria-label': `close ${p.title}`, onclick: () => this.closeByUser(p.windowId) }, '×');
     const win = h('div', {
       class: `window${p.resizable === false ? '' : ' resizable'}`, role: 'dialog', 'aria-label': p.title,
-      dataset: { windowId: p.windowId },
-    }, h('div', { class: 'window-title' }, h('span', {}, p.title), h('span', { class: 'muted' }, ` — ${p.extension}`), close), frame);
+      dataset: { windowId: p.windowId }, style: { width: `${width}px`, height: `${height}px` },
+    }, h('div', { class: 'window-title' }, h('span', {}, p.title), h('span', { class: 'muted by' }, p.extension), close), frame);
     const el = p.modal ? h('div', { class: 'backdrop window-backdrop' }, win) : win;
     this.layer.append(el);
     this.open.set(p.windowId, el);
