@@ -350,24 +350,6 @@ pub struct UiPolicy {
     pub file_roots: Vec<PathBuf>,
 }
 
-impl UiPolicy {
-    /// The directories `files/list` may show, absolute.
-    pub fn browsable_roots(&self) -> Vec<PathBuf> {
-        let home = dirs::home_dir();
-        if self.file_roots.is_empty() {
-            return home.into_iter().collect();
-        }
-        self.file_roots
-            .iter()
-            .filter_map(|root| match (root.strip_prefix("~"), &home) {
-                (Ok(rest), Some(home)) => Some(home.join(rest)),
-                (Ok(_), None) => None,
-                (Err(_), _) => std::path::absolute(root).ok(),
-            })
-            .collect()
-    }
-}
-
 /// One `[[extensions]]` entry.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -39,11 +39,29 @@ pub struct Listing {
 }
 
 pub async fn list(ctx: Ctx<ControlSession>, params: ListParams) -> Result<Listing, RpcError> {
-    let roots: Vec<PathBuf> =
-        ctx.state.host.settings().ui.browsable_roots().iter().filter_map(|r| r.canonicalize().ok()).collect();
+    let roots = browsable_roots(&ctx.state.host.settings().ui.file_roots);
     tokio::task::spawn_blocking(move || list_within(&roots, params.path))
         .await
         .map_err(|e| RpcError::internal(e.to_string()))?
+}
+
+/// `[ui] file_roots` as real directories (`~/` the home directory; none
+/// given: the home directory); those that do not exist are left out.
+fn browsable_roots(file_roots: &[PathBuf]) -> Vec<PathBuf> {
+    let home = dirs::home_dir();
+    let roots: Vec<PathBuf> = if file_roots.is_empty() {
+        home.into_iter().collect()
+    } else {
+        file_roots
+            .iter()
+            .filter_map(|root| match (root.strip_prefix("~"), &home) {
+                (Ok(rest), Some(home)) => Some(home.join(rest)),
+                (Ok(_), None) => None,
+                (Err(_), _) => Some(root.clone()),
+            })
+            .collect()
+    };
+    roots.iter().filter_map(|r| r.canonicalize().ok()).collect()
 }
 
 fn list_within(roots: &[PathBuf], path: Option<PathBuf>) -> Result<Listing, RpcError> {
