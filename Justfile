@@ -7,12 +7,13 @@ build:
 # The test suite, exactly as CI and the README run it (the engine's tests
 # in a release build too).
 test:
-    cargo test --workspace
+    cargo test
+    cargo test -p rpc-bench
     cargo test --release -p rpc-core
 
 # The same tests, faster, with cargo-nextest.
 nextest:
-    cargo nextest run --workspace
+    cargo nextest run
 
 # Lints as CI runs them.
 lint:

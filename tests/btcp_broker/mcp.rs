@@ -141,11 +141,10 @@ async fn mcp_cancellation_cancels_the_forwarded_call_at_the_browser() {
     // The MCP session goes on.
     browser.register(&["silent", "echo"]).await;
     let echo = blocking(|| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !tool_names(&mut mcp).contains(&"echo".to_owned()) {
-            assert!(Instant::now() < deadline);
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let listed = integration_tests::eventually(Duration::from_secs(10), || {
+            tool_names(&mut mcp).contains(&"echo".to_owned())
+        });
+        assert!(listed, "the new tool is listed");
         mcp.send(json!({"op": "call_tool", "name": "echo", "arguments": {}, "timeout": 5}))
     });
     // Our hand-driven browser does not answer: the call waits, proving it was forwarded.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-use crate::support::{Broker, WAIT};
+use crate::support::{Broker, WAIT, Ws};
 
 #[tokio::test]
 async fn a_forwarded_call_in_flight_at_sigterm_gets_the_grace_period() {
@@ -19,8 +19,9 @@ async fn a_forwarded_call_in_flight_at_sigterm_gets_the_grace_period() {
     let forwarded = browser.request().await;
     let signalled = Instant::now();
     broker.daemon.signal(Signal::SIGTERM);
-    // The browser takes its time: well within the grace, well after the signal.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // The browser takes its time: well within the grace, after the broker
+    // has begun to drain.
+    until_draining(&mut agent).await;
     // A new call after the signal is refused, not forwarded.
     let refused = agent.call(2, "tools/call", json!({"name": "slow"})).await;
     assert_eq!(refused["error"]["data"]["reason"], "shutting_down", "{refused}");
@@ -34,6 +35,20 @@ async fn a_forwarded_call_in_flight_at_sigterm_gets_the_grace_period() {
     let status = broker.daemon.wait_exit(WAIT);
     assert_eq!(status.code(), Some(0));
     assert!(signalled.elapsed() < Duration::from_secs(5), "exited as soon as nothing was owed");
+}
+
+/// Pings until the broker answers `shutting_down`: it has seen the signal
+/// and drains. (A ping's answer comes from the broker itself, at once.)
+async fn until_draining(agent: &mut Ws) {
+    let deadline = Instant::now() + WAIT;
+    for id in 100.. {
+        let reply = agent.call(id, "ping", json!({})).await;
+        if reply["error"]["data"]["reason"] == "shutting_down" {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the broker does not drain: {reply}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
 }
 
 #[tokio::test]

@@ -98,9 +98,10 @@ async fn a_short_chosen_session_id_with_the_fallback_on_is_warned_about_once() {
     assert_eq!(warnings.len(), 1, "{log}");
     assert!(warnings[0].contains("demo"), "{}", warnings[0]);
 
-    let off = Broker::start(&[("BTCP_SSE_SESSION_FALLBACK", "false")]);
+    let off = Broker::start(&[("BTCP_SSE_SESSION_FALLBACK", "false"), ("RUST_LOG", "info")]);
     let _quiet = SseClient::connect(off.port, "clientType=browser&sessionId=demo").await;
-    std::thread::sleep(Duration::from_millis(300));
+    // Logged after the warning would have been, through the same ordered log.
+    assert!(off.daemon.wait_for_log("peer connected", Duration::from_secs(5)), "{}", off.daemon.stderr());
     assert!(!off.daemon.stderr().contains(SHORT_ID_WARNING), "{}", off.daemon.stderr());
 }
 

@@ -92,8 +92,12 @@ fn a_silent_extension_fails_at_the_initialize_timeout_without_holding_up_the_oth
     let started = Instant::now();
     let host = Host::start(&config);
     host.wait_state("quick", "running", LONG);
-    assert!(started.elapsed() < Duration::from_millis(1400), "quick waited for silent: {:?}", started.elapsed());
-    let pid = host.extension("silent")["pid"].as_u64();
+    // Quick runs while silent's initialize is still unanswered: it did not
+    // wait for silent's timeout (an order, not a time: a loaded machine
+    // slows both alike).
+    let silent = host.extension("silent");
+    assert_eq!(silent["state"], "starting", "quick waited for silent: {silent}");
+    let pid = silent["pid"].as_u64();
     let failed = host.wait_state("silent", "failed", LONG);
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(1400) && took < Duration::from_secs(5), "{took:?}");
@@ -411,15 +415,9 @@ fn three_crashes_within_five_minutes_leave_it_failed_until_a_reload() {
         return;
     }
     let host = Host::start(&one("loop", &[("EXT_MODE", "crash")]));
-    let deadline = Instant::now() + LONG;
-    let failed = loop {
-        let e = host.extension("loop");
-        if e["reason"].as_str().is_some_and(|r| r.contains("3 times")) {
-            break e;
-        }
-        assert!(Instant::now() < deadline, "no cut-off: {e}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let cut_off = || host.extension("loop")["reason"].as_str().is_some_and(|r| r.contains("3 times"));
+    assert!(eventually(LONG, cut_off), "no cut-off: {}", host.extension("loop"));
+    let failed = host.extension("loop");
     assert_eq!(failed["state"], "failed");
     assert_eq!(failed["restarts"], 2);
     std::thread::sleep(Duration::from_secs(3));

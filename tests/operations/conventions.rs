@@ -91,3 +91,88 @@ fn help_gives_the_unit_of_every_duration_and_size() {
         }
     }
 }
+
+/// One kind of setting, one rule, in every daemon (`rpc_core::config`): the
+/// same spelling means the same thing, and a bad one is refused in the same
+/// words. Each row is a daemon's command, a setting of the kind, and another
+/// setting made bad on purpose, one checked after the command line is parsed:
+/// when the value under test is accepted, the daemon stops at the other one
+/// (exit 2 naming it), so a value is seen to be accepted without starting
+/// anything.
+#[test]
+fn the_same_spelling_means_the_same_thing_in_every_daemon() {
+    struct Setting {
+        daemon: &'static str,
+        args: &'static [&'static str],
+        var: &'static str,
+        /// A setting made bad, checked after parsing: it stops the daemon
+        /// once `var` parsed.
+        other: (&'static str, &'static str),
+    }
+    let row = |daemon, args, var, other| Setting { daemon, args, var, other };
+    let ralph: &[&str] = &["run", "/nonexistent/task"];
+    let supex_other = ("SUPEX_PROJECT_ROOT", "/nonexistent/project");
+    let btcp_other = ("BTCP_HOST", "0.0.0.0");
+    let hermes_other = ("HERMES_HOST_OPEN", "/nonexistent/message.hl7");
+    let ralph_other = ("TASK_DIR", "");
+    let timeouts = [
+        row("supex-bridge", &["serve"][..], "SUPEX_EVAL_TIMEOUT", supex_other),
+        row("btcp-broker", &["serve"], "BTCP_KEEPALIVE", btcp_other),
+        row("hermes-host", &["serve"], "HERMES_HOST_WRITE_STALL", hermes_other),
+        row("ralph-server", ralph, "RALPH_WRITE_STALL", ralph_other),
+    ];
+    let may_be_zero = [
+        row("btcp-broker", &["serve"][..], "BTCP_SHUTDOWN_GRACE", btcp_other),
+        row("ralph-server", ralph, "RALPH_RETRY_DELAY", ralph_other),
+    ];
+    let switches = [
+        row("supex-bridge", &["serve"][..], "SUPEX_ALLOW_REMOTE", supex_other),
+        row("btcp-broker", &["serve"], "BTCP_SSE_SESSION_FALLBACK", btcp_other),
+    ];
+    let sizes = [
+        row("supex-bridge", &["serve"][..], "SUPEX_WRITE_BUDGET", supex_other),
+        row("btcp-broker", &["serve"], "BTCP_WRITE_BUDGET", btcp_other),
+        row("hermes-host", &["serve"], "HERMES_HOST_MAX_MESSAGE", hermes_other),
+    ];
+    let counts = [
+        row("supex-bridge", &["serve"][..], "SUPEX_MAX_CONNECTIONS", supex_other),
+        row("btcp-broker", &["serve"], "BTCP_MAX_CONNECTIONS", btcp_other),
+        row("ralph-server", ralph, "RALPH_MAX_ITERATIONS", ralph_other),
+    ];
+    // What the daemon says about `value` for `setting`: `Ok(())` when it
+    // stopped at the other setting (so it took this one), else the problem.
+    let verdict = |s: &Setting, value: &str| -> Result<(), String> {
+        let env: Vec<(&str, &str)> = [(s.var, value), s.other].into_iter().filter(|(k, _)| *k != "TASK_DIR").collect();
+        let (status, _, err) = run(s.daemon, s.args, &env);
+        assert_eq!(status.code(), Some(2), "{} {}={value:?}: {err}", s.daemon, s.var);
+        if err.contains(s.other.0) && !err.contains(s.var) {
+            return Ok(());
+        }
+        assert!(err.contains(s.var), "{} {}={value:?} stopped at neither setting: {err}", s.daemon, s.var);
+        Err(err.split_once("invalid value").map_or(err.clone(), |(_, why)| why.trim().to_owned()))
+    };
+    let same_everywhere = |rows: &[Setting], value: &str, expected: Result<(), &str>| {
+        for s in rows {
+            match (verdict(s, value), expected) {
+                (Ok(()), Ok(())) => {}
+                (Err(said), Err(words)) => assert!(said.contains(words), "{} {}={value:?}: {said}", s.daemon, s.var),
+                (got, _) => panic!("{} {}={value:?}: expected {expected:?}, got {got:?}", s.daemon, s.var),
+            }
+        }
+    };
+    same_everywhere(&timeouts, "1m30s", Ok(()));
+    same_everywhere(&timeouts, "2.5", Ok(()));
+    same_everywhere(&timeouts, "0", Err("must be longer than zero"));
+    same_everywhere(&timeouts, "soon", Err("nor a duration like 1m30s"));
+    same_everywhere(&may_be_zero, "0", Ok(()));
+    same_everywhere(&may_be_zero, "-1", Err("negative"));
+    for on_or_off in ["", "yes", "OFF", "1", "false"] {
+        same_everywhere(&switches, on_or_off, Ok(()));
+    }
+    same_everywhere(&switches, "maybe", Err("true or false"));
+    same_everywhere(&sizes, "1048576", Ok(()));
+    same_everywhere(&sizes, "8M", Err("not a whole number"));
+    same_everywhere(&sizes, "1000", Err("must be at least"));
+    same_everywhere(&counts, "7", Ok(()));
+    same_everywhere(&counts, "0", Err("must be at least 1"));
+}

@@ -1,12 +1,14 @@
 //! Operations, checked: service files parse, every setting a daemon reads is
 //! in its example env file, the demo page the README's main job points at
 //! (`demo_page`; the main job itself: tests/run_all), the install (`install`),
-//! socket activation as shipped (`service`), and what every binary answers
-//! besides its own commands (`conventions`).
+//! socket activation as shipped (`service`), what every binary answers
+//! besides its own commands (`conventions`), and the shape of the tree
+//! (`layout`: no import circles, no overlong files).
 
 mod conventions;
 mod demo_page;
 mod install;
+mod layout;
 mod service;
 
 use std::collections::BTreeMap;

@@ -16,22 +16,39 @@ struct Screen {
     master: std::fs::File,
     output: std::sync::mpsc::Receiver<Vec<u8>>,
     seen: String,
+    /// Where the next `expect` looks from: past what the last one found.
+    read_to: usize,
 }
 
 impl Screen {
+    /// Waits for `needle` to appear after what was expected before: what
+    /// attach shows once it has acted on the keys sent before.
     fn expect(&mut self, needle: &str) {
+        self.expect_all(&[needle]);
+    }
+
+    /// [`Screen::expect`] for things that come in no set order (attach's
+    /// own line and the server's event for one key).
+    fn expect_all(&mut self, needles: &[&str]) {
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !self.seen.contains(needle) {
+        loop {
+            let found: Option<Vec<usize>> =
+                needles.iter().map(|n| self.seen[self.read_to..].find(n).map(|at| at + n.len())).collect();
+            if let Some(ends) = found {
+                self.read_to += ends.into_iter().max().unwrap_or(0);
+                return;
+            }
             match self.output.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(chunk) => self.seen.push_str(&String::from_utf8_lossy(&chunk)),
-                Err(_) => panic!("attach never showed {needle:?}; it showed:\n{}", self.seen),
+                Err(_) => panic!("attach never showed {needles:?}; it showed:\n{}", self.seen),
             }
         }
     }
 
+    /// Types `keys`; attach reads them in one go, so the test waits for what
+    /// they do before it types the next ones.
     fn keys(&mut self, keys: &[u8]) {
         self.master.write_all(keys).unwrap();
-        std::thread::sleep(Duration::from_millis(150));
     }
 }
 
@@ -62,18 +79,22 @@ async fn attach_shows_the_task_types_to_the_agent_and_restores_the_terminal() {
         .terminal(pty.slave)
         .spawn()
         .unwrap();
-    let mut screen = Screen { master, output, seen: String::new() };
+    let mut screen = Screen { master, output, seen: String::new(), read_to: 0 };
     screen.expect("ralph-server: attached - running");
     screen.expect("keys: i interactive");
     screen.expect("your input:");
     // Raw while attached.
     let raw = tcgetattr(screen.master.as_fd()).unwrap();
     assert!(!raw.local_flags.contains(LocalFlags::ICANON), "attach puts the terminal in raw mode");
+    // Each key's effect, the server's event included, is seen before the
+    // next key: a late event would turn attach's mode back.
+    let (on, off) = ("\"interactive_mode\":true", "\"interactive_mode\":false");
     screen.keys(b"i");
-    screen.expect("interactive mode: keys go to the agent");
+    screen.expect_all(&["interactive mode: keys go to the agent", on]);
     screen.keys(b"\x1b");
-    screen.expect("interactive mode off");
+    screen.expect_all(&["interactive mode off", off]);
     screen.keys(b"i");
+    screen.expect_all(&["interactive mode: keys go to the agent", on]);
     screen.keys(b"hi there\r");
     screen.expect("agent got: hi there");
     // The agent then finishes; `q` or the server going away, attach detaches either way.

@@ -63,9 +63,11 @@ fn a_graceful_stop_lets_the_agent_finish_and_a_forced_one_does_not() {
 #[test]
 fn a_checkpoint_exits_and_run_resumes_with_the_right_iteration() {
     let task = Task::new("resume", 3);
+    // Set before the start: a first iteration in the default mode passes
+    // every story before a subscriber could see it work.
+    task.mode("slow 10");
     let mut daemon = task.run(&["--max-iterations", "5"]);
     let mut client = task.connect(&daemon);
-    task.mode("slow 10");
     client.call("subscribe", json!({"events": ["*"]}));
     client.until_line(|l| l.starts_with("working"));
     assert_eq!(client.call("checkpoint", json!({}))["result"], json!({"status": "checkpoint_requested"}));
@@ -103,9 +105,11 @@ fn sigterm_interrupts_the_agent_and_the_next_run_resumes() {
 fn interactive_mode_forwards_keys_to_the_agent_and_its_echo_comes_back() {
     let task = Task::new("interactive", 1);
     task.mode("interactive");
+    task.hold();
     let mut daemon = task.run(&[]);
     let mut client = task.connect(&daemon);
     client.call("subscribe", json!({"events": ["*"]}));
+    task.release();
     // The agent's question has no newline: it comes as a partial line.
     client.until(|e| output_line(e).is_some_and(|l| l.contains("your input:"))).expect("the agent's question");
     let ignored = client.call("write_pty", json!({"data": "nope\n"}));

@@ -97,9 +97,11 @@ fn a_prompt_too_long_for_an_argument_or_a_terminal_line_reaches_the_agent_throug
         let task = Task::new("large", 2);
         std::fs::write(task.dir().join("fake-mode-US-001"), "gate\n").unwrap();
         std::fs::write(task.dir().join("gate"), "").unwrap();
+        task.hold();
         let mut daemon = task.start(&task.dir(), &agent, &[]);
         let mut client = task.connect(&daemon);
         client.call("subscribe", json!({"events": ["output"]}));
+        task.release();
         client.until_line(|l| l == "waiting at the gate").expect("the agent waits");
         let large = large_prompt();
         assert_eq!(inject(&mut client, &large)["result"]["status"], "prompt_injected");

@@ -257,15 +257,12 @@ fn mcp_checkpoint_ends_the_task_and_the_next_run_is_reached_again() {
     task.mode("slow 1000");
     let mut daemon = task.run(&[]);
     task.connect(&daemon);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let back = ok(&mut mcp, "status", json!({}));
-        if back["structuredContent"]["iteration"] == 2 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "resumed after the checkpoint at iteration 2: {back}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut back = Value::Null;
+    let resumed = integration_tests::eventually(Duration::from_secs(10), || {
+        back = ok(&mut mcp, "status", json!({}));
+        back["structuredContent"]["iteration"] == 2
+    });
+    assert!(resumed, "resumed after the checkpoint at iteration 2: {back}");
     ok(&mut mcp, "stop", json!({"force": true}));
     assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(3));
 }

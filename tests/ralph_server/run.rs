@@ -1,7 +1,7 @@
 //! The loop end to end: a 3-story PRD run to completion, live output,
 //! false completion claims, failures, bad PRDs.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
@@ -55,25 +55,31 @@ fn output_lines_arrive_live_with_low_latency() {
     let mut client = task.connect(&daemon);
     client.call("subscribe", json!({"events": ["output"]}));
     task.release();
-    let mut latencies = Vec::new();
-    let mut first_tick_at = None;
+    // (when the agent printed it, when it arrived), ns since the epoch.
+    let mut ticks = Vec::new();
     while let Some(event) = client.recv() {
         let Some(line) = output_line(&event) else { continue };
         if let Some(ns) = line.strip_prefix("tick ").and_then(|n| n.trim().parse::<u128>().ok()) {
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-            latencies.push(now.saturating_sub(ns) as f64 / 1e6);
-            first_tick_at.get_or_insert_with(Instant::now);
+            ticks.push((ns, now));
         }
         if line.starts_with("all done:") {
             break;
         }
     }
-    assert_eq!(latencies.len(), 100, "every line is an event");
+    assert_eq!(ticks.len(), 100, "every line is an event");
+    let mut latencies: Vec<f64> =
+        ticks.iter().map(|(printed, got)| got.saturating_sub(*printed) as f64 / 1e6).collect();
     latencies.sort_by(f64::total_cmp);
     let (p50, p99) = (latencies[50], latencies[98]);
     eprintln!("PTY line -> output event: p50 {p50:.2} ms, p99 {p99:.2} ms (1 subscriber, debug build)");
-    // Live, not after the iteration (which lasts 100 x 20 ms): generous bounds for a loaded CI box.
-    assert!(p50 < 50.0 && p99 < 250.0, "p50 {p50} ms, p99 {p99} ms");
+    // Live, not after the iteration (which lasts 100 x 20 ms): most lines
+    // arrive while the agent is still printing, however loaded the machine.
+    let last_printed = ticks.iter().map(|(printed, _)| *printed).max().unwrap();
+    let live = ticks.iter().filter(|(_, got)| *got < last_printed).count();
+    assert!(live >= 50, "{live} of 100 lines arrived before the agent printed its last; p50 {p50} ms");
+    // A generous bound for a loaded CI box.
+    assert!(p99 < 250.0, "p99 {p99} ms");
     assert!(daemon.wait_exit(Duration::from_secs(20)).success());
 }
 

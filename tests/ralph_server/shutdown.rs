@@ -109,9 +109,11 @@ fn stop_and_checkpoint_requests_tell_every_subscriber_before_closing() {
         let task = Task::new("requested", 2);
         task.mode("gate");
         std::fs::write(task.dir().join("gate"), "").unwrap();
+        task.hold();
         let mut daemon = task.run(&[]);
         let mut watcher = task.connect(&daemon);
         watcher.call("subscribe", json!({"events": ["*"]}));
+        task.release();
         watcher.until_line(|l| l == "waiting at the gate").expect("the agent waits");
         let mut asker = task.connect(&daemon);
         asker.call(method, params);

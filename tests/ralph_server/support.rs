@@ -3,7 +3,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use integration_tests::Daemon;
 use serde_json::{Value, json};
@@ -108,14 +108,13 @@ impl Task {
     /// [`Task::connect`] for a run under another `--name`.
     pub fn connect_to(&self, daemon: &Daemon, name: &str) -> Client {
         let socket = self.socket_dir().join(format!("{name}.sock"));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(stream) = UnixStream::connect(&socket) {
-                return Client::new(stream);
-            }
-            assert!(Instant::now() < deadline, "no socket at {}:\n{}", socket.display(), daemon.stderr());
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let mut stream = None;
+        let up = integration_tests::eventually(Duration::from_secs(20), || {
+            stream = UnixStream::connect(&socket).ok();
+            stream.is_some()
+        });
+        assert!(up, "no socket at {}:\n{}", socket.display(), daemon.stderr());
+        Client::new(stream.expect("connected"))
     }
 }
 

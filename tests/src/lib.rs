@@ -3,7 +3,7 @@
 //!
 //! The binaries are found next to the test executable's `deps/` directory
 //! (`target/<profile>/`). Each daemon package has an integration test of its own,
-//! which makes `cargo test --workspace` (and nextest) build its binary first.
+//! which makes `cargo test` (and nextest) build its binary first.
 
 use parking_lot::Mutex;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -20,11 +20,7 @@ pub fn bin_path(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
     let path = profile_dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is not built; run the tests with `cargo test --workspace` (or `cargo build --workspace` first)",
-        path.display()
-    );
+    assert!(path.exists(), "{} is not built; run the tests with `cargo test` (or `cargo build` first)", path.display());
     path
 }
 

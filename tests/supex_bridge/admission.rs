@@ -6,7 +6,7 @@ use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use integration_tests::LineClient;
+use integration_tests::{LineClient, eventually};
 use serde_json::json;
 
 use crate::support::{Bridge, eval, hello_params};
@@ -18,7 +18,9 @@ fn idle_sockets_without_hello_never_lock_out_a_client_with_the_token() {
     };
     // Four times the connection limit, held open and silent.
     let idle: Vec<TcpStream> = (0..64).map(|_| TcpStream::connect(bridge.bridge).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(200));
+    // The server has taken them all in: past half the slots, the oldest were closed.
+    let settled = eventually(Duration::from_secs(10), || idle.iter().filter(|stream| still_open(stream)).count() <= 8);
+    assert!(settled, "the silent connections were not taken in");
     let started = Instant::now();
     let mut client = LineClient::connect(bridge.bridge);
     let mut params = hello_params();

@@ -215,6 +215,9 @@ fn evaluations_from_both_servers_run_one_at_a_time_in_arrival_order() {
     }));
     let mut second = bridge.repl_client();
     second.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "eval", "params": {"code": "$order << :second"}}));
+    // The second is queued behind the first, and a queued evaluation shows
+    // nowhere from outside: a pause is all that lets the server read it
+    // before the third.
     thread::sleep(Duration::from_millis(100));
     let mut third = bridge.client();
     third.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -361,17 +364,13 @@ fn an_evaluation_whose_client_left_still_finishes_before_the_next_one() {
     eval(&mut client, "$step = :started");
     {
         let mut leaving = bridge.client();
-        leaving.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                             "params": {"name": "eval_ruby", "arguments": {"code": "sleep 0.4; $step = :finished"}}}));
-        thread::sleep(Duration::from_millis(100));
+        start_eval(&bridge, &mut leaving, "sleep 0.4; $step = :finished");
     }
     assert_eq!(eval(&mut client, "$step.inspect"), ":finished");
     // One that never ends is still cut off by the timeout, and the runtime comes back.
     {
         let mut leaving = bridge.client();
-        leaving.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                             "params": {"name": "eval_ruby", "arguments": {"code": "loop {}"}}}));
-        thread::sleep(Duration::from_millis(100));
+        start_eval(&bridge, &mut leaving, "loop {}");
     }
     let started = Instant::now();
     assert_eq!(eval(&mut client, ":alive"), "alive");

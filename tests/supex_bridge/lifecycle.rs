@@ -44,11 +44,12 @@ fn a_second_signal_exits_at_once() {
     };
     let mut client = bridge.client();
     let ruby = runtime_pid(&mut client);
-    client.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                        "params": {"name": "eval_ruby", "arguments": {"code": "sleep 60"}}}));
-    std::thread::sleep(Duration::from_millis(300));
+    start_eval(&bridge, &mut client, "sleep 60");
     bridge.daemon.signal(Signal::SIGTERM);
-    std::thread::sleep(Duration::from_millis(200));
+    // The first signal has begun the drain; only then is the next one a second.
+    let draining =
+        eventually(Duration::from_secs(5), || bridge.daemon.stderr().contains("a second signal stops at once"));
+    assert!(draining, "{}", bridge.daemon.stderr());
     bridge.daemon.signal(Signal::SIGINT);
     let status = bridge.daemon.wait_exit(Duration::from_secs(5));
     assert_eq!(status.code(), Some(1));

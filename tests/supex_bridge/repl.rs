@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use integration_tests::{LineClient, bin_path};
 use serde_json::json;
 
-use crate::support::{Bridge, error, eval};
+use crate::support::{Bridge, error, eval, evals_started, wait_for_evals};
 
 fn repl_eval(client: &mut LineClient, code: &str) -> serde_json::Value {
     let reply = client.call(1, "eval", json!({ "code": code }));
@@ -114,8 +114,10 @@ fn complete_tells_whether_more_input_is_needed_even_during_an_eval() {
         assert_eq!(reply["result"]["complete"], complete, "{code:?}: {reply}");
     }
     let mut busy = bridge.repl_client();
+    let mut probe = bridge.client();
+    let before = evals_started(&mut probe);
     busy.send(&json!({"jsonrpc": "2.0", "id": 9, "method": "eval", "params": {"code": "sleep 2; :ok"}}));
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_evals(&mut probe, before + 1);
     let started = Instant::now();
     assert_eq!(client.call(2, "complete", json!({"code": "class X"}))["result"]["complete"], false);
     assert!(started.elapsed() < Duration::from_millis(1200), "complete waited for the eval");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use integration_tests::bin_path;
 use rpc_core::child::{ChildCommand, ChildProcess, Exit};
 
-use crate::support::{BIN, Bridge};
+use crate::support::{BIN, Bridge, evals_started, wait_for_evals};
 
 /// What the terminal showed, and its keyboard.
 struct Terminal {
@@ -76,8 +76,10 @@ async fn the_repl_keeps_every_line_typed_ahead_or_pasted() {
 
     // Typed while an evaluation runs: the terminal holds these lines until
     // the editor reads them, all at once.
+    let mut probe = bridge.client();
+    let before = evals_started(&mut probe);
     terminal.type_keys(b"sleep 1.5; :slept\r");
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_evals(&mut probe, before + 1);
     for line in [&b"def twice(x)\r"[..], b"  x * 2\r", b"end\r", b"twice(21)\r"] {
         terminal.type_keys(line);
         std::thread::sleep(Duration::from_millis(100));
@@ -102,7 +104,7 @@ async fn the_repl_keeps_every_line_typed_ahead_or_pasted() {
 
     // A bracketed paste: the block lands in the line as it is, Enter runs it.
     terminal.type_keys(b"\x1b[200~def half(x)\r  x / 2\rend\rhalf(84)\x1b[201~");
-    std::thread::sleep(Duration::from_millis(200));
+    terminal.expect("half(84)");
     terminal.type_keys(b"\r");
     terminal.expect("=> 42");
     terminal.type_keys(b"half(half(168))\r");

@@ -24,7 +24,8 @@ fn sigterm_lets_the_running_eval_finish_and_refuses_the_queued_one_at_once() {
     start_eval(&bridge, &mut running, "sleep 1.5; 6 * 7");
     let mut queued = bridge.client();
     queued.send(&eval_request(6, "1 + 1"));
-    // Give the queued eval time to reach the runtime's queue.
+    // Give the queued eval time to reach the runtime's queue: a queued
+    // evaluation shows nowhere from outside, so there is no state to wait on.
     std::thread::sleep(Duration::from_millis(300));
     let signalled = Instant::now();
     bridge.daemon.signal(Signal::SIGTERM);

@@ -121,13 +121,29 @@ pub fn runtime_pid(client: &mut LineClient) -> u32 {
     info["pid"].as_u64().unwrap() as u32
 }
 
+/// How many evaluations the runtime has started (taken the turn for), as
+/// `runtime_info` counts them.
+pub fn evals_started(probe: &mut LineClient) -> u64 {
+    ok(probe, "runtime_info", json!({}))["evals"].as_u64().expect("runtime_info counts evals")
+}
+
+/// Waits until the runtime has started `count` evaluations in all: an
+/// evaluation sent without waiting for its reply is then running, not queued.
+pub fn wait_for_evals(probe: &mut LineClient, count: u64) {
+    let mut seen = 0;
+    let started = integration_tests::eventually(Duration::from_secs(10), || {
+        seen = evals_started(probe);
+        seen >= count
+    });
+    assert!(started, "the runtime started {seen} evaluations, not {count}");
+}
+
 /// Sends `code` for evaluation on `client` without waiting for its reply, and
 /// returns once the runtime has started it (not merely queued it).
 pub fn start_eval(bridge: &Bridge, client: &mut LineClient, code: &str) {
+    let mut probe = bridge.client();
+    let before = evals_started(&mut probe);
     client.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
                         "params": {"name": "eval_ruby", "arguments": {"code": code}}}));
-    let mut probe = bridge.client();
-    assert!(integration_tests::eventually(Duration::from_secs(10), || {
-        ok(&mut probe, "runtime_info", json!({}))["evals"].as_u64() >= Some(1)
-    }));
+    wait_for_evals(&mut probe, before + 1);
 }

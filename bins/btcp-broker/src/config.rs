@@ -3,16 +3,17 @@
 //! `serve` is the default command, so its settings are accepted both at the top
 //! level (`btcp-broker --port 9000`) and after `serve`. The endpoint settings
 //! (host, port, token) are global because the client commands need them too.
-//! Durations, the bind address and "beyond loopback needs a token" follow
-//! rpc-core's rules, as in every daemon.
+//! Every value is read by rpc-core's parsers (durations, switches, sizes and
+//! counts with a minimum), and the bind address and "beyond loopback needs a
+//! token" follow rpc-core's rules, as in every daemon: one spelling means one
+//! thing everywhere.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand};
 use rpc_core::cli::LogArgs;
-use rpc_core::config::{self, ConfigError, Unit, ValueError};
+use rpc_core::config::{self, ConfigError, bytes_at_least, count_at_least, millis, seconds, seconds_or_zero, switch};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -73,7 +74,7 @@ pub enum Command {
         session: String,
         /// Timeout of each forwarded tool call (ms, or a duration like `2m`);
         /// default: the broker's BTCP_CALL_TIMEOUT. The broker caps it.
-        #[arg(long, value_parser = positive_millis)]
+        #[arg(long, value_parser = millis)]
         call_timeout: Option<Duration>,
     },
     #[command(flatten)]
@@ -107,26 +108,26 @@ pub struct ServeArgs {
     #[arg(long, env = "BTCP_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
     /// Default tools/call timeout (ms, or a duration like `30s`).
-    #[arg(long, env = "BTCP_CALL_TIMEOUT", default_value = "30000", value_parser = positive_millis)]
+    #[arg(long, env = "BTCP_CALL_TIMEOUT", default_value = "30000", value_parser = millis)]
     pub call_timeout: Duration,
     /// Longest timeout an agent may ask for (ms, or a duration like `5m`).
     #[arg(long, env = "BTCP_MAX_CALL_TIMEOUT", default_value = "300000", value_parser = millis)]
     pub max_call_timeout: Duration,
     /// A session with no browser and no agents is removed after this long
     /// (seconds, or a duration like `500ms`).
-    #[arg(long, env = "BTCP_SESSION_IDLE_TTL", default_value = "300", value_parser = seconds)]
+    #[arg(long, env = "BTCP_SESSION_IDLE_TTL", default_value = "300", value_parser = seconds_or_zero)]
     pub session_idle_ttl: Duration,
     /// Agents allowed in one session.
-    #[arg(long, env = "BTCP_MAX_AGENTS_PER_SESSION", default_value_t = 16)]
+    #[arg(long, env = "BTCP_MAX_AGENTS_PER_SESSION", default_value_t = 16, value_parser = count_at_least::<1>)]
     pub max_agents_per_session: usize,
     /// Largest JSON-RPC message (bytes) on any transport.
-    #[arg(long, env = "BTCP_MAX_MESSAGE", default_value_t = 4 * 1024 * 1024)]
+    #[arg(long, env = "BTCP_MAX_MESSAGE", default_value_t = 4 * 1024 * 1024, value_parser = bytes_at_least::<1024>)]
     pub max_message: usize,
     /// Tools one session may register.
-    #[arg(long, env = "BTCP_MAX_TOOLS_PER_SESSION", default_value_t = 256)]
+    #[arg(long, env = "BTCP_MAX_TOOLS_PER_SESSION", default_value_t = 256, value_parser = count_at_least::<1>)]
     pub max_tools_per_session: usize,
     /// Sessions the broker holds at once.
-    #[arg(long, env = "BTCP_MAX_SESSIONS", default_value_t = 10_000)]
+    #[arg(long, env = "BTCP_MAX_SESSIONS", default_value_t = 10_000, value_parser = count_at_least::<1>)]
     pub max_sessions: usize,
     /// tools/call per agent per second (token bucket); 0 disables the limit.
     #[arg(long, env = "BTCP_RATE_LIMIT", default_value_t = 50.0)]
@@ -135,23 +136,33 @@ pub struct ServeArgs {
     #[arg(long, env = "BTCP_RATE_BURST", default_value_t = 100.0)]
     pub rate_burst: f64,
     /// Browser and agent connections (WebSocket and SSE) held at once.
-    #[arg(long, env = "BTCP_MAX_CONNECTIONS", default_value_t = 20_000)]
+    #[arg(long, env = "BTCP_MAX_CONNECTIONS", default_value_t = 20_000, value_parser = count_at_least::<1>)]
     pub max_connections: usize,
     /// Interval of WebSocket pings to detect dead peers, two missed and the
     /// peer is dropped (seconds, or a duration like `500ms`).
-    #[arg(long, env = "BTCP_KEEPALIVE", default_value = "30", value_parser = positive_seconds)]
+    #[arg(long, env = "BTCP_KEEPALIVE", default_value = "30", value_parser = seconds)]
     pub keepalive: Duration,
     /// Time in-flight calls get to finish on SIGTERM before connections close
     /// (seconds, or a duration like `500ms`).
-    #[arg(long, env = "BTCP_SHUTDOWN_GRACE", default_value = "5", value_parser = seconds)]
+    #[arg(long, env = "BTCP_SHUTDOWN_GRACE", default_value = "5", value_parser = seconds_or_zero)]
     pub shutdown_grace: Duration,
     /// Bytes of messages one connection may have waiting to be written; past it
     /// its next requests wait (an agent that never reads holds no more).
-    #[arg(long, env = "BTCP_WRITE_BUDGET", default_value_t = rpc_core::peer::DEFAULT_WRITE_BUDGET)]
+    #[arg(
+        long,
+        env = "BTCP_WRITE_BUDGET",
+        default_value_t = rpc_core::peer::DEFAULT_WRITE_BUDGET,
+        value_parser = bytes_at_least::<1024>
+    )]
     pub write_budget: usize,
     /// Bytes of requests and notifications one connection may have waiting to
     /// run; past it requests are answered `overloaded` and notifications dropped.
-    #[arg(long, env = "BTCP_BACKLOG_BYTES", default_value_t = rpc_core::peer::DEFAULT_BACKLOG_BYTES)]
+    #[arg(
+        long,
+        env = "BTCP_BACKLOG_BYTES",
+        default_value_t = rpc_core::peer::DEFAULT_BACKLOG_BYTES,
+        value_parser = bytes_at_least::<1024>
+    )]
     pub backlog_bytes: usize,
     /// A connection whose messages make no progress for this long while it owes
     /// replies is closed: an agent that never reads does not hold its slot and
@@ -173,31 +184,13 @@ pub struct ServeArgs {
         default_value = "true",
         value_name = "BOOL",
         action = ArgAction::Set,
-        value_parser = BoolishValueParser::new()
+        value_parser = switch
     )]
     pub sse_session_fallback: bool,
 }
 
 /// Default of `BTCP_TOOLS_BUDGET`: 64 MiB.
 pub const DEFAULT_TOOLS_BUDGET: usize = 64 * 1024 * 1024;
-
-/// A duration in milliseconds when it is a bare number, else humantime (`30s`).
-fn millis(text: &str) -> Result<Duration, ValueError> {
-    config::duration(text, Unit::Milliseconds)
-}
-
-fn positive_millis(text: &str) -> Result<Duration, ValueError> {
-    millis(text).and_then(config::positive)
-}
-
-/// A duration in seconds when it is a bare number, else humantime (`500ms`).
-fn seconds(text: &str) -> Result<Duration, ValueError> {
-    config::duration(text, Unit::Seconds)
-}
-
-fn positive_seconds(text: &str) -> Result<Duration, ValueError> {
-    seconds(text).and_then(config::positive)
-}
 
 /// Validated settings of a running broker.
 #[derive(Clone, Debug)]
@@ -230,46 +223,9 @@ impl Config {
         let listen = config::bind_address("BTCP_HOST", &endpoint.host, endpoint.port)?;
         let auth_token = endpoint.auth_token.clone().filter(|t| !t.is_empty());
         config::check_exposure("BTCP_HOST", listen.ip(), "BTCP_AUTH_TOKEN", auth_token.as_deref())?;
-        let allowed_origins = match serve.allowed_origins.as_slice() {
-            [] => None,
-            list => {
-                let mut origins = Vec::new();
-                for origin in list.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
-                    if !(origin.starts_with("http://")
-                        || origin.starts_with("https://")
-                        || origin.contains("-extension://"))
-                    {
-                        return Err(ConfigError::new(
-                            "BTCP_ALLOWED_ORIGINS",
-                            format!("{origin:?} is not an origin like https://app.example"),
-                        ));
-                    }
-                    origins.push(origin.trim_end_matches('/').to_ascii_lowercase());
-                }
-                Some(origins)
-            }
-        };
+        let allowed_origins = allowed_origins(&serve.allowed_origins)?;
         if serve.max_call_timeout < serve.call_timeout {
             return Err(ConfigError::new("BTCP_MAX_CALL_TIMEOUT", "must be at least BTCP_CALL_TIMEOUT"));
-        }
-        for (name, value) in [
-            ("BTCP_MAX_MESSAGE", serve.max_message),
-            ("BTCP_WRITE_BUDGET", serve.write_budget),
-            ("BTCP_BACKLOG_BYTES", serve.backlog_bytes),
-        ] {
-            if value < 1024 {
-                return Err(ConfigError::new(name, "must be at least 1024 bytes"));
-            }
-        }
-        for (name, value) in [
-            ("BTCP_MAX_AGENTS_PER_SESSION", serve.max_agents_per_session),
-            ("BTCP_MAX_TOOLS_PER_SESSION", serve.max_tools_per_session),
-            ("BTCP_MAX_SESSIONS", serve.max_sessions),
-            ("BTCP_MAX_CONNECTIONS", serve.max_connections),
-        ] {
-            if value == 0 {
-                return Err(ConfigError::new(name, "must be at least 1"));
-            }
         }
         if !(serve.rate_limit >= 0.0 && serve.rate_limit.is_finite()) {
             return Err(ConfigError::new("BTCP_RATE_LIMIT", "must be a number >= 0"));
@@ -302,20 +258,51 @@ impl Config {
     }
 }
 
+/// `BTCP_ALLOWED_ORIGINS` as the Origin policy compares them (lowercase, no
+/// trailing slash); none given is `None`, the loopback-pages default.
+fn allowed_origins(list: &[String]) -> Result<Option<Vec<String>>, ConfigError> {
+    if list.is_empty() {
+        return Ok(None);
+    }
+    let mut origins = Vec::new();
+    for origin in list.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
+        if !(origin.starts_with("http://") || origin.starts_with("https://") || origin.contains("-extension://")) {
+            return Err(ConfigError::new(
+                "BTCP_ALLOWED_ORIGINS",
+                format!("{origin:?} is not an origin like https://app.example"),
+            ));
+        }
+        origins.push(origin.trim_end_matches('/').to_ascii_lowercase());
+    }
+    Ok(Some(origins))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Which shared rule each setting follows: a timeout, an interval or a
+    /// stall refuses zero; a grace or a TTL takes zero as "none"; sizes and
+    /// counts have their floor.
     #[test]
-    fn durations_take_a_bare_number_in_the_settings_unit_or_humantime() {
-        assert_eq!(millis("1500").unwrap(), Duration::from_millis(1500));
-        assert_eq!(millis("2s").unwrap(), Duration::from_secs(2));
-        assert_eq!(seconds("300").unwrap(), Duration::from_secs(300));
-        assert_eq!(seconds("0.5").unwrap(), Duration::from_millis(500));
-        assert_eq!(seconds("250ms").unwrap(), Duration::from_millis(250));
-        assert!(seconds("soon").is_err());
-        assert_eq!(seconds("0").unwrap(), Duration::ZERO);
-        assert!(positive_seconds("0").is_err() && positive_millis("0ms").is_err());
+    fn each_setting_takes_its_rule_from_rpc_core() {
+        let parses = |flag: &str, value: &str| Cli::try_parse_from(["btcp-broker", flag, value]).is_ok();
+        for flag in ["--call-timeout", "--max-call-timeout", "--keepalive", "--write-stall"] {
+            assert!(!parses(flag, "0"), "{flag} 0");
+            assert!(parses(flag, "1500") && parses(flag, "2s"), "{flag}");
+        }
+        for flag in ["--shutdown-grace", "--session-idle-ttl"] {
+            assert!(parses(flag, "0") && parses(flag, "250ms"), "{flag}");
+        }
+        for flag in ["--max-message", "--write-budget", "--backlog-bytes"] {
+            assert!(!parses(flag, "1023") && parses(flag, "1024"), "{flag}");
+        }
+        for flag in ["--max-agents-per-session", "--max-tools-per-session", "--max-sessions", "--max-connections"] {
+            assert!(!parses(flag, "0") && parses(flag, "1"), "{flag}");
+        }
+        let cli = Cli::try_parse_from(["btcp-broker", "--call-timeout", "1500", "--keepalive", "0.5"]).unwrap();
+        assert_eq!(cli.serve.call_timeout, Duration::from_millis(1500));
+        assert_eq!(cli.serve.keepalive, Duration::from_millis(500));
     }
 
     fn config_of(args: &[&str]) -> Result<Config, ConfigError> {
@@ -347,7 +334,7 @@ mod tests {
     #[test]
     fn the_session_fallback_is_on_unless_turned_off() {
         assert!(config_of(&["btcp-broker"]).unwrap().sse_session_fallback);
-        for off in ["false", "0", "no", "off"] {
+        for off in ["false", "0", "no", "off", ""] {
             let config = config_of(&["btcp-broker", "--sse-session-fallback", off]).unwrap();
             assert!(!config.sse_session_fallback, "{off}");
         }

@@ -14,9 +14,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
-use crate::session::{ClientType, Counts};
+use crate::sessions::{ClientType, Counts};
 
 /// How a forwarded tools/call ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,68 +114,50 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("btcp");
-        let calls_family = Family::<OutcomeLabel, Counter>::default();
-        registry.register("tool_calls", "tools/call requests by outcome", calls_family.clone());
+        let calls_family: Family<OutcomeLabel, Counter> =
+            registered(&mut registry, "tool_calls", "tools/call requests by outcome");
+        // One counter per outcome, resolved now: the call path does no label lookup.
         let calls = Outcome::ALL
             .iter()
-            .map(|&o| {
-                let counter = calls_family.get_or_create(&OutcomeLabel { outcome: o.label() }).clone();
-                (o, counter)
-            })
+            .map(|&o| (o, calls_family.get_or_create(&OutcomeLabel { outcome: o.label() }).clone()))
             .collect();
-        let latency = LatencyHistogram::default();
-        registry.register(
-            "tool_call_duration_seconds",
-            "Time from an agent's tools/call to the browser's answer (answered calls)",
-            latency.clone(),
-        );
-        let connections = Family::<PeerLabels, Gauge>::default();
-        registry.register("connections", "Open browser and agent connections", connections.clone());
-        let connections_opened = Family::<PeerLabels, Counter>::default();
-        registry.register("connections_opened", "Browser and agent connections accepted", connections_opened.clone());
-        let rejected = Family::<ReasonLabel, Counter>::default();
-        registry.register(
-            "rejected_requests",
-            "Connections and requests refused before any upgrade, by reason",
-            rejected.clone(),
-        );
-        let sessions = Gauge::default();
-        registry.register("sessions", "Sessions held", sessions.clone());
-        let browsers = Gauge::default();
-        registry.register("browsers", "Sessions with a browser", browsers.clone());
-        let agents = Gauge::default();
-        registry.register("agents", "Agents joined to a session", agents.clone());
-        let cached_tool_bytes = Gauge::default();
-        registry.register(
-            "cached_tool_bytes",
-            "Bytes of tool lists kept for browsers that have left (BTCP_TOOLS_BUDGET)",
-            cached_tool_bytes.clone(),
-        );
-        let tool_lists_evicted = Counter::default();
-        registry.register(
-            "tool_lists_evicted",
-            "Tool lists of departed browsers dropped to stay within BTCP_TOOLS_BUDGET",
-            tool_lists_evicted.clone(),
-        );
-        let log_lines_dropped = Counter::default();
-        registry.register(
-            "log_lines_dropped",
-            "Log lines dropped because stderr's reader was not keeping up or had gone",
-            log_lines_dropped.clone(),
-        );
         Metrics {
-            registry,
             calls,
-            latency,
-            connections,
-            connections_opened,
-            rejected,
-            sessions,
-            browsers,
-            agents,
-            cached_tool_bytes,
-            tool_lists_evicted,
-            log_lines_dropped,
+            latency: registered(
+                &mut registry,
+                "tool_call_duration_seconds",
+                "Time from an agent's tools/call to the browser's answer (answered calls)",
+            ),
+            connections: registered(&mut registry, "connections", "Open browser and agent connections"),
+            connections_opened: registered(
+                &mut registry,
+                "connections_opened",
+                "Browser and agent connections accepted",
+            ),
+            rejected: registered(
+                &mut registry,
+                "rejected_requests",
+                "Connections and requests refused before any upgrade, by reason",
+            ),
+            sessions: registered(&mut registry, "sessions", "Sessions held"),
+            browsers: registered(&mut registry, "browsers", "Sessions with a browser"),
+            agents: registered(&mut registry, "agents", "Agents joined to a session"),
+            cached_tool_bytes: registered(
+                &mut registry,
+                "cached_tool_bytes",
+                "Bytes of tool lists kept for browsers that have left (BTCP_TOOLS_BUDGET)",
+            ),
+            tool_lists_evicted: registered(
+                &mut registry,
+                "tool_lists_evicted",
+                "Tool lists of departed browsers dropped to stay within BTCP_TOOLS_BUDGET",
+            ),
+            log_lines_dropped: registered(
+                &mut registry,
+                "log_lines_dropped",
+                "Log lines dropped because stderr's reader was not keeping up or had gone",
+            ),
+            registry,
         }
     }
 
@@ -222,6 +204,14 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
     }
+}
+
+/// A new metric, registered under `name`; the registry keeps a handle to
+/// the same cells, so what `Metrics` counts is what `render` shows.
+fn registered<M: Metric + Clone + Default>(registry: &mut Registry, name: &str, help: &str) -> M {
+    let metric = M::default();
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 /// Upper bounds of the latency buckets, in seconds.

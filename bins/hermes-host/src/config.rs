@@ -1,5 +1,6 @@
-//! Settings of `hermes-host serve`: the flags (each with its env variable) and
-//! the TOML file that lists the extensions, validated into a [`Config`].
+//! The command line and the settings it makes: the [`Cli`] (the daemon's
+//! flags and every subcommand's, each setting with its env variable), and the
+//! TOML file that lists the extensions, validated into a [`Config`].
 //!
 //! Every check that can fail at start happens here: a bad setting or config
 //! file stops the daemon with one line naming it and exit code 2. The file is
@@ -10,8 +11,40 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use clap::{Parser, Subcommand};
+use rpc_core::cli::{CommonCommand, LogArgs};
 use rpc_core::config::ConfigError;
 use serde::Deserialize;
+use serde_json::Value;
+
+/// A headless host for Hermes extensions: runs extension processes (JSON-RPC
+/// over stdio, Content-Length framed), holds the HL7 v2 message they edit,
+/// and serves a control socket to open messages, run commands and answer
+/// dialogs.
+///
+/// Without a subcommand it runs the daemon (`serve`).
+#[derive(Debug, Parser)]
+#[command(name = "hermes-host", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the host and its extensions (the default).
+    Serve(ServeArgs),
+    /// Talk to a running host over its control socket.
+    Ctl(CtlArgs),
+    /// A Model Context Protocol server on stdio in front of the running host, for AI agents.
+    Mcp(McpArgs),
+    #[command(flatten)]
+    Common(CommonCommand),
+}
 
 /// Largest message (a Content-Length body from an extension, a control line,
 /// a message file) by default: 64 MiB, room for HL7 batches of tens of MiB.
@@ -23,6 +56,13 @@ pub const DEFAULT_MAX_MESSAGE: usize = 64 * 1024 * 1024;
 /// and a bound on what a message costs in the tree formats, element by
 /// element (docs/hermes-host.md, "Memory").
 pub const DEFAULT_MAX_ELEMENTS: usize = 8 * 1024 * 1024;
+
+/// The smallest `--max-message`: a control line or an extension's frame of
+/// an ordinary message must fit.
+const MIN_MAX_MESSAGE: usize = 64 * 1024;
+
+/// The smallest `--max-elements`.
+const MIN_MAX_ELEMENTS: usize = 100;
 
 /// Flags of the daemon. Shown by `hermes-host --help` and `hermes-host serve --help`.
 #[derive(Clone, Debug, clap::Args)]
@@ -42,20 +82,116 @@ pub struct ServeArgs {
     pub open: Option<PathBuf>,
     /// Largest message in bytes: a frame from an extension, a control request, a message file.
     #[arg(long, env = "HERMES_HOST_MAX_MESSAGE", default_value_t = DEFAULT_MAX_MESSAGE)]
+    #[arg(value_parser = rpc_core::config::bytes_at_least::<MIN_MAX_MESSAGE>)]
     pub max_message: usize,
     /// Most elements in the message held (segments, and the delimiters between fields, repetitions,
     /// components, subcomponents); a message, file or patch past it is refused.
     #[arg(long, env = "HERMES_HOST_MAX_ELEMENTS", default_value_t = DEFAULT_MAX_ELEMENTS)]
+    #[arg(value_parser = rpc_core::config::count_at_least::<MIN_MAX_ELEMENTS>)]
     pub max_elements: usize,
     /// A control client or an extension whose replies make no progress for this long while it
     /// owes some is disconnected: one that never reads does not keep its slot and budget
     /// (seconds, or `500ms`). Events alone never disconnect a subscriber.
-    #[arg(long, env = "HERMES_HOST_WRITE_STALL", default_value = "30", value_parser = positive_seconds)]
+    #[arg(long, env = "HERMES_HOST_WRITE_STALL", default_value = "30", value_parser = rpc_core::config::seconds)]
     pub write_stall: Duration,
 }
 
-fn positive_seconds(text: &str) -> Result<Duration, rpc_core::config::ValueError> {
-    rpc_core::config::duration(text, rpc_core::config::Unit::Seconds).and_then(rpc_core::config::positive)
+/// Flags of `hermes-host ctl`.
+#[derive(Debug, clap::Args)]
+pub struct CtlArgs {
+    /// The host's control socket [default: $XDG_RUNTIME_DIR/hermes-host.sock, else <data dir>/hermes-host/hermes-host.sock].
+    #[arg(long, env = "HERMES_HOST_SOCKET", global = true)]
+    pub socket: Option<PathBuf>,
+    /// Print results as JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: CtlCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum CtlCommand {
+    /// Start a new message, not saved to a file yet: empty, or the contents of FILE (`-`: standard input).
+    New {
+        file: Option<PathBuf>,
+        #[arg(long, default_value = "hl7", value_parser = ["hl7", "json", "yaml", "toml"])]
+        format: String,
+    },
+    /// Open an HL7 file.
+    Open { file: PathBuf },
+    /// Print the message (hl7 segments one per line, or the json/yaml/toml tree).
+    Get {
+        #[arg(long, default_value = "hl7", value_parser = ["hl7", "json", "yaml", "toml"])]
+        format: String,
+    },
+    /// Replace the message with the contents of FILE (`-`: standard input).
+    Set {
+        file: PathBuf,
+        #[arg(long, default_value = "hl7", value_parser = ["hl7", "json", "yaml", "toml"])]
+        format: String,
+    },
+    /// Patch the message, in order: PATH=VALUE sets (PID.5.1=DOE), PATH= clears,
+    /// +SEGMENT adds a segment (+NTE), -SEGMENT removes one (-OBX[2]).
+    Patch {
+        #[arg(required = true, allow_hyphen_values = true)]
+        patches: Vec<String>,
+    },
+    /// Save the message (atomically) to its file, or to FILE.
+    Save { file: Option<PathBuf> },
+    /// Run an extension command.
+    Run { command: String },
+    /// Extensions: `ext list`, `ext reload [NAME]`.
+    #[command(subcommand)]
+    Ext(ExtCommand),
+    /// The last lines an extension wrote to stderr.
+    Logs {
+        /// The extension's name (`ext list` shows them).
+        name: String,
+        /// How many of its last lines to print.
+        #[arg(long, default_value_t = 100)]
+        lines: usize,
+    },
+    /// The extensions' schemas, merged.
+    Schema,
+    /// Print events as they come (extension_state, log, message_changed; default all).
+    Subscribe { events: Vec<String> },
+    /// Be the UI: answer the extensions' dialogs at this terminal.
+    Ui,
+    /// Call any control method with --arg key=value params.
+    Call {
+        method: String,
+        #[arg(long = "arg", value_parser = rpc_core::cli::parse_arg)]
+        args: Vec<(String, Value)>,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum ExtCommand {
+    /// Name, state, pid, restarts and commands of each extension.
+    List,
+    /// Re-read the config file and restart every extension, or only NAME.
+    Reload { name: Option<String> },
+}
+
+/// The control socket a client command talks to: `--socket`, else where a
+/// host with the default data directory listens ([`default_socket`]).
+pub fn client_socket(given: Option<PathBuf>) -> PathBuf {
+    given.unwrap_or_else(|| {
+        let data = dirs::data_dir().unwrap_or_else(|| PathBuf::from(".")).join("hermes-host");
+        default_socket(&data)
+    })
+}
+
+/// Flags of `hermes-host mcp`.
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    /// The host's control socket [default: $XDG_RUNTIME_DIR/hermes-host.sock, else <data dir>/hermes-host/hermes-host.sock].
+    #[arg(long, env = "HERMES_HOST_SOCKET")]
+    pub socket: Option<PathBuf>,
+    /// How long one tool call may wait for the host before the agent gets an
+    /// error (seconds or a duration such as 2m).
+    #[arg(long, default_value = "60", value_parser = rpc_core::config::seconds)]
+    pub timeout: Duration,
 }
 
 /// The validated configuration.
@@ -84,12 +220,6 @@ impl Config {
         let socket = args.socket.unwrap_or_else(|| default_socket(&data_dir));
         let config_file_required = args.config.is_some();
         let config_file = args.config.or_else(|| dirs::config_dir().map(|d| d.join("hermes-host").join("config.toml")));
-        if args.max_message < 64 * 1024 {
-            return Err(ConfigError::new("HERMES_HOST_MAX_MESSAGE", "must be at least 65536 bytes"));
-        }
-        if args.max_elements < 100 {
-            return Err(ConfigError::new("HERMES_HOST_MAX_ELEMENTS", "must be at least 100"));
-        }
         let setting = if config_file_required { "HERMES_HOST_CONFIG" } else { "the default config file" };
         let file = match &config_file {
             Some(path) if config_file_required || path.exists() => {

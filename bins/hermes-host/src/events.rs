@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::document::Change;
 use crate::hl7::tree::{self, Format};
-use crate::host::{Host, TOPIC_MESSAGE_CHANGED};
+use crate::state::{Host, TOPIC_MESSAGE_CHANGED};
 
 pub const DEBOUNCE: Duration = Duration::from_millis(500);
 pub const LONGEST_DELAY: Duration = Duration::from_secs(2);

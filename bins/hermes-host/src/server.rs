@@ -1,11 +1,13 @@
-//! The daemon: the host state, its extensions, the control socket, on
-//! rpc-core's start-up path (signals, the socket file, READY=1, drain).
+//! The daemon, wiring only: the host state with its method tables, its
+//! extensions, the control socket, on rpc-core's start-up path (signals, the
+//! socket file, READY=1, drain).
 //!
 //! SIGTERM/SIGINT: the control socket drains while every extension is told
 //! `shutdown {reason: "closing"}` (5 s to answer and exit, then SIGKILL to
 //! its process group); then the socket file is removed and the exit code is
 //! 0. SIGHUP reloads the config file and restarts the extensions.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rpc_core::PeerConfig;
@@ -14,10 +16,11 @@ use rpc_core::listen::NdjsonLimits;
 use rpc_core::shutdown::{DEFAULT_GRACE, Stopped};
 
 use crate::config::Config;
-use crate::control::{self, ControlConn};
 use crate::events;
+use crate::extension::lineup;
 use crate::extension::supervisor::SHUTDOWN_LIMIT;
-use crate::host::Host;
+use crate::methods;
+use crate::state::{ControlSession, Host};
 
 pub async fn run(config: Config) -> Result<Stopped, StartError> {
     // Extensions get their 5 s for `shutdown` even when the drain of the
@@ -25,34 +28,13 @@ pub async fn run(config: Config) -> Result<Stopped, StartError> {
     let mut daemon =
         Daemon::start("hermes-host", DEFAULT_GRACE)?.with_final_allowance(SHUTDOWN_LIMIT + Duration::from_secs(1));
     let listener = daemon.listen_unix(None, &config.socket, "HERMES_HOST_SOCKET")?;
-    let host = Host::new(&config);
+    let host = Host::new(&config, methods::extension_router());
     tokio::spawn(events::relay(host.clone()));
-    if let Some(path) = &config.open {
-        match host.document.open(path).await {
-            Ok(path) => tracing::info!(path = %path.display(), "message opened"),
-            Err(e) => tracing::warn!(path = %path.display(), error = %e.message, "cannot open the message"),
-        }
-    }
-    match &config.config_file {
-        Some(path) if path.exists() => {
-            tracing::info!(config = %path.display(), extensions = config.file.extensions.len(), "configuration read")
-        }
-        Some(path) => tracing::info!(config = %path.display(), "no config file; no extensions"),
-        None => {}
-    }
-    host.start_all();
+    open_at_start(&host, &config).await;
+    log_config_file(&config);
+    lineup::start_all(&host);
 
-    let mut hangups = daemon.shutdown().hangups().map_err(StartError::Signals)?;
-    let reloading = host.clone();
-    tokio::spawn(async move {
-        while hangups.recv().await.is_some() {
-            tracing::info!("SIGHUP: reloading the configuration and extensions");
-            if let Err(e) = reloading.reload(None).await {
-                tracing::error!(error = %e.message, "reload failed; the running configuration stays");
-            }
-        }
-    });
-
+    reload_on_hangup(&mut daemon, &host)?;
     let shutdown = daemon.shutdown().clone();
     let closing = host.clone();
     daemon.shutdown().spawn(async move {
@@ -60,20 +42,9 @@ pub async fn run(config: Config) -> Result<Stopped, StartError> {
         closing.close().await;
     });
 
-    let limits = NdjsonLimits {
-        max_message: config.max_message,
-        max_connections: 64,
-        handshake_share: None,
-        peer: PeerConfig {
-            backlog_bytes: (2 * config.max_message).max(rpc_core::peer::DEFAULT_BACKLOG_BYTES),
-            write_budget: (2 * config.max_message).max(rpc_core::peer::DEFAULT_WRITE_BUDGET),
-            write_stall: config.write_stall,
-            ..PeerConfig::default()
-        },
-    };
     let for_connections = host.clone();
-    daemon.serve_ndjson(listener, "control", limits, control::router(), move || {
-        ControlConn::new(for_connections.clone())
+    daemon.serve_ndjson(listener, "control", control_limits(&config), methods::control_router(), move || {
+        ControlSession::new(for_connections.clone())
     });
     tracing::info!(socket = %config.socket.display(), "hermes-host listening");
 
@@ -87,4 +58,56 @@ pub async fn run(config: Config) -> Result<Stopped, StartError> {
     }
     tracing::info!("hermes-host stopped");
     Ok(stopped)
+}
+
+/// `--open`: a message that cannot be opened is logged, and the host runs without one.
+async fn open_at_start(host: &Host, config: &Config) {
+    if let Some(path) = &config.open {
+        match host.document.open(path).await {
+            Ok(path) => tracing::info!(path = %path.display(), "message opened"),
+            Err(e) => tracing::warn!(path = %path.display(), error = %e.message, "cannot open the message"),
+        }
+    }
+}
+
+fn log_config_file(config: &Config) {
+    match &config.config_file {
+        Some(path) if path.exists() => {
+            tracing::info!(config = %path.display(), extensions = config.file.extensions.len(), "configuration read")
+        }
+        Some(path) => tracing::info!(config = %path.display(), "no config file; no extensions"),
+        None => {}
+    }
+}
+
+/// SIGHUP reloads the config file and every extension; a bad file keeps
+/// the running configuration.
+fn reload_on_hangup(daemon: &mut Daemon, host: &Arc<Host>) -> Result<(), StartError> {
+    let mut hangups = daemon.shutdown().hangups().map_err(StartError::Signals)?;
+    let host = host.clone();
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the configuration and extensions");
+            if let Err(e) = lineup::reload(&host, None).await {
+                tracing::error!(error = %e.message, "reload failed; the running configuration stays");
+            }
+        }
+    });
+    Ok(())
+}
+
+/// A control request may carry a whole message (`message/set`), and a reply
+/// may be one: each connection's budgets hold two.
+fn control_limits(config: &Config) -> NdjsonLimits {
+    NdjsonLimits {
+        max_message: config.max_message,
+        max_connections: 64,
+        handshake_share: None,
+        peer: PeerConfig {
+            backlog_bytes: (2 * config.max_message).max(rpc_core::peer::DEFAULT_BACKLOG_BYTES),
+            write_budget: (2 * config.max_message).max(rpc_core::peer::DEFAULT_WRITE_BUDGET),
+            write_stall: config.write_stall,
+            ..PeerConfig::default()
+        },
+    }
 }

@@ -10,13 +10,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
-use nix::pty::{Winsize, openpty};
+use nix::pty::{OpenptyResult, Winsize, openpty};
 use rpc_core::child::{ChildCommand, ChildProcess, Exit};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::output::{LineSplitter, OutputWatch, Piece, plain};
-use crate::session::Session;
+use crate::state::Session;
 
 /// How long a line still being written waits for more before it is
 /// published as it is (a prompt, keys echoed in interactive mode).
@@ -172,15 +173,7 @@ pub async fn run(
         );
     }
     let argv = spec.command.argv(&handed, &spec.prompt_file);
-    let pty = openpty(Some(&SIZE), None)?;
-    // openpty's descriptors are inherited by default: the agent would hold
-    // the master (and so could any process it leaves behind, keeping the
-    // terminal open after it exits). It gets the slave as its stdio only.
-    for end in [&pty.master, &pty.slave] {
-        fcntl(end, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
-    }
-    let flags = OFlag::from_bits_truncate(fcntl(&pty.master, FcntlArg::F_GETFL)?);
-    fcntl(&pty.master, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    let pty = open_terminal()?;
     let mut command = ChildCommand::new(&argv[0])
         .name(format!("agent ({})", spec.command.name))
         .args(&argv[1..])
@@ -229,69 +222,123 @@ async fn stream(
 ) -> RunReport {
     let exited = child.exited();
     tokio::pin!(exited);
-    let mut exit = None;
-    let mut drain_until = None;
-    let mut stopped_by_us = false;
-    let mut stopping: Option<tokio::task::JoinHandle<()>> = None;
-    let mut complete_deadline: Option<tokio::time::Instant> = None;
-    let mut lines = LineSplitter::default();
-    let mut pieces = Vec::new();
+    let mut run = Streaming::new(session, child, watch);
     let mut buf = vec![0u8; 16 * 1024];
-    let far = || tokio::time::Instant::now() + Duration::from_secs(3600 * 24 * 365);
-    let mut partial_at = far();
     loop {
-        let drain_deadline = drain_until.unwrap_or_else(far);
+        let drain_deadline = run.drain_until.unwrap_or_else(far);
         tokio::select! {
             ready = master.readable() => {
                 let Ok(mut guard) = ready else { break };
                 match guard.try_io(|fd| nix::unistd::read(fd.get_ref(), &mut buf).map_err(std::io::Error::from)) {
                     Ok(Ok(0)) | Ok(Err(_)) => break, // EIO: nothing holds the terminal any more
-                    Ok(Ok(n)) => {
-                        lines.feed(&buf[..n], &mut pieces);
-                        if publish(session, &mut pieces, watch) && complete_deadline.is_none() {
-                            complete_deadline = Some(tokio::time::Instant::now() + EXIT_AFTER_COMPLETE);
-                        }
-                        partial_at = tokio::time::Instant::now() + PARTIAL_AFTER;
-                    }
+                    Ok(Ok(n)) => run.read(&buf[..n]),
                     Err(_would_block) => continue,
                 }
             }
-            status = &mut exited, if exit.is_none() => {
-                exit = Some(status);
-                drain_until = Some(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
-            }
-            _ = tokio::time::sleep_until(partial_at) => {
-                if let Some(Piece::Partial(text)) = lines.flush_partial() {
-                    session.publish_output(&text, true);
-                }
-                partial_at = far();
-            }
+            status = &mut exited, if run.exit.is_none() => run.exited(status),
+            _ = tokio::time::sleep_until(run.partial_at) => run.flush_partial(),
             _ = tokio::time::sleep_until(drain_deadline) => break,
-            _ = tokio::time::sleep_until(complete_deadline.unwrap_or_else(far)), if stopping.is_none() => {
+            _ = tokio::time::sleep_until(run.complete_deadline.unwrap_or_else(far)), if run.stopping.is_none() => {
                 tracing::info!("agent claimed completion but did not exit; stopping it");
-                stopped_by_us = true;
-                stopping = Some(spawn_stop(child, Interrupt::Stop));
+                run.stop(Interrupt::Stop);
             }
-            interrupt = interrupts.recv(), if exit.is_none() => {
+            interrupt = interrupts.recv(), if run.exit.is_none() => {
                 let Some(interrupt) = interrupt else { continue };
-                stopped_by_us = true;
-                if let Some(previous) = stopping.take() {
-                    previous.abort();
-                }
-                stopping = Some(spawn_stop(child, interrupt));
+                run.stop(interrupt);
             }
         }
     }
-    if let Some(piece) = lines.finish() {
-        pieces.push(piece);
-        publish(session, &mut pieces, watch);
-    }
-    let exit = match exit {
+    run.finish();
+    let exit = match run.exit {
         Some(exit) => exit,
         None => exited.await,
     };
     tracing::info!(%exit, "agent exited");
-    RunReport { exit, stopped_by_us }
+    RunReport { exit, stopped_by_us: run.stopped_by_us }
+}
+
+/// A deadline that never comes, for a timer that is off.
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(3600 * 24 * 365)
+}
+
+/// What [`stream`] keeps while it reads: the lines being cut, the agent's
+/// exit once seen, and the deadlines it waits for.
+struct Streaming<'a> {
+    session: &'a Arc<Session>,
+    child: &'a Arc<ChildProcess>,
+    watch: &'a mut OutputWatch,
+    lines: LineSplitter,
+    pieces: Vec<Piece>,
+    exit: Option<Exit>,
+    /// Once the agent has exited: how long its last output may still take.
+    drain_until: Option<Instant>,
+    /// When the line being written is published as it is, so far.
+    partial_at: Instant,
+    /// Once a claim of completion is confirmed: when the agent is stopped
+    /// if it has not exited by itself.
+    complete_deadline: Option<Instant>,
+    /// The loop stopped the agent (a request, a signal, a confirmed claim).
+    stopped_by_us: bool,
+    stopping: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl<'a> Streaming<'a> {
+    fn new(session: &'a Arc<Session>, child: &'a Arc<ChildProcess>, watch: &'a mut OutputWatch) -> Self {
+        Streaming {
+            session,
+            child,
+            watch,
+            lines: LineSplitter::default(),
+            pieces: Vec::new(),
+            exit: None,
+            drain_until: None,
+            partial_at: far(),
+            complete_deadline: None,
+            stopped_by_us: false,
+            stopping: None,
+        }
+    }
+
+    /// Bytes from the terminal: whole lines published now, the rest after
+    /// [`PARTIAL_AFTER`] of quiet.
+    fn read(&mut self, bytes: &[u8]) {
+        self.lines.feed(bytes, &mut self.pieces);
+        if publish(self.session, &mut self.pieces, self.watch) && self.complete_deadline.is_none() {
+            self.complete_deadline = Some(Instant::now() + EXIT_AFTER_COMPLETE);
+        }
+        self.partial_at = Instant::now() + PARTIAL_AFTER;
+    }
+
+    fn exited(&mut self, status: Exit) {
+        self.exit = Some(status);
+        self.drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
+    }
+
+    /// A line that has not ended after a quiet while (a prompt, echoed keys).
+    fn flush_partial(&mut self) {
+        if let Some(Piece::Partial(text)) = self.lines.flush_partial() {
+            self.session.publish_output(&text, true);
+        }
+        self.partial_at = far();
+    }
+
+    /// Stops the agent `how`, in place of a stop already under way.
+    fn stop(&mut self, how: Interrupt) {
+        self.stopped_by_us = true;
+        if let Some(previous) = self.stopping.take() {
+            previous.abort();
+        }
+        self.stopping = Some(spawn_stop(self.child, how));
+    }
+
+    /// The last line, if it never ended.
+    fn finish(&mut self) {
+        if let Some(piece) = self.lines.finish() {
+            self.pieces.push(piece);
+            publish(self.session, &mut self.pieces, self.watch);
+        }
+    }
 }
 
 /// Publishes the pieces read; returns whether one of them claimed completion
@@ -312,6 +359,20 @@ fn publish(session: &Arc<Session>, pieces: &mut Vec<Piece>, watch: &mut OutputWa
         }
     }
     confirmed
+}
+
+/// A new pseudo-terminal, its master side non-blocking for the reactor.
+fn open_terminal() -> std::io::Result<OpenptyResult> {
+    let pty = openpty(Some(&SIZE), None)?;
+    // openpty's descriptors are inherited by default: the agent would hold
+    // the master (and so could any process it leaves behind, keeping the
+    // terminal open after it exits). It gets the slave as its stdio only.
+    for end in [&pty.master, &pty.slave] {
+        fcntl(end, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    }
+    let flags = OFlag::from_bits_truncate(fcntl(&pty.master, FcntlArg::F_GETFL)?);
+    fcntl(&pty.master, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(pty)
 }
 
 /// Stops the agent's group in a task of its own, so output keeps being read meanwhile.

@@ -2,6 +2,7 @@
 //! judge the run, record it, and go again until the PRD is done, a limit is
 //! reached, or a client (or a signal) says stop.
 
+use std::io;
 use std::sync::Arc;
 
 use regex::Regex;
@@ -9,13 +10,13 @@ use rpc_core::Shutdown;
 use rpc_core::child::Exit;
 use tokio::sync::mpsc;
 
-use crate::agent::{self, AgentCommand, Interrupt, RunSpec};
+use crate::agent::{self, AgentCommand, Interrupt, RunReport, RunSpec};
 use crate::config::{AgentChoice, LoopConfig};
-use crate::files::append_progress;
-use crate::output::{OutputWatch, completion_marker};
+use crate::output::{Findings, OutputWatch, completion_marker};
 use crate::prd::{Prd, Story};
+use crate::progress;
 use crate::prompt::{Template, Vars};
-use crate::session::{Session, Status};
+use crate::state::{Session, Status};
 use crate::timestamp;
 
 /// How the loop ended; `run` exits with its code.
@@ -113,7 +114,41 @@ impl AgentLoop {
         Next::Go
     }
 
+    /// One run of the agent on `story`, in named steps. The order of the
+    /// state changes, events and progress.txt blocks is what clients (and
+    /// the tests) see: ITERATION first, interactive mode off once the agent
+    /// is done, then a FAILURE, a WARNING or the end.
     async fn iteration(&self, prd: &Prd, story: &Story, iteration: u32) -> Next {
+        let command = self.announce(prd, story, iteration);
+        let (prompt, injected) = match self.prompt(prd, story, &command, iteration) {
+            Ok(built) => built,
+            Err(why) => return self.failed_once(&why).await,
+        };
+        let mut watch = OutputWatch::new(&prompt, completion_marker(), self.failure.clone());
+        let report = self.run_agent(&command, &prompt, story, iteration, &mut watch).await;
+        // Interactive mode ends with the iteration.
+        self.session.change(|f| f.interactive_mode = false);
+        let report = match report {
+            Ok(report) => report,
+            Err(e) => return self.agent_did_not_start(injected, &e).await,
+        };
+        if self.stopped_on_purpose(&report) {
+            return Next::Go;
+        }
+        if let Some(why) = failure(&report, &watch.findings) {
+            self.log(&format!("## {} - FAILURE - {}\n{why}", timestamp::now(), story.id));
+            return self.failed_once(&why).await;
+        }
+        self.session.record_failure(false);
+        if watch.findings.claimed {
+            return self.check_claim(story);
+        }
+        Next::Go
+    }
+
+    /// The iteration begins: its agent, number and story in the state (one
+    /// `state_change`), its ITERATION block in progress.txt.
+    fn announce(&self, prd: &Prd, story: &Story, iteration: u32) -> AgentCommand {
         let command = self.agent_for(prd, story);
         self.session.set_agent(&command.name);
         self.session.change(|f| {
@@ -122,11 +157,21 @@ impl AgentLoop {
         });
         let max = self.session.max_iterations;
         self.log(&format!("## {} - ITERATION {iteration}/{max} - {}\n{}", timestamp::now(), story.id, story.title));
+        command
+    }
 
-        let template = match Template::find(&self.session.task_dir) {
-            Ok(template) => template,
-            Err(e) => return self.failed_once(&format!("cannot read the prompt template: {e}")).await,
-        };
+    /// The prompt from the task's template, with the injected prompts it
+    /// takes (returned, to be put back if the agent cannot start). An
+    /// unreadable template fails the iteration before any prompt is taken.
+    fn prompt(
+        &self,
+        prd: &Prd,
+        story: &Story,
+        command: &AgentCommand,
+        iteration: u32,
+    ) -> Result<(String, Vec<String>), String> {
+        let template =
+            Template::find(&self.session.task_dir).map_err(|e| format!("cannot read the prompt template: {e}"))?;
         tracing::debug!(template = ?template.source, "prompt template");
         // Taken now, put back if the agent cannot even start: never lost.
         let injected = self.session.take_injected();
@@ -140,95 +185,99 @@ impl AgentLoop {
             iteration,
         };
         let prompt = template.render(&vars, &injected);
+        Ok((prompt, injected))
+    }
 
-        let mut watch = OutputWatch::new(&prompt, completion_marker(), self.failure.clone());
+    /// Runs the agent to its end while requests and signals come in: see
+    /// [`AgentLoop::on_request`]; a signal stops the agent, a second one
+    /// (the drain's abort) kills it.
+    async fn run_agent(
+        &self,
+        command: &AgentCommand,
+        prompt: &str,
+        story: &Story,
+        iteration: u32,
+        watch: &mut OutputWatch,
+    ) -> io::Result<RunReport> {
         let (interrupt, mut interrupts) = mpsc::unbounded_channel();
         let spec = RunSpec {
-            command: &command,
-            prompt: &prompt,
+            command,
+            prompt,
             prompt_file: self.session.task_dir.join(".ralph/prompt.md"),
             project_root: &self.config.project_root,
             iteration,
             story_id: &story.id,
         };
-        let report = {
-            let run = agent::run(&self.session, spec, &mut watch, &mut interrupts);
-            tokio::pin!(run);
-            let mut interrupted = false;
-            loop {
-                tokio::select! {
-                    report = &mut run => break report,
-                    () = self.session.wake.notified() => {
-                        let force = self.session.requests().stop == Some(true);
-                        if force {
-                            let _ = interrupt.send(Interrupt::Stop);
-                        }
-                        if self.session.requests().stop.is_some() || self.session.requests().checkpoint {
-                            self.session.change(|f| f.status = Status::Stopping);
-                        }
-                    }
-                    () = self.shutdown.draining(), if !interrupted => {
-                        interrupted = true;
-                        let _ = interrupt.send(Interrupt::Stop);
-                        self.session.change(|f| f.status = Status::Stopping);
-                    }
-                    () = self.shutdown.aborted() => {
-                        let _ = interrupt.send(Interrupt::Kill);
-                    }
+        let run = agent::run(&self.session, spec, watch, &mut interrupts);
+        tokio::pin!(run);
+        let mut interrupted = false;
+        loop {
+            tokio::select! {
+                report = &mut run => return report,
+                () = self.session.wake.notified() => self.on_request(&interrupt),
+                () = self.shutdown.draining(), if !interrupted => {
+                    interrupted = true;
+                    let _ = interrupt.send(Interrupt::Stop);
+                    self.session.change(|f| f.status = Status::Stopping);
+                }
+                () = self.shutdown.aborted() => {
+                    let _ = interrupt.send(Interrupt::Kill);
                 }
             }
-        };
-        // Interactive mode ends with the iteration.
-        self.session.change(|f| f.interactive_mode = false);
-        let report = match report {
-            Ok(report) => report,
-            Err(e) => {
-                self.session.put_back_injected(injected);
-                self.log(&format!("## {} - FAILURE\n{e}", timestamp::now()));
-                return self.failed_once(&e.to_string()).await;
-            }
-        };
-        if report.stopped_by_us && (self.shutdown.is_draining() || self.session.requests().stop.is_some()) {
-            // Stopped on purpose: not a failure of the agent.
-            return Next::Go;
         }
-        let findings = &watch.findings;
-        let failure = match (&report.exit, &findings.failure) {
-            (exit, _) if *exit != Exit::Code(0) && !report.stopped_by_us => {
-                Some(format!("the agent ended with {exit}"))
-            }
-            (_, Some(line)) => Some(format!("rate limit or overload: {line}")),
-            _ if findings.own_lines == 0 => Some("the agent printed nothing".to_owned()),
-            _ => None,
-        };
-        if let Some(why) = failure {
-            self.log(&format!("## {} - FAILURE - {}\n{why}", timestamp::now(), story.id));
-            return self.failed_once(&why).await;
+    }
+
+    /// A client's request while the agent runs: a forced stop stops it now;
+    /// any stop or checkpoint makes the status `stopping` (an unforced one
+    /// lets the run finish, and the loop ends after it).
+    fn on_request(&self, interrupt: &mpsc::UnboundedSender<Interrupt>) {
+        let requests = self.session.requests();
+        let (stop, checkpoint) = (requests.stop, requests.checkpoint);
+        drop(requests);
+        if stop == Some(true) {
+            let _ = interrupt.send(Interrupt::Stop);
         }
-        self.session.record_failure(false);
-        if findings.claimed {
-            match Prd::load(&self.session.task_dir) {
-                Ok(prd) if prd.all_pass() => {
-                    return Next::End(self.finish(
-                        Status::Completed,
-                        "all_stories_pass",
-                        "COMPLETED: the agent's claim is confirmed by prd.json",
-                    ));
-                }
-                Ok(prd) => {
-                    let failing: Vec<&str> =
-                        prd.user_stories.iter().filter(|s| !s.passes).map(|s| s.id.as_str()).collect();
-                    self.log(&format!(
-                        "## {} - WARNING - {}\nThe agent claimed completion, but these stories do not pass yet: {}",
-                        timestamp::now(),
-                        story.id,
-                        failing.join(", ")
-                    ));
-                }
-                Err(e) => {
-                    self.log(&format!("## {} - WARNING\nThe agent claimed completion, but {e}", timestamp::now()))
-                }
+        if stop.is_some() || checkpoint {
+            self.session.change(|f| f.status = Status::Stopping);
+        }
+    }
+
+    /// The agent could not be started: its injected prompts wait for the
+    /// next try, and the iteration counts as failed.
+    async fn agent_did_not_start(&self, injected: Vec<String>, error: &io::Error) -> Next {
+        self.session.put_back_injected(injected);
+        self.log(&format!("## {} - FAILURE\n{error}", timestamp::now()));
+        self.failed_once(&error.to_string()).await
+    }
+
+    /// The loop stopped the agent because it was asked to (a signal, a
+    /// forced stop): not a failure of the agent.
+    fn stopped_on_purpose(&self, report: &RunReport) -> bool {
+        report.stopped_by_us && (self.shutdown.is_draining() || self.session.requests().stop.is_some())
+    }
+
+    /// The agent said it is done: the loop believes prd.json, not the agent.
+    /// Confirmed, the loop completes; else a WARNING block names what does
+    /// not pass yet, and the loop goes on.
+    fn check_claim(&self, story: &Story) -> Next {
+        match Prd::load(&self.session.task_dir) {
+            Ok(prd) if prd.all_pass() => {
+                return Next::End(self.finish(
+                    Status::Completed,
+                    "all_stories_pass",
+                    "COMPLETED: the agent's claim is confirmed by prd.json",
+                ));
             }
+            Ok(prd) => {
+                let failing: Vec<&str> = prd.user_stories.iter().filter(|s| !s.passes).map(|s| s.id.as_str()).collect();
+                self.log(&format!(
+                    "## {} - WARNING - {}\nThe agent claimed completion, but these stories do not pass yet: {}",
+                    timestamp::now(),
+                    story.id,
+                    failing.join(", ")
+                ));
+            }
+            Err(e) => self.log(&format!("## {} - WARNING\nThe agent claimed completion, but {e}", timestamp::now())),
         }
         Next::Go
     }
@@ -304,8 +353,19 @@ impl AgentLoop {
     }
 
     fn log(&self, block: &str) {
-        if let Err(e) = append_progress(&self.session.task_dir, block) {
+        if let Err(e) = progress::append(&self.session.task_dir, block) {
             tracing::warn!(error = %e, "cannot append to progress.txt");
         }
+    }
+}
+
+/// Why a finished run failed, if it did: a non-zero exit the loop did not
+/// cause, a rate limit or overload in the output, or no output at all.
+fn failure(report: &RunReport, findings: &Findings) -> Option<String> {
+    match (&report.exit, &findings.failure) {
+        (exit, _) if *exit != Exit::Code(0) && !report.stopped_by_us => Some(format!("the agent ended with {exit}")),
+        (_, Some(line)) => Some(format!("rate limit or overload: {line}")),
+        _ if findings.own_lines == 0 => Some("the agent printed nothing".to_owned()),
+        _ => None,
     }
 }

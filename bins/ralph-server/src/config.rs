@@ -1,16 +1,59 @@
-//! Settings of `ralph-server run` (each a flag with its env variable) and
-//! their validation into what the loop and the server can trust. A bad
-//! setting stops `run` before anything starts, exit code 2.
+//! The command line (`Cli`: every subcommand with its arguments, each
+//! setting a flag with its env variable) and the validation of `run`'s
+//! settings into what the loop and the server can trust. A bad setting stops
+//! `run` before anything starts, exit code 2.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use clap::{Parser, Subcommand};
 use regex::Regex;
-use rpc_core::config::{self, ConfigError, Unit, ValueError};
+use rpc_core::cli::{CommonCommand, LogArgs};
+use rpc_core::config::{self, ConfigError, ValueError};
 
 use crate::agent::{AgentCommand, PRESETS};
 use crate::injected::Limits;
 use crate::output::DEFAULT_FAILURE_PATTERN;
+
+/// Runs a Ralph agent loop over a task's PRD in a pseudo-terminal, and serves its
+/// JSON-RPC control protocol on a Unix socket (<socket dir>/<task>.sock).
+///
+/// `run` exits 0 when the task completed, 3 when it stopped or was checkpointed,
+/// 1 when it failed, 2 on bad configuration or when the task already runs.
+#[derive(Debug, Parser)]
+#[command(name = "ralph-server", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    #[command(flatten)]
+    pub sockets: SocketArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the loop for one task directory, in the foreground.
+    Run(RunArgs),
+    /// Status of one task, or of every running one: exit 0 completed, 1 running,
+    /// 2 failed or not found, 3 stopped or checkpointed.
+    Status(StatusArgs),
+    /// Watch a running task live: i interactive (Esc leaves), s stop, c checkpoint, q detach.
+    Attach(TaskArg),
+    /// Ask a running task to stop after the current agent run (--force: now).
+    Stop(StopArgs),
+    /// Ask a running task to checkpoint after the current agent run and exit (run resumes it).
+    Checkpoint(TaskArg),
+    /// Add instructions to the start of the next iteration's prompt.
+    Inject(InjectArgs),
+    /// Print a running task's output lines to stdout, for pipes.
+    Tail(TaskArg),
+    /// A Model Context Protocol server on stdio for AI agents: status, output, inject, stop,
+    /// checkpoint of the running tasks, their progress.txt and prd.json as resources.
+    Mcp(McpArgs),
+    #[command(flatten)]
+    Common(CommonCommand),
+}
 
 /// Where the control sockets live; shared by `run` and the client commands.
 #[derive(Clone, Debug, clap::Args)]
@@ -48,13 +91,13 @@ pub struct RunArgs {
     #[arg(long, env = "RALPH_AGENT_CMD")]
     pub agent_cmd: Option<String>,
     /// Iterations (agent runs) before the loop stops with reason max_iterations.
-    #[arg(long, env = "RALPH_MAX_ITERATIONS", default_value_t = 10)]
-    pub max_iterations: u32,
+    #[arg(long, env = "RALPH_MAX_ITERATIONS", default_value_t = 10, value_parser = config::count_at_least::<1>)]
+    pub max_iterations: usize,
     /// Failed iterations in a row after which the loop ends with status failed.
-    #[arg(long, env = "RALPH_MAX_FAILURES", default_value_t = 3)]
-    pub max_failures: u32,
+    #[arg(long, env = "RALPH_MAX_FAILURES", default_value_t = 3, value_parser = config::count_at_least::<1>)]
+    pub max_failures: usize,
     /// Pause after a failed iteration, in seconds (or `1m`).
-    #[arg(long, env = "RALPH_RETRY_DELAY", default_value = "5", value_parser = parse_seconds)]
+    #[arg(long, env = "RALPH_RETRY_DELAY", default_value = "5", value_parser = config::seconds_or_zero)]
     pub retry_delay: Duration,
     /// Output lines matching this regular expression fail the iteration (rate limits, overload).
     #[arg(long, env = "RALPH_FAILURE_PATTERN", default_value = DEFAULT_FAILURE_PATTERN)]
@@ -69,24 +112,65 @@ pub struct RunArgs {
     /// A client whose replies make no progress for this long while it owes some is disconnected:
     /// one that never reads does not keep its slot (seconds, or `500ms`). Events alone never
     /// disconnect a subscriber; it loses them, counted.
-    #[arg(long, env = "RALPH_WRITE_STALL", default_value = "30", value_parser = positive_seconds)]
+    #[arg(long, env = "RALPH_WRITE_STALL", default_value = "30", value_parser = config::seconds)]
     pub write_stall: Duration,
     /// Injected prompts that may wait for the next iteration at once; inject_prompt past it is
     /// refused (-32602) until the next iteration takes them.
-    #[arg(long, env = "RALPH_MAX_PENDING_PROMPTS", default_value_t = 100)]
+    #[arg(long, env = "RALPH_MAX_PENDING_PROMPTS", default_value_t = 100, value_parser = config::count_at_least::<1>)]
     pub max_pending_prompts: usize,
     /// Bytes of injected prompts that may wait for the next iteration at once (one prompt is at
     /// most 262144 bytes); inject_prompt past it is refused (-32602).
-    #[arg(long, env = "RALPH_MAX_PENDING_PROMPT_BYTES", default_value_t = 1024 * 1024)]
+    #[arg(
+        long,
+        env = "RALPH_MAX_PENDING_PROMPT_BYTES",
+        default_value_t = 1024 * 1024,
+        value_parser = config::count_at_least::<1>
+    )]
     pub max_pending_prompt_bytes: usize,
 }
 
-fn parse_seconds(text: &str) -> Result<Duration, ValueError> {
-    config::duration(text, Unit::Seconds)
+/// `attach`, `checkpoint`, `tail`: the task they act on.
+#[derive(Debug, clap::Args)]
+pub struct TaskArg {
+    /// Task name, or its directory.
+    pub task: String,
 }
 
-fn positive_seconds(text: &str) -> Result<Duration, ValueError> {
-    config::duration(text, Unit::Seconds).and_then(config::positive)
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// Task name, or its directory [default: every task with a socket].
+    pub task: Option<String>,
+    /// Print the status as JSON (get_status's result; an array without TASK).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StopArgs {
+    /// Task name, or its directory.
+    pub task: String,
+    /// End the agent now (SIGTERM to its process group, SIGKILL after 5 s).
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct InjectArgs {
+    /// Task name, or its directory.
+    pub task: String,
+    /// The instructions.
+    pub text: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    /// The task (name or directory) the tools act on when they name none
+    /// [default: the only running task]. Its files are then the only resources.
+    #[arg(long)]
+    pub task: Option<String>,
+    /// How long one call may wait for a task's server (seconds or a duration such as 2m).
+    #[arg(long, default_value = "10", value_parser = config::seconds)]
+    pub timeout: Duration,
 }
 
 /// Which agent runs.
@@ -138,21 +222,8 @@ impl Config {
             (None, Some(preset)) => AgentChoice::Preset(preset, true),
             (None, None) => AgentChoice::Preset("claude".into(), false),
         };
-        if args.max_iterations == 0 {
-            return Err(ConfigError::new("RALPH_MAX_ITERATIONS (--max-iterations)", "must be at least 1"));
-        }
-        if args.max_failures == 0 {
-            return Err(ConfigError::new("RALPH_MAX_FAILURES (--max-failures)", "must be at least 1"));
-        }
-        if args.max_pending_prompts == 0 {
-            return Err(ConfigError::new("RALPH_MAX_PENDING_PROMPTS (--max-pending-prompts)", "must be at least 1"));
-        }
-        if args.max_pending_prompt_bytes == 0 {
-            return Err(ConfigError::new(
-                "RALPH_MAX_PENDING_PROMPT_BYTES (--max-pending-prompt-bytes)",
-                "must be at least 1",
-            ));
-        }
+        let max_iterations = iterations(args.max_iterations, "RALPH_MAX_ITERATIONS (--max-iterations)")?;
+        let max_failures = iterations(args.max_failures, "RALPH_MAX_FAILURES (--max-failures)")?;
         let failure_pattern = Regex::new(&args.failure_pattern)
             .map_err(|e| ConfigError::new("RALPH_FAILURE_PATTERN (--failure-pattern)", e))?;
         let project_root = match args.project_root {
@@ -165,19 +236,18 @@ impl Config {
             task_name,
             task_dir,
             socket_dir: sockets.dir()?,
-            max_iterations: args.max_iterations,
+            max_iterations,
             max_connections: args.max_connections.max(1),
             write_stall: args.write_stall,
             injected: Limits { count: args.max_pending_prompts, bytes: args.max_pending_prompt_bytes },
-            run: LoopConfig {
-                project_root,
-                agent,
-                max_failures: args.max_failures,
-                retry_delay: args.retry_delay,
-                failure_pattern,
-            },
+            run: LoopConfig { project_root, agent, max_failures, retry_delay: args.retry_delay, failure_pattern },
         })
     }
+}
+
+/// A count of iterations, as the loop and state.json keep it.
+fn iterations(count: usize, setting: &str) -> Result<u32, ConfigError> {
+    u32::try_from(count).map_err(|_| ConfigError::new(setting, format!("must be at most {}", u32::MAX)))
 }
 
 /// A task name becomes a file name: no separators, no hidden or parent names.

@@ -15,19 +15,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rpc_core::Shutdown;
-use rpc_core::daemon::{Daemon, StartError};
+use rpc_core::daemon::Daemon;
 use rpc_core::listen::{self, NdjsonLimits};
 use rpc_core::shutdown::{DEFAULT_GRACE, Stopped};
 
 use crate::agent;
 use crate::agent_loop::{AgentLoop, Outcome};
 use crate::config::{AgentChoice, Config};
-use crate::files::SavedState;
+use crate::errors::RunError;
 use crate::injected::PendingPrompts;
 use crate::lock::{LockError, TaskLock};
 use crate::methods;
 use crate::prd::Prd;
-use crate::session::Session;
+use crate::state::{SavedState, Session};
 
 /// How long the daemon's drain waits, after a signal, for the control socket
 /// to close: the agent's stop (SIGKILL after its grace), then the
@@ -41,28 +41,35 @@ const LAST_WORDS: Duration = DEFAULT_GRACE;
 /// The same after a second signal, which asks to stop now.
 const LAST_WORDS_FORCED: Duration = Duration::from_secs(1);
 
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// Bad configuration or a task already running: exit 2.
-    #[error("{0}")]
-    Refused(String),
-    #[error(transparent)]
-    Start(#[from] StartError),
-}
-
-impl rpc_core::daemon::Failure for RunError {
-    fn exit_code(&self) -> ExitCode {
-        match self {
-            RunError::Refused(_) => ExitCode::from(2),
-            RunError::Start(e) => e.exit_code(),
-        }
-    }
-}
-
+/// `ralph-server run`: the task opened and locked, the control socket
+/// served, the loop run to its end, then the subscribers' last words and the
+/// drain. The exit code is the loop's outcome's.
 pub async fn run(config: Config) -> Result<ExitCode, RunError> {
     // Signals first: a SIGTERM that comes while the task is read (run-all's
     // Ctrl-C right after start) must stop the loop, not kill the process.
     let mut daemon = Daemon::start("ralph-server", DAEMON_GRACE)?;
+    let (session, lock) = open_task(&config)?;
+    let control = serve_control(&mut daemon, &config, &session)?;
+    let shutdown = daemon.shutdown().clone();
+    let served = tokio::spawn(daemon.run());
+    let outcome = AgentLoop::new(session.clone(), config.run, shutdown.clone()).run().await;
+    let stopped = close(&session, &control, &shutdown, served).await;
+    drop(lock);
+    Ok(match (outcome, stopped) {
+        (_, Stopped::Forced) => ExitCode::FAILURE,
+        (outcome, Stopped::Clean) => {
+            if outcome == Outcome::Interrupted {
+                tracing::info!("interrupted; run the task again to resume");
+            }
+            ExitCode::from(outcome.exit_code())
+        }
+    })
+}
+
+/// The task's PRD, its lock, its saved state and injected prompts, as the
+/// session the loop and the clients share. Anything unreadable is refused
+/// (exit 2) before the socket exists.
+fn open_task(config: &Config) -> Result<(Arc<Session>, TaskLock), RunError> {
     // Checked before anything else: a bad PRD is bad configuration.
     let prd = Prd::load(&config.task_dir).map_err(|e| RunError::Refused(e.to_string()))?;
     // Locked before the state is read: another loop on the directory may be writing it.
@@ -87,7 +94,11 @@ pub async fn run(config: Config) -> Result<ExitCode, RunError> {
         &saved,
         injected,
     ));
+    Ok((session, lock))
+}
 
+/// Serves the control socket until its own shutdown, returned, is begun.
+fn serve_control(daemon: &mut Daemon, config: &Config, session: &Arc<Session>) -> Result<Shutdown, RunError> {
     listen::raise_fd_limit();
     let socket = config.socket_dir.join(format!("{}.sock", config.task_name));
     let listener = daemon.listen_unix(None, &socket, "RALPH_SOCKET_DIR")?;
@@ -111,11 +122,18 @@ pub async fn run(config: Config) -> Result<ExitCode, RunError> {
         project_root = %config.run.project_root.display(),
         "ralph-server running the loop"
     );
+    Ok(control)
+}
 
-    let shutdown = daemon.shutdown().clone();
-    let served = tokio::spawn(daemon.run());
-    let outcome = AgentLoop::new(session.clone(), config.run, shutdown.clone()).run().await;
-    // The final state is saved and published: now to every subscriber, then close.
+/// After the loop: its final state (saved and published) to every
+/// subscriber, then the control socket's connections closed, then the
+/// daemon's drain; how the daemon stopped.
+async fn close(
+    session: &Session,
+    control: &Shutdown,
+    shutdown: &Shutdown,
+    served: tokio::task::JoinHandle<Stopped>,
+) -> Stopped {
     let last_words = if shutdown.is_forced() { LAST_WORDS_FORCED } else { LAST_WORDS };
     if !session.end_events(last_words).await {
         tracing::info!(within = ?last_words, "a subscriber did not take the last events in time");
@@ -123,15 +141,5 @@ pub async fn run(config: Config) -> Result<ExitCode, RunError> {
     control.begin();
     control.wait(last_words).await;
     shutdown.begin();
-    let stopped = served.await.unwrap_or(Stopped::Forced);
-    drop(lock);
-    Ok(match (outcome, stopped) {
-        (_, Stopped::Forced) => ExitCode::FAILURE,
-        (outcome, Stopped::Clean) => {
-            if outcome == Outcome::Interrupted {
-                tracing::info!("interrupted; run the task again to resume");
-            }
-            ExitCode::from(outcome.exit_code())
-        }
-    })
+    served.await.unwrap_or(Stopped::Forced)
 }

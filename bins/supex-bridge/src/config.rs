@@ -1,22 +1,56 @@
-//! Settings of `supex-bridge serve`: the flags (each with its env variable), and
-//! their validation into a [`Config`] the server can trust.
+//! The command line of `supex-bridge` (every subcommand and its flags, each
+//! setting with its env variable) and the validated [`Config`] the daemon
+//! runs with.
 //!
 //! Every check that can fail happens here, before anything listens: a bad
 //! setting stops the daemon with one line naming it and exit code 2. The
-//! rules shared with the other daemons (durations, bind address, "beyond
-//! loopback needs a token") are rpc-core's; SUPEX_ALLOW_REMOTE is this
-//! daemon's own rule on top.
+//! rules shared with the other daemons (durations, switches, sizes, bind
+//! address, "beyond loopback needs a token") are rpc-core's; SUPEX_ALLOW_REMOTE
+//! is this daemon's own rule on top.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rpc_core::config::{self, ConfigError, Unit, ValueError};
+use clap::{Args, Parser, Subcommand};
+use rpc_core::cli::{CommonCommand, LogArgs};
+use rpc_core::config::{self, ConfigError};
 
 use crate::paths::{AllowedRoots, PathPolicy};
 
+/// A Supex-style bridge (JSON-RPC over TCP) and REPL in front of a live Ruby runtime.
+///
+/// Without a subcommand it runs the daemon (`serve`).
+#[derive(Debug, Parser)]
+#[command(name = "supex-bridge", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the bridge and REPL servers with their Ruby runtime (the default).
+    Serve(ServeArgs),
+    /// Call one bridge tool and print its result as JSON.
+    Call(CallArgs),
+    /// An interactive Ruby console on the REPL server.
+    Repl(ReplArgs),
+    /// Health check: exit 0 when the bridge answers and runs Ruby, 3 when it answers without Ruby, 1 when nothing answers.
+    Ping(PingArgs),
+    /// A Model Context Protocol server on stdio for AI agents: the bridge's tools,
+    /// reached through the running bridge (same settings as `call`).
+    Mcp(McpArgs),
+    #[command(flatten)]
+    Common(CommonCommand),
+}
+
 /// Flags of the daemon. Shown by `supex-bridge --help` and `supex-bridge serve --help`.
-#[derive(Clone, Debug, clap::Args)]
+#[derive(Clone, Debug, Args)]
 pub struct ServeArgs {
     /// Address the bridge listens on.
     #[arg(long, env = "SUPEX_HOST", default_value = "127.0.0.1")]
@@ -31,13 +65,13 @@ pub struct ServeArgs {
     #[arg(long, env = "SUPEX_REPL_PORT", default_value_t = 4433)]
     pub repl_port: u16,
     /// Do not run the REPL server.
-    #[arg(long, env = "SUPEX_REPL_DISABLED", value_parser = parse_switch)]
+    #[arg(long, env = "SUPEX_REPL_DISABLED", value_parser = config::switch)]
     pub repl_disabled: bool,
     /// Token every client must give in `hello` (both servers). Unset: no token.
     #[arg(long, env = "SUPEX_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
     /// Allow a non-loopback bind address (a token is required as well).
-    #[arg(long, env = "SUPEX_ALLOW_REMOTE", value_parser = parse_switch)]
+    #[arg(long, env = "SUPEX_ALLOW_REMOTE", value_parser = config::switch)]
     pub allow_remote: bool,
     /// Colon-separated directories file-taking tools may touch; `*` disables the check.
     /// When set, a client's `hello` workspace must lie inside them (else -32002); unset,
@@ -51,48 +85,127 @@ pub struct ServeArgs {
     #[arg(long, env = "SUPEX_RUBY", default_value = "ruby")]
     pub ruby: String,
     /// Longest one evaluation may run, in seconds (or `1m30s`); then the runtime is restarted.
-    #[arg(long, env = "SUPEX_EVAL_TIMEOUT", default_value = "30", value_parser = parse_seconds)]
+    #[arg(long, env = "SUPEX_EVAL_TIMEOUT", default_value = "30", value_parser = config::seconds)]
     pub eval_timeout: Duration,
     /// Largest request line accepted, in bytes.
-    #[arg(long, env = "SUPEX_MAX_MESSAGE", default_value_t = 10_485_760)]
+    #[arg(long, env = "SUPEX_MAX_MESSAGE", default_value_t = 10_485_760, value_parser = config::bytes_at_least::<1024>)]
     pub max_message: usize,
     /// Most connections served at once, per server.
-    #[arg(long, env = "SUPEX_MAX_CONNECTIONS", default_value_t = 64)]
+    #[arg(long, env = "SUPEX_MAX_CONNECTIONS", default_value_t = 64, value_parser = config::count_at_least::<1>)]
     pub max_connections: usize,
     /// A connection that has not said `hello` within this time is closed (seconds, or `500ms`).
     /// Connections without a hello may also take only half of SUPEX_MAX_CONNECTIONS: past that
     /// the oldest of them is closed to admit a new one.
-    #[arg(long, env = "SUPEX_HELLO_TIMEOUT", default_value = "10", value_parser = parse_seconds)]
+    #[arg(long, env = "SUPEX_HELLO_TIMEOUT", default_value = "10", value_parser = config::seconds)]
     pub hello_timeout: Duration,
     /// Bytes of replies one connection may have waiting to be written; past it the
     /// connection's next requests wait (a client that never reads holds no more).
-    #[arg(long, env = "SUPEX_WRITE_BUDGET", default_value_t = rpc_core::peer::DEFAULT_WRITE_BUDGET)]
+    #[arg(long, env = "SUPEX_WRITE_BUDGET", default_value_t = rpc_core::peer::DEFAULT_WRITE_BUDGET,
+          value_parser = config::bytes_at_least::<1024>)]
     pub write_budget: usize,
     /// Bytes of requests and notifications one connection may have waiting to run;
     /// past it requests are answered `overloaded` and notifications dropped.
-    #[arg(long, env = "SUPEX_BACKLOG_BYTES", default_value_t = rpc_core::peer::DEFAULT_BACKLOG_BYTES)]
+    #[arg(long, env = "SUPEX_BACKLOG_BYTES", default_value_t = rpc_core::peer::DEFAULT_BACKLOG_BYTES,
+          value_parser = config::bytes_at_least::<1024>)]
     pub backlog_bytes: usize,
     /// A connection whose replies make no progress for this long while it owes some is
     /// closed: a client that never reads does not hold its slot and budget (seconds, or `500ms`).
-    #[arg(long, env = "SUPEX_WRITE_STALL", default_value = "30", value_parser = parse_seconds)]
+    #[arg(long, env = "SUPEX_WRITE_STALL", default_value = "30", value_parser = config::seconds)]
     pub write_stall: Duration,
     /// Directory of the runtime console log [default: <data dir>/supex-bridge/logs].
     #[arg(long, env = "SUPEX_LOG_DIR")]
     pub log_dir: Option<PathBuf>,
 }
 
-/// An on/off setting: `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`; empty is off.
-pub fn parse_switch(text: &str) -> Result<bool, String> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "" | "0" | "false" | "no" | "off" => Ok(false),
-        "1" | "true" | "yes" | "on" => Ok(true),
-        other => Err(format!("expected 1 or 0 (or true/false, yes/no, on/off), got {other:?}")),
-    }
+/// Flags of `supex-bridge call`.
+#[derive(Debug, Args)]
+pub struct CallArgs {
+    /// The tool, e.g. `eval_ruby` (or a method such as `tools/list`).
+    pub tool: String,
+    /// One argument as key=value; the value is JSON when it parses as JSON, except
+    /// where the tool's schema wants a string. Repeatable.
+    #[arg(long = "arg", value_name = "KEY=VALUE")]
+    pub args: Vec<String>,
+    /// All arguments as one JSON object; `--arg`s are applied on top.
+    #[arg(long, value_name = "JSON")]
+    pub json: Option<String>,
+    /// Host of the bridge.
+    #[arg(long, env = "SUPEX_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port of the bridge.
+    #[arg(long, env = "SUPEX_PORT", default_value_t = 9876)]
+    pub port: u16,
+    /// Token for `hello`.
+    #[arg(long, env = "SUPEX_AUTH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Workspace for this call: an extra allowed root and the base of relative paths.
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+    /// How long to wait for the result (seconds or a duration such as 2m).
+    #[arg(long, default_value = "300", value_parser = config::seconds)]
+    pub timeout: Duration,
 }
 
-/// A positive number of seconds (`30`, `0.5`) or a duration (`1m30s`).
-pub fn parse_seconds(text: &str) -> Result<Duration, ValueError> {
-    config::duration(text, Unit::Seconds).and_then(config::positive)
+/// Flags of `supex-bridge repl`.
+#[derive(Debug, Args)]
+pub struct ReplArgs {
+    /// Host of the REPL server.
+    #[arg(long, env = "SUPEX_REPL_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port of the REPL server.
+    #[arg(long, env = "SUPEX_REPL_PORT", default_value_t = 4433)]
+    pub port: u16,
+    /// Token for `hello`.
+    #[arg(long, env = "SUPEX_AUTH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// History file [default: <data dir>/supex-bridge/repl_history].
+    #[arg(long, env = "SUPEX_REPL_HISTORY")]
+    pub history: Option<PathBuf>,
+}
+
+/// Flags of `supex-bridge ping`.
+#[derive(Debug, Args)]
+pub struct PingArgs {
+    /// Host of the bridge.
+    #[arg(long, env = "SUPEX_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port of the bridge.
+    #[arg(long, env = "SUPEX_PORT", default_value_t = 9876)]
+    pub port: u16,
+    /// Ping the REPL server instead of the bridge.
+    #[arg(long)]
+    pub repl: bool,
+    /// Host of the REPL server (with --repl).
+    #[arg(long, env = "SUPEX_REPL_HOST", default_value = "127.0.0.1")]
+    pub repl_host: String,
+    /// Port of the REPL server (with --repl).
+    #[arg(long, env = "SUPEX_REPL_PORT", default_value_t = 4433)]
+    pub repl_port: u16,
+    /// How long to wait for the answer, in seconds (or a duration such as 500ms).
+    #[arg(long, default_value = "5", value_parser = config::seconds)]
+    pub timeout: Duration,
+}
+
+/// Flags of `supex-bridge mcp`.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Host of the bridge.
+    #[arg(long, env = "SUPEX_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port of the bridge.
+    #[arg(long, env = "SUPEX_PORT", default_value_t = 9876)]
+    pub port: u16,
+    /// Token for `hello`.
+    #[arg(long, env = "SUPEX_AUTH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Workspace for the agent: an extra allowed root (only when the bridge has
+    /// no SUPEX_ALLOWED_ROOTS, or inside them) and the base of relative paths.
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+    /// How long one tool call may take before the agent gets an error
+    /// (seconds or a duration such as 2m).
+    #[arg(long, default_value = "300", value_parser = config::seconds)]
+    pub timeout: Duration,
 }
 
 /// The validated configuration.
@@ -135,17 +248,6 @@ impl Config {
                 "SUPEX_REPL_PORT",
                 format!("the REPL and the bridge cannot both listen on {repl}"),
             ));
-        }
-        if args.max_message < 1024 {
-            return Err(ConfigError::new("SUPEX_MAX_MESSAGE", "must be at least 1024 bytes"));
-        }
-        if args.max_connections == 0 {
-            return Err(ConfigError::new("SUPEX_MAX_CONNECTIONS", "must be at least 1"));
-        }
-        for (name, value) in [("SUPEX_WRITE_BUDGET", args.write_budget), ("SUPEX_BACKLOG_BYTES", args.backlog_bytes)] {
-            if value < 1024 {
-                return Err(ConfigError::new(name, "must be at least 1024 bytes"));
-            }
         }
         let ruby = shlex::split(&args.ruby).filter(|words| !words.is_empty()).ok_or_else(|| {
             ConfigError::new("SUPEX_RUBY", format!("{:?} is not a command (empty or unbalanced quotes)", args.ruby))
@@ -232,17 +334,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn switches_read_like_a_person_would_write_them() {
-        for on in ["1", "true", "YES", " on "] {
-            assert_eq!(parse_switch(on), Ok(true), "{on}");
-        }
-        for off in ["", "0", "false", "no", "Off"] {
-            assert_eq!(parse_switch(off), Ok(false), "{off}");
-        }
-        assert!(parse_switch("maybe").is_err());
-    }
-
-    #[test]
     fn beyond_loopback_takes_allow_remote_and_then_a_token() {
         let wide: SocketAddr = "0.0.0.0:1".parse().unwrap();
         let error = check_exposure("SUPEX_HOST", wide, false, Some("t")).unwrap_err();
@@ -254,13 +345,19 @@ mod tests {
     }
 
     #[test]
-    fn seconds_accept_numbers_and_durations() {
-        assert_eq!(parse_seconds("30").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_seconds("0.25").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_seconds("1m30s").unwrap(), Duration::from_secs(90));
-        assert!(parse_seconds("0").is_err());
-        assert!(parse_seconds("-1").is_err());
-        assert!(parse_seconds("soon").is_err());
-        assert!(parse_seconds("inf").is_err());
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn sizes_and_counts_keep_their_floor() {
+        let parse = |args: &[&str]| Cli::try_parse_from(["supex-bridge"].iter().chain(args));
+        assert!(parse(&["--max-message", "1023"]).is_err());
+        assert_eq!(parse(&["--max-message", "1024"]).unwrap().serve.max_message, 1024);
+        assert!(parse(&["--max-connections", "0"]).is_err());
+        assert!(parse(&["--write-budget", "100"]).is_err());
+        assert!(parse(&["--backlog-bytes", "100"]).is_err());
+        assert!(parse(&["--hello-timeout", "0"]).is_err());
     }
 }

@@ -15,7 +15,7 @@ use std::path::{Component, Path, PathBuf};
 use rpc_core::message::{self, Id, Message, Parsed};
 use serde_json::value::RawValue;
 
-use crate::bridge::legacy;
+use crate::methods::bridge::legacy;
 use crate::paths::{AllowedRoots, PathPolicy, PathRefusal};
 
 /// A directory tree under a canonical base:

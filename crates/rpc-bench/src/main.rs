@@ -2,19 +2,25 @@
 //! against baselines run on the same machine in the same run. Benchmarks are
 //! not tests: this prints numbers; `suite` also says which of the project's
 //! targets (B1-B9, listed in BENCHMARKS.md) were met.
+//!
+//! From the bottom up: `pin.rs` (cores), `load.rs` (the load generator),
+//! `daemon.rs` (the processes the suite starts), `baseline.rs` (the servers
+//! the daemons are measured against); `hermes/` and `ralph/` (B6's and B7's
+//! programs and drivers, which need more than a load); `suite/` (every
+//! benchmark, one file each, and the table). This file only wires the
+//! sub-commands to them.
 
 mod baseline;
+mod daemon;
 mod hermes;
 mod load;
 mod pin;
-mod plot;
 mod ralph;
 mod suite;
 
 use std::net::SocketAddr;
-use std::time::Duration;
-
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::{CommandFactory, Parser, Subcommand};
@@ -98,7 +104,7 @@ enum Command {
     Suite(suite::Options),
     /// B6's extension, started by hermes-host (or wired to the echo).
     #[command(hide = true)]
-    HermesExtension(hermes::ExtensionArgs),
+    HermesExtension(hermes::extension::ExtensionArgs),
     /// B6's baseline: stdin back to stdout, unread.
     #[command(hide = true)]
     ContentLengthEcho {
@@ -107,7 +113,7 @@ enum Command {
     },
     /// B7's agent, started by ralph-server.
     #[command(hide = true)]
-    RalphAgent(ralph::AgentArgs),
+    RalphAgent(ralph::agent::AgentArgs),
     #[command(flatten)]
     Common(rpc_core::cli::CommonCommand),
 }
@@ -119,9 +125,9 @@ fn main() -> Result<ExitCode> {
     // run without an async runtime (whose threads would already be placed).
     match Cli::parse().command {
         Command::Common(common) => return Ok(common.run(Cli::command())),
-        Command::HermesExtension(args) => hermes::extension(args)?,
-        Command::ContentLengthEcho { cpu } => hermes::echo(cpu)?,
-        Command::RalphAgent(args) => ralph::agent(args)?,
+        Command::HermesExtension(args) => hermes::extension::run(args)?,
+        Command::ContentLengthEcho { cpu } => hermes::pipe::echo(cpu)?,
+        Command::RalphAgent(args) => ralph::agent::run(args)?,
         Command::Suite(options) => {
             // The load side on one core, every server on the other: pinned
             // before the runtime exists, so its thread inherits the core. One

@@ -222,6 +222,48 @@ impl CommonCommand {
     }
 }
 
+/// Runs a daemon from its settings: a bad one is one line and exit code 2;
+/// else `serve` on a runtime of `threads`, and the exit code of how it ended
+/// (see [`daemon::run_to_exit`](crate::daemon::run_to_exit)). Every daemon's
+/// `serve` subcommand starts this one way.
+pub fn run_daemon<C, T, E, Fut>(
+    name: &str,
+    threads: crate::daemon::Threads,
+    settings: Result<C, ConfigError>,
+    serve: impl FnOnce(C) -> Fut,
+) -> ExitCode
+where
+    Fut: Future<Output = Result<T, E>>,
+    T: Into<ExitCode>,
+    E: crate::daemon::Failure,
+{
+    match settings {
+        Ok(config) => crate::daemon::run_to_exit(name, threads, serve(config)),
+        Err(e) => bad_configuration(&e),
+    }
+}
+
+/// Runs a client command (`ctl`, `status`, `call`, `mcp`...) on a small
+/// runtime of its own: what it returns is the exit code; an error is one line
+/// on stderr, `PROGRAM: ERROR`, and exit code 1. Every daemon's client
+/// commands start this one way.
+pub fn run_client<E: std::fmt::Display>(command: impl Future<Output = Result<ExitCode, E>>) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            crate::log_sink::report(format_args!("{}: cannot start the async runtime: {e}", program_name()));
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(command) {
+        Ok(code) => code,
+        Err(e) => {
+            crate::log_sink::report(format_args!("{}: {e}", program_name()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Parses `key=value` for `--arg`: the value is JSON when it parses as JSON
 /// (`n=3`, `flag=true`, `list=[1,2]`), a plain string otherwise (`name=Zoë`).
 pub fn parse_arg(text: &str) -> Result<(String, Value), String> {

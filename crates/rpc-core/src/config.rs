@@ -108,6 +108,63 @@ pub fn positive(duration: Duration) -> Result<Duration, ValueError> {
     Ok(duration)
 }
 
+/// The value parsers every daemon's settings use (clap's `value_parser =
+/// rpc_core::config::seconds`), so that one spelling means one thing in every
+/// daemon. Each returns [`ValueError`]; `cli` names the setting around it.
+///
+/// Seconds, more than zero: a timeout, an interval.
+pub fn seconds(text: &str) -> Result<Duration, ValueError> {
+    duration(text, Unit::Seconds).and_then(positive)
+}
+
+/// Seconds where zero means "none" (no grace, no delay between retries).
+pub fn seconds_or_zero(text: &str) -> Result<Duration, ValueError> {
+    duration(text, Unit::Seconds)
+}
+
+/// Milliseconds, more than zero.
+pub fn millis(text: &str) -> Result<Duration, ValueError> {
+    duration(text, Unit::Milliseconds).and_then(positive)
+}
+
+/// Milliseconds where zero means "none".
+pub fn millis_or_zero(text: &str) -> Result<Duration, ValueError> {
+    duration(text, Unit::Milliseconds)
+}
+
+/// A switch: `true`/`false`, `yes`/`no`, `on`/`off`, `1`/`0`, in any case;
+/// empty is off (a variable set to nothing is not a request to turn
+/// something on).
+pub fn switch(text: &str) -> Result<bool, ValueError> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "" | "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(ValueError::new(format!("{text:?} is not a switch: use true or false (yes/no, on/off, 1/0)"))),
+    }
+}
+
+/// A size in bytes, at least `MIN` (a budget smaller than a message cannot work).
+pub fn bytes_at_least<const MIN: usize>(text: &str) -> Result<usize, ValueError> {
+    let bytes = whole_number(text)?;
+    if bytes < MIN {
+        return Err(ValueError::new(format!("must be at least {MIN} bytes")));
+    }
+    Ok(bytes)
+}
+
+/// A count, at least `MIN` (connections, lines, retries).
+pub fn count_at_least<const MIN: usize>(text: &str) -> Result<usize, ValueError> {
+    let count = whole_number(text)?;
+    if count < MIN {
+        return Err(ValueError::new(format!("must be at least {MIN}")));
+    }
+    Ok(count)
+}
+
+fn whole_number(text: &str) -> Result<usize, ValueError> {
+    text.trim().parse().map_err(|_| ValueError::new(format!("{text:?} is not a whole number")))
+}
+
 /// The address to listen on for `host` and `port`.
 ///
 /// `localhost` is 127.0.0.1 without asking DNS (a resolver may answer `::1`
@@ -203,6 +260,28 @@ mod tests {
     fn positive_refuses_zero_only() {
         assert!(positive(Duration::ZERO).is_err());
         assert_eq!(positive(Duration::from_nanos(1)), Ok(Duration::from_nanos(1)));
+    }
+
+    #[test]
+    fn the_shared_parsers_say_the_same_thing_in_every_daemon() {
+        assert_eq!(seconds("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(seconds("0").unwrap_err().to_string(), "must be longer than zero");
+        assert_eq!(seconds_or_zero("0"), Ok(Duration::ZERO));
+        assert_eq!(millis("1500"), Ok(Duration::from_millis(1500)));
+        assert!(millis("0").is_err());
+        assert_eq!(millis_or_zero("0"), Ok(Duration::ZERO));
+        for on in ["1", "true", "YES", "On"] {
+            assert_eq!(switch(on), Ok(true), "{on}");
+        }
+        for off in ["", "0", "false", "no", "OFF"] {
+            assert_eq!(switch(off), Ok(false), "{off}");
+        }
+        assert!(switch("maybe").unwrap_err().to_string().contains("true or false"));
+        assert_eq!(bytes_at_least::<1024>("1024"), Ok(1024));
+        assert_eq!(bytes_at_least::<1024>("1023").unwrap_err().to_string(), "must be at least 1024 bytes");
+        assert!(bytes_at_least::<1024>("8M").unwrap_err().to_string().contains("whole number"));
+        assert_eq!(count_at_least::<1>("0").unwrap_err().to_string(), "must be at least 1");
+        assert_eq!(count_at_least::<1>(" 7 "), Ok(7));
     }
 
     #[test]

@@ -264,7 +264,7 @@ impl Daemon {
         new_state: F,
     ) where
         S: Send + Sync + 'static,
-        F: Fn() -> S + Send + 'static,
+        F: Fn() -> S + Send + Sync + 'static,
     {
         let shutdown = self.shutdown.clone();
         self.shutdown.spawn(async move {
@@ -277,7 +277,7 @@ impl Daemon {
     /// drain waits for.
     pub fn serve<F, Fut>(&self, listener: Listener, name: &'static str, max_connections: usize, handler: F)
     where
-        F: Fn(Stream, String) -> Fut + Send + 'static,
+        F: Fn(Stream, String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let shutdown = self.shutdown.clone();

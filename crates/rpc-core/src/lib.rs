@@ -24,7 +24,6 @@ pub mod fuzzing;
 pub mod listen;
 pub mod log_sink;
 pub mod message;
-mod outbox;
 pub mod peer;
 pub mod router;
 pub mod shutdown;
@@ -33,6 +32,6 @@ pub mod token;
 
 pub use codec::{Frame, Outbound, Transport};
 pub use message::{Id, RpcError};
-pub use peer::{CallError, CancelNotice, Connection, Goodbye, PeerConfig, PeerHandle, PeerStats};
-pub use router::{ConnCtx, Ctx, Gate, NoParams, Router};
+pub use peer::{CallError, CancelNotice, ConnCtx, Connection, Ctx, PeerConfig, PeerHandle, PeerStats};
+pub use router::{Gate, NoParams, Router};
 pub use shutdown::Shutdown;

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixListener, UnixStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::codec::Transport;
 use crate::peer::{Connection, PeerConfig, PeerHandle};
@@ -198,7 +198,7 @@ pub async fn serve<F, Fut>(
     shutdown: &Shutdown,
     handler: F,
 ) where
-    F: Fn(Stream, String) -> Fut,
+    F: Fn(Stream, String) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     accept_loop(listener, name, max_connections, shutdown, None, handler).await
@@ -278,10 +278,11 @@ async fn accept_loop<F, Fut>(
     unproven: Option<Arc<Unproven>>,
     handler: F,
 ) where
-    F: Fn(Stream, String) -> Fut,
+    F: Fn(Stream, String) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(max_connections));
+    let handler = Arc::new(handler);
     let draining = shutdown.draining();
     tokio::pin!(draining);
     loop {
@@ -302,15 +303,18 @@ async fn accept_loop<F, Fut>(
         let permit = match slots.clone().try_acquire_owned() {
             Ok(permit) => permit,
             // Full, but some connections never proved themselves: one of them
-            // makes room (its task ends once its close is written).
+            // makes room (its task ends once its close is written). The new
+            // connection waits for that slot in a task of its own, so the loop
+            // goes on accepting meanwhile.
             Err(_) if unproven.as_ref().is_some_and(|u| u.evict_oldest(name)) => {
-                match tokio::time::timeout(EVICTION_WAIT, slots.clone().acquire_owned()).await {
-                    Ok(Ok(permit)) => permit,
-                    _ => {
-                        tracing::warn!(listener = name, %peer, "no slot freed in time; closing new connection");
-                        continue;
+                let (slots, handler) = (slots.clone(), handler.clone());
+                shutdown.spawn(async move {
+                    match tokio::time::timeout(EVICTION_WAIT, slots.acquire_owned()).await {
+                        Ok(Ok(permit)) => serve_one(name, &peer, handler(stream, peer.clone()), permit).await,
+                        _ => tracing::warn!(listener = name, %peer, "no slot freed in time; closing new connection"),
                     }
-                }
+                });
+                continue;
             }
             Err(_) => {
                 tracing::warn!(listener = name, %peer, max_connections, "connection limit reached; closing new connection");
@@ -318,14 +322,17 @@ async fn accept_loop<F, Fut>(
                 continue;
             }
         };
-        tracing::debug!(listener = name, %peer, "accepted");
-        let conn = handler(stream, peer);
-        shutdown.spawn(async move {
-            conn.await;
-            drop(permit);
-        });
+        let conn = handler(stream, peer.clone());
+        shutdown.spawn(async move { serve_one(name, &peer, conn, permit).await });
     }
     tracing::debug!(listener = name, "stopped accepting");
+}
+
+/// Runs one connection in the slot it holds.
+async fn serve_one(name: &str, peer: &str, conn: impl Future<Output = ()>, permit: OwnedSemaphorePermit) {
+    tracing::debug!(listener = name, %peer, "accepted");
+    conn.await;
+    drop(permit);
 }
 
 /// Serves NDJSON JSON-RPC on a listener: each accepted connection is a peer
@@ -340,7 +347,7 @@ pub async fn serve_ndjson<S, F>(
     new_state: F,
 ) where
     S: Send + Sync + 'static,
-    F: Fn() -> S,
+    F: Fn() -> S + Send + Sync + 'static,
 {
     let inner = shutdown.clone();
     // With a handshake to wait for, connections without it get a share of the slots.

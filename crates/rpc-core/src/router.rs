@@ -17,67 +17,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
-use tokio_util::sync::CancellationToken;
-
 use crate::message::{self, Id, RpcError};
-use crate::peer::PeerHandle;
-
-/// What a handler gets besides its params: the connection it serves, that
-/// connection's own state (`S`, e.g. "has said hello", "is the browser of X"),
-/// and the id of the request it answers. `ctx.peer` and `ctx.state` are the
-/// [`ConnCtx`]'s, shared by every call on the connection (one reference count
-/// a call, not two).
-pub struct Ctx<S> {
-    conn: Arc<ConnCtx<S>>,
-    call: Option<Id>,
-}
-
-/// The part of a [`Ctx`] that is the same for every call on a connection.
-pub struct ConnCtx<S> {
-    pub peer: PeerHandle,
-    pub state: Arc<S>,
-}
-
-impl<S> std::ops::Deref for Ctx<S> {
-    type Target = ConnCtx<S>;
-
-    fn deref(&self) -> &ConnCtx<S> {
-        &self.conn
-    }
-}
-
-impl<S> Clone for Ctx<S> {
-    fn clone(&self) -> Self {
-        Ctx { conn: self.conn.clone(), call: self.call.clone() }
-    }
-}
-
-impl<S> Ctx<S> {
-    pub fn new(peer: PeerHandle, state: Arc<S>, call: Option<Id>) -> Self {
-        Ctx { conn: Arc::new(ConnCtx { peer, state }), call }
-    }
-
-    /// A call's context on a connection whose [`ConnCtx`] already exists.
-    pub fn on(conn: &Arc<ConnCtx<S>>, call: Option<Id>) -> Self {
-        Ctx { conn: conn.clone(), call }
-    }
-
-    /// The id of the request being handled (`None` for a notification).
-    pub fn request_id(&self) -> Option<&Id> {
-        self.call.as_ref()
-    }
-
-    /// A token that fires when this call should be abandoned: its connection
-    /// closed, the call was cancelled ([`PeerHandle::cancel_call`]), or
-    /// shutdown gave up on it. Hand it to work the handler spawns or forwards
-    /// (a forwarded call, a dialog) so that work is abandoned, not leaked.
-    pub fn cancel_token(&self) -> CancellationToken {
-        match &self.call {
-            Some(id) => self.peer.call_token(id),
-            None => self.peer.close_token(),
-        }
-    }
-}
+use crate::peer::ctx::Ctx;
 
 /// Params for a method that takes none. Accepts anything (including absent
 /// params), because rejecting `{}` from a client that always sends it helps no one.
@@ -114,7 +55,7 @@ where
 {
     fn call(&self, ctx: Ctx<S>, params: Option<&RawValue>) -> Result<HandlerFuture, RpcError> {
         let params: P = parse_params(params)?;
-        let id = ctx.call.clone();
+        let id = ctx.request_id().cloned();
         let fut = (self.f)(ctx, params);
         Ok(Box::pin(async move {
             let value = fut.await?;

@@ -1,16 +1,20 @@
 //! Client commands: talk to a running broker, as an HTTP client (`sessions`)
-//! or as an agent over WebSocket (`tools`, `call`). They honour
-//! `BTCP_AUTH_TOKEN` like any other client.
+//! or as an agent over WebSocket (`tools`, `call`, and `mcp`, the MCP server
+//! on stdio). They honour `BTCP_AUTH_TOKEN` like any other client.
 
 mod agent;
 mod http;
+mod mcp;
+
+use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use serde_json::{Map, Value};
 
 use crate::config::{Command, EndpointArgs};
 
-pub async fn run(endpoint: &EndpointArgs, command: Command) -> anyhow::Result<()> {
+/// Runs a client command; an error ends it with exit code 1.
+pub async fn run(endpoint: &EndpointArgs, command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve(_) | Command::Common(_) => unreachable!("main runs serve, completions and man itself"),
         Command::Sessions { json } => sessions(endpoint, json).await,
@@ -18,20 +22,9 @@ pub async fn run(endpoint: &EndpointArgs, command: Command) -> anyhow::Result<()
         Command::Call { session, tool, args, timeout, json } => {
             call(endpoint, &session, &tool, args, timeout, json).await
         }
-        Command::Mcp { session, call_timeout } => mcp(endpoint, &session, call_timeout).await,
-    }
-}
-
-/// `btcp-broker mcp --session ID`: the session's browser tools over MCP on stdio.
-async fn mcp(endpoint: &EndpointArgs, session: &str, call_timeout: Option<std::time::Duration>) -> anyhow::Result<()> {
-    use crate::mcp::{Dial, SessionDoor};
-    let dial = Dial::Tcp { authority: agent::authority(endpoint) };
-    let door = SessionDoor::new(dial, session, endpoint.auth_token.clone(), call_timeout);
-    let stop = mcp_front::CancellationToken::new();
-    door.keep_connected(stop.clone());
-    let served = mcp_front::serve_stdio(door).await;
-    stop.cancel();
-    served.map_err(|e| anyhow::anyhow!(e))
+        Command::Mcp { session, call_timeout } => mcp::serve_stdio(endpoint, &session, call_timeout).await,
+    }?;
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn sessions(endpoint: &EndpointArgs, json: bool) -> anyhow::Result<()> {

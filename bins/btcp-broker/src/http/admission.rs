@@ -11,9 +11,10 @@ use rpc_core::token::token_matches;
 use serde_json::json;
 
 use super::request;
-use crate::broker::{Broker, PeerSpec};
 use crate::metrics::TransportKind;
-use crate::session::ClientType;
+use crate::peer::{self, PeerSpec};
+use crate::sessions::ClientType;
+use crate::state::Broker;
 
 /// The remote address of the HTTP connection, for log lines.
 #[derive(Clone, Debug)]
@@ -134,7 +135,7 @@ pub fn check(
         Ok(id) => id.map(str::to_owned),
         Err(why) => return bad("invalid_session_id", why),
     };
-    let version = query.get("version").cloned().unwrap_or_else(|| crate::broker::PROTOCOL_VERSION.to_owned());
+    let version = query.get("version").cloned().unwrap_or_else(|| peer::PROTOCOL_VERSION.to_owned());
     Ok(Checked { client_type, session_id, version })
 }
 
@@ -169,7 +170,7 @@ pub fn reserve(
     Ok(PeerSpec {
         client_type,
         session_id,
-        client_id: crate::broker::unguessable_id().into(),
+        client_id: peer::unguessable_id().into(),
         version,
         transport,
         event_stream: None,

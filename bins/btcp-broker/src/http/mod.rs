@@ -1,12 +1,18 @@
 //! The broker's one HTTP port: routes, the Origin policy, and the small
 //! endpoints (`/health`, `/sessions`, `/metrics`, `/btcp.js`, `/`).
+//!
+//! - [`connection`]: one HTTP/1.1 connection (a socket's, or in process).
+//! - [`request`]: what is read from a request before routing (pure; fuzzed).
+//! - [`admission`]: who may connect (token, query, capacity).
+//! - `websocket`, `sse`: the two transports of browsers and agents.
+//! - [`mcp`]: the `/mcp` endpoint, any session's MCP front door.
 
 pub mod admission;
+pub mod connection;
+pub mod mcp;
+pub mod request;
 mod sse;
 mod websocket;
-
-// The request parsers are the library's (lib.rs), where the fuzz targets reach them.
-pub use btcp_broker::http::request::{self, normalize_path, origin_allowed};
 
 use std::sync::Arc;
 
@@ -18,15 +24,18 @@ use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::broker::{Broker, SERVER_VERSION};
+use crate::peer::SERVER_VERSION;
+use crate::state::Broker;
 use admission::{PeerAddr, Rejection, reject};
+use mcp::HttpDoors;
+use request::origin_allowed;
 
 const BTCP_JS: &str = include_str!("../assets/btcp.js");
 const INDEX_HTML: &str = include_str!("../assets/index.html");
 
-pub fn router(broker: Arc<Broker>, mcp_doors: Arc<crate::mcp::HttpDoors>) -> Router {
+pub fn router(broker: Arc<Broker>, mcp_doors: Arc<HttpDoors>) -> Router {
     Router::new()
-        .route("/mcp", any(move |request: Request| crate::mcp::endpoint(mcp_doors.clone(), request)))
+        .route("/mcp", any(move |request: Request| mcp::endpoint(mcp_doors.clone(), request)))
         .route("/ws", get(websocket::upgrade))
         .route("/events", get(sse::events))
         .route("/message", post(sse::message))

@@ -35,8 +35,9 @@ use tokio::sync::mpsc;
 
 use super::admission::{self, PeerAddr, Rejection, reject};
 use super::request;
-use crate::broker::{self, Broker, SseInbox};
 use crate::metrics::TransportKind;
+use crate::peer;
+use crate::state::{Broker, SseInbox};
 
 /// POSTed messages waiting for the peer's reader.
 const INBOX: usize = 64;
@@ -67,7 +68,7 @@ pub async fn events(State(broker): State<Arc<Broker>>, request: Request) -> Resp
     let task_id = client_id.clone();
     broker.shutdown.spawn(async move {
         let transport = Transport::channels(inbox_rx, outbox_tx);
-        let serve = broker::serve_peer(task_broker.clone(), transport, spec);
+        let serve = peer::serve_peer(task_broker.clone(), transport, spec);
         tokio::pin!(serve);
         // The peer ends when the client goes away (its stream is dropped).
         tokio::select! {

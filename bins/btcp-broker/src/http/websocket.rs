@@ -20,8 +20,9 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use super::admission::{self, PeerAddr, Rejection, reject};
 use super::request;
-use crate::broker::{self, Broker, Opened};
 use crate::metrics::TransportKind;
+use crate::peer::{self, Opened};
+use crate::state::Broker;
 
 pub async fn upgrade(State(broker): State<Arc<Broker>>, mut request: Request) -> Response {
     let peer = request.extensions().get::<PeerAddr>().cloned();
@@ -53,7 +54,7 @@ pub async fn upgrade(State(broker): State<Arc<Broker>>, mut request: Request) ->
         match on_upgrade.await {
             Ok(upgraded) => {
                 let ws = websocket::server(TokioIo::new(upgraded), max_message).await;
-                Some(broker::open_peer(task_broker, websocket::transport(ws), spec).await)
+                Some(peer::open_peer(task_broker, websocket::transport(ws), spec).await)
             }
             Err(e) => {
                 tracing::debug!(error = %e, "websocket upgrade did not complete");

@@ -4,8 +4,9 @@ use rpc_core::{Ctx, NoParams, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::broker::{ConnState, PROTOCOL_VERSION, SERVER_VERSION};
-use crate::session::ClientType;
+use crate::peer::{PROTOCOL_VERSION, SERVER_VERSION};
+use crate::sessions::ClientType;
+use crate::state::ConnState;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]

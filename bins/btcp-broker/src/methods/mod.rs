@@ -8,21 +8,9 @@ use std::sync::Arc;
 
 use rpc_core::{Router, RpcError};
 
-use crate::broker::ConnState;
-use crate::session::ClientType;
-
-/// The broker's own error codes (docs/btcp-broker.md lists them for users).
-pub mod codes {
-    pub const CONNECTION: i64 = -32000;
-    pub const TIMEOUT: i64 = -32001;
-    pub const NO_BROWSER: i64 = -32002;
-    pub const SESSION_NOT_FOUND: i64 = -32003;
-    pub const TOOL_NOT_FOUND: i64 = -32004;
-    pub const RATE_LIMITED: i64 = -32005;
-    pub const WRONG_CLIENT_TYPE: i64 = -32006;
-    /// The agent cancelled the call; sent only to an agent that still waits.
-    pub const CANCELLED: i64 = -32800;
-}
+use crate::errors;
+use crate::sessions::ClientType;
+use crate::state::ConnState;
 
 pub fn router() -> Arc<Router<ConnState>> {
     Router::new()
@@ -53,12 +41,5 @@ fn allowed_for(client_type: ClientType, method: &str) -> Result<(), RpcError> {
     if client_type == only {
         return Ok(());
     }
-    Err(RpcError::new(
-        codes::WRONG_CLIENT_TYPE,
-        format!("{method} is for {} connections; this one is {}", only.as_str(), client_type.as_str()),
-    )
-    .with_data(serde_json::json!({
-        "method": method,
-        "clientType": client_type.as_str(),
-    })))
+    Err(errors::wrong_client_type(method, only, client_type))
 }

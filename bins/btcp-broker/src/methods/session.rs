@@ -5,9 +5,8 @@ use std::sync::Arc;
 use rpc_core::{Ctx, NoParams, RpcError};
 use serde::{Deserialize, Serialize};
 
-use super::codes;
-use crate::broker::ConnState;
-use crate::session::AttachError;
+use crate::errors;
+use crate::state::ConnState;
 use crate::toolset::ToolSet;
 
 #[derive(Deserialize)]
@@ -31,7 +30,7 @@ pub async fn join(cx: Ctx<ConnState>, params: JoinParams) -> Result<JoinReply, R
     let session = match current {
         Some(session) => session,
         None => {
-            let session = state.broker.sessions.attach_agent(&params.session_id, false).map_err(attach_error)?;
+            let session = state.broker.sessions.attach_agent(&params.session_id, false).map_err(errors::attach)?;
             state.join(&cx.peer, session.clone());
             session
         }
@@ -47,23 +46,6 @@ pub struct LeaveReply {
 pub async fn leave(cx: Ctx<ConnState>, _: NoParams) -> Result<LeaveReply, RpcError> {
     match cx.state.leave() {
         Some(left) => Ok(LeaveReply { left }),
-        None => Err(not_joined()),
-    }
-}
-
-pub fn not_joined() -> RpcError {
-    RpcError::new(codes::SESSION_NOT_FOUND, "not in a session: connect with ?sessionId= or call session/join first")
-}
-
-pub fn attach_error(error: AttachError) -> RpcError {
-    match &error {
-        AttachError::NotFound(id) => {
-            RpcError::new(codes::SESSION_NOT_FOUND, error.to_string()).with_data(serde_json::json!({ "sessionId": id }))
-        }
-        AttachError::TooManyAgents { session, max } => RpcError::new(codes::CONNECTION, error.to_string())
-            .with_data(serde_json::json!({ "sessionId": session, "maxAgents": max })),
-        AttachError::TooManySessions(max) => {
-            RpcError::new(codes::CONNECTION, error.to_string()).with_data(serde_json::json!({ "maxSessions": max }))
-        }
+        None => Err(errors::not_joined()),
     }
 }

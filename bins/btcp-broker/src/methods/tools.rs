@@ -1,24 +1,23 @@
 //! `tools/register` (browsers), `tools/list` and `tools/call` (agents).
 //!
-//! tools/call is the hot path: the agent's handler asks the session's browser
-//! through the engine, which gives the forwarded request a fresh id on the
-//! browser's connection and routes the answer back to this very future. So the
-//! id is rewritten, the answer goes to the agent that asked, a browser that
-//! drops fails the call at once, and a late answer finds nobody and is dropped.
+//! tools/call is the hot path: admitted here (rate, session, arguments,
+//! timeout), then routed to the session's browser and forwarded by
+//! `sessions/forward.rs`; its outcome is counted here.
 
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use rpc_core::{CallError, CancelNotice, Ctx, Id, NoParams, RpcError};
+use rpc_core::{CallError, Ctx, Id, NoParams, PeerHandle, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::codes;
-use super::session::not_joined;
-use crate::broker::ConnState;
-use crate::metrics::Outcome;
-use crate::session::ToolsUpdated;
+use crate::config::Config;
+use crate::errors;
+use crate::metrics::{Metrics, Outcome};
+use crate::sessions::forward::{self, ToolCall, Unroutable};
+use crate::sessions::{Session, ToolsUpdated};
+use crate::state::ConnState;
 use crate::toolset::ToolSet;
 
 #[derive(Deserialize)]
@@ -34,21 +33,14 @@ pub struct RegisterReply {
 /// Replaces the session's tool list and tells its agents.
 pub async fn register(cx: Ctx<ConnState>, params: RegisterParams) -> Result<RegisterReply, RpcError> {
     let state = &cx.state;
-    let session = state.session().ok_or_else(not_joined)?;
+    let session = state.session().ok_or_else(errors::not_joined)?;
     let max = state.broker.config.max_tools_per_session;
-    let tools = ToolSet::validate(params.tools, max).map_err(|problems| {
-        RpcError::invalid_params(format!("tools: {}", problems.join("; ")))
-            .with_data(serde_json::json!({ "problems": problems }))
-    })?;
-    let tools = Arc::new(tools);
+    let tools = Arc::new(ToolSet::validate(params.tools, max).map_err(errors::invalid_tools)?);
     let registered = tools.len();
     // A registration posted just before an SSE browser's stream closed (or
     // sent by a browser since replaced) would set tools nobody serves.
     if !state.is_listening() || !session.register_tools(cx.peer.conn_id(), tools.clone()) {
-        return Err(RpcError::new(
-            codes::CONNECTION,
-            "this connection no longer serves the session (its event stream closed or another browser replaced it)",
-        ));
+        return Err(errors::not_serving());
     }
     session.notify_agents("tools/updated", &ToolsUpdated { session_id: &session.id, tools: tools.json() });
     session.notify_agents("notifications/tools/list_changed", &());
@@ -63,7 +55,7 @@ pub struct ToolsReply {
 
 /// The broker's copy of the list: no round trip to the browser.
 pub async fn list(cx: Ctx<ConnState>, _: NoParams) -> Result<ToolsReply, RpcError> {
-    let session = cx.state.session().ok_or_else(not_joined)?;
+    let session = cx.state.session().ok_or_else(errors::not_joined)?;
     Ok(ToolsReply { tools: session.tools() })
 }
 
@@ -81,100 +73,76 @@ pub struct CallParams {
 static NO_ARGUMENTS: LazyLock<Box<RawValue>> =
     LazyLock::new(|| RawValue::from_string("{}".into()).expect("{} is JSON"));
 
-/// What the browser receives: the call without the broker's own `timeout`.
-#[derive(Serialize)]
-struct ForwardedCall<'a> {
-    name: &'a str,
-    arguments: &'a RawValue,
-}
-
+/// Forwards the call to the session's browser and passes its answer back.
 pub async fn call(cx: Ctx<ConnState>, params: CallParams) -> Result<Box<RawValue>, RpcError> {
     let state = &cx.state;
     let broker = &state.broker;
     let metrics = &broker.metrics;
-    let refuse = |outcome: Outcome, error: RpcError| {
+    let (session, browser) = admit(state, &params.name).map_err(|(outcome, error)| {
         metrics.call(outcome);
-        Err(error)
-    };
-
-    if let Err(wait) = state.rate.lock().try_take() {
-        return refuse(
-            Outcome::RateLimited,
-            RpcError::new(codes::RATE_LIMITED, "rate limited: too many tools/call")
-                .with_data(serde_json::json!({ "retryAfterMs": wait.as_millis() as u64 })),
-        );
-    }
-    let Some(session) = state.session() else {
-        return refuse(Outcome::NotJoined, not_joined());
-    };
-    let (browser, tools) = session.browser_and_tools();
-    let Some(browser) = browser else {
-        return refuse(
-            Outcome::NoBrowser,
-            RpcError::new(codes::NO_BROWSER, format!("no browser connected to session {}", session.id))
-                .with_data(serde_json::json!({ "sessionId": &*session.id })),
-        );
-    };
-    if !tools.contains(&params.name) {
-        return refuse(
-            Outcome::UnknownTool,
-            RpcError::new(codes::TOOL_NOT_FOUND, format!("tool not found: {:?}", params.name))
-                .with_data(serde_json::json!({ "name": params.name, "sessionId": &*session.id })),
-        );
-    }
+        error
+    })?;
     let arguments = params.arguments.as_deref().unwrap_or(&NO_ARGUMENTS);
     if !arguments.get().starts_with('{') {
         return Err(RpcError::invalid_params("arguments: must be an object"));
     }
-    let config = &broker.config;
-    let timeout = match params.timeout {
-        Some(0) | None => config.call_timeout,
-        Some(ms) => Duration::from_millis(ms).min(config.max_call_timeout),
-    };
+    let timeout = timeout_of(params.timeout, &broker.config);
     session.touch();
     let started = Instant::now();
-    let forwarded = ForwardedCall { name: &params.name, arguments };
-    // Fires when the agent cancels this call or goes away: the browser is
-    // told which of its calls to stop, and its late answer is dropped.
-    let abandoned = cx.cancel_token();
-    let answer =
-        browser.request_cancellable("tools/call", &forwarded, Some(timeout), &abandoned, Some(CancelNotice::MCP)).await;
-    match answer {
-        Ok(result) => {
-            metrics.call(if reports_tool_error(&result) { Outcome::ToolError } else { Outcome::Ok });
-            metrics.call_latency(started.elapsed());
-            Ok(result)
-        }
-        Err(CallError::Rpc(error)) => {
-            // The browser's own error (its tool failed) goes back as it is.
-            metrics.call(Outcome::ToolError);
-            metrics.call_latency(started.elapsed());
-            Err(error)
-        }
-        Err(CallError::Timeout(limit)) => refuse(
-            Outcome::Timeout,
-            RpcError::new(codes::TIMEOUT, format!("tool call timed out after {} ms", limit.as_millis())).with_data(
-                serde_json::json!({
-                    "name": params.name,
-                    "timeoutMs": limit.as_millis() as u64,
-                }),
-            ),
-        ),
-        Err(CallError::Disconnected) => refuse(
-            Outcome::BrowserDisconnected,
-            RpcError::new(codes::NO_BROWSER, "browser disconnected")
-                .with_data(serde_json::json!({ "sessionId": &*session.id })),
-        ),
-        Err(CallError::Cancelled) => refuse(
-            Outcome::Cancelled,
-            RpcError::new(codes::CANCELLED, "request cancelled").with_data(serde_json::json!({ "name": params.name })),
-        ),
-        Err(CallError::Malformed(problem)) => refuse(
-            Outcome::Malformed,
-            RpcError::internal(format!("malformed answer from the browser: {problem}"))
-                .with_data(serde_json::json!({ "reason": "malformed_answer", "sessionId": &*session.id })),
-        ),
+    let call = ToolCall { name: &params.name, arguments };
+    let answer = forward::forward(&cx, &browser, &call, timeout).await;
+    count_answer(metrics, answer, started, &params.name, &session)
+}
+
+/// The checks before the browser is bothered, in this order: the agent's
+/// rate, its session, the session's browser, the tool's name. A refusal
+/// comes with the outcome it is counted as.
+fn admit(state: &ConnState, tool: &str) -> Result<(Arc<Session>, PeerHandle), (Outcome, RpcError)> {
+    if let Err(wait) = state.rate.lock().try_take() {
+        return Err((Outcome::RateLimited, errors::rate_limited(wait)));
     }
+    let session = state.session().ok_or_else(|| (Outcome::NotJoined, errors::not_joined()))?;
+    match forward::route(&session, tool) {
+        Ok(browser) => Ok((session, browser)),
+        Err(Unroutable::NoBrowser) => Err((Outcome::NoBrowser, errors::no_browser(&session.id))),
+        Err(Unroutable::UnknownTool) => Err((Outcome::UnknownTool, errors::tool_not_found(tool, &session.id))),
+    }
+}
+
+/// The agent's `timeout` (ms) within BTCP_MAX_CALL_TIMEOUT; none or 0 is
+/// BTCP_CALL_TIMEOUT.
+fn timeout_of(asked: Option<u64>, config: &Config) -> Duration {
+    match asked {
+        Some(0) | None => config.call_timeout,
+        Some(ms) => Duration::from_millis(ms).min(config.max_call_timeout),
+    }
+}
+
+/// Counts how the call ended and turns a failure into the agent's error.
+fn count_answer(
+    metrics: &Metrics,
+    answer: Result<Box<RawValue>, CallError>,
+    started: Instant,
+    name: &str,
+    session: &Session,
+) -> Result<Box<RawValue>, RpcError> {
+    let (outcome, answered) = match answer {
+        Ok(result) => (if reports_tool_error(&result) { Outcome::ToolError } else { Outcome::Ok }, Ok(result)),
+        // The browser's own error (its tool failed) goes back as it is.
+        Err(CallError::Rpc(error)) => (Outcome::ToolError, Err(error)),
+        Err(CallError::Timeout(limit)) => (Outcome::Timeout, Err(errors::timed_out(name, limit))),
+        Err(CallError::Disconnected) => (Outcome::BrowserDisconnected, Err(errors::browser_disconnected(&session.id))),
+        Err(CallError::Cancelled) => (Outcome::Cancelled, Err(errors::cancelled(name))),
+        Err(CallError::Malformed(problem)) => {
+            (Outcome::Malformed, Err(errors::malformed_answer(&problem, &session.id)))
+        }
+    };
+    metrics.call(outcome);
+    // The latency is of the calls the browser answered: a result or its own error.
+    if matches!(outcome, Outcome::Ok | Outcome::ToolError) {
+        metrics.call_latency(started.elapsed());
+    }
+    answered
 }
 
 #[derive(Deserialize)]

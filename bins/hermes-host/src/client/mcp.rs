@@ -22,6 +22,8 @@ use rpc_core::{Ctx, PeerHandle, Router, RpcError, Transport};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::{McpArgs, client_socket};
+
 /// The message as HL7 text, one segment per line.
 pub const HL7_URI: &str = "hermes://message.hl7";
 /// The message as the JSON tree of `message/get {format: "json"}`.
@@ -33,58 +35,22 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The pause between attempts to reach a host that is down.
 const RETRY: Duration = Duration::from_secs(1);
 
-#[derive(Debug, clap::Args)]
-pub struct McpArgs {
-    /// The host's control socket [default: $XDG_RUNTIME_DIR/hermes-host.sock, else <data dir>/hermes-host/hermes-host.sock].
-    #[arg(long, env = "HERMES_HOST_SOCKET")]
-    pub socket: Option<PathBuf>,
-    /// How long one tool call may wait for the host before the agent gets an
-    /// error (seconds or a duration such as 2m).
-    #[arg(long, default_value = "60", value_parser = parse_seconds)]
-    pub timeout: Duration,
-}
-
-fn parse_seconds(text: &str) -> Result<Duration, rpc_core::config::ValueError> {
-    rpc_core::config::duration(text, rpc_core::config::Unit::Seconds).and_then(rpc_core::config::positive)
-}
-
-pub fn run(args: McpArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("hermes-host mcp: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+/// Serves MCP on stdio until the agent closes it.
+pub async fn run(args: McpArgs) -> Result<ExitCode, String> {
     let changes = Changes::new();
     let connect_timeout = CONNECT_TIMEOUT.min(args.timeout);
-    let socket = match HostSocket::new(super::socket_path(args.socket), connect_timeout, changes.clone()) {
-        Ok(socket) => socket,
-        Err(e) => {
-            eprintln!("hermes-host mcp: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let socket = HostSocket::new(client_socket(args.socket), connect_timeout, changes.clone())?;
     let door = Arc::new(HostDoor { link: Link::new(socket), timeout: args.timeout, changes });
-    let served = runtime.block_on(async {
-        // Holds the connection while the server runs, so the host's change
-        // events reach the agent between tool calls too.
-        let (keeper, stop) = (door.clone(), mcp_front::CancellationToken::new());
-        let stopped = stop.clone();
-        tokio::spawn(async move {
-            mcp_front::keep_connected(&keeper.link, &stopped, RETRY, |peer| async move { peer.closed().await }).await
-        });
-        let served = mcp_front::serve_stdio(door).await;
-        stop.cancel();
-        served
+    // Holds the connection while the server runs, so the host's change
+    // events reach the agent between tool calls too.
+    let (keeper, stop) = (door.clone(), mcp_front::CancellationToken::new());
+    let stopped = stop.clone();
+    tokio::spawn(async move {
+        mcp_front::keep_connected(&keeper.link, &stopped, RETRY, |peer| async move { peer.closed().await }).await
     });
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("hermes-host mcp: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    let served = mcp_front::serve_stdio(door).await;
+    stop.cancel();
+    served.map(|()| ExitCode::SUCCESS)
 }
 
 /// The host's control socket as the agent's upstream: connect, then
@@ -173,19 +139,18 @@ struct HostDoor {
 
 const FORMATS: [&str; 4] = ["hl7", "json", "yaml", "toml"];
 
+/// Every tool, in the order they are listed: the message's, then the extensions'.
 fn tools() -> Vec<Tool> {
+    let mut tools = message_tools();
+    tools.extend(extension_tools());
+    tools
+}
+
+/// The message: open, get, set, patch, save.
+fn message_tools() -> Vec<Tool> {
     let format = json!({"type": "string", "enum": FORMATS, "default": "hl7",
         "description": "hl7: the text, one segment per line; json, yaml, toml: the same tree of segments and 1-based fields"});
-    let patch = json!({
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "description": "HL7 location, 1-based: PID.5, PID.5.1, PID.5.1.2, OBX[2].5 (second OBX), PID.3[2].1 (second repetition), or a segment (NTE, OBX[2]) with create/remove"},
-            "value": {"type": ["string", "null"], "description": "the value of one leaf; delimiters in it are escaped; missing or null clears"},
-            "create": {"type": "boolean", "description": "on a segment path: add the segment"},
-            "remove": {"type": "boolean", "description": "on a segment path: delete the segment; on a field path: clear it"}
-        },
-        "required": ["path"]
-    });
+    let patch = patch_schema();
     vec![
         mcp_front::tool(
             "open_message",
@@ -225,6 +190,26 @@ fn tools() -> Vec<Tool> {
             "Save the message atomically to its file, or to `path` (then that becomes its file).",
             json!({"type": "object", "properties": {"path": {"type": "string"}}}),
         ),
+    ]
+}
+
+/// One patch of `patch_message`, as `message/patch` takes it.
+fn patch_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "HL7 location, 1-based: PID.5, PID.5.1, PID.5.1.2, OBX[2].5 (second OBX), PID.3[2].1 (second repetition), or a segment (NTE, OBX[2]) with create/remove"},
+            "value": {"type": ["string", "null"], "description": "the value of one leaf; delimiters in it are escaped; missing or null clears"},
+            "create": {"type": "boolean", "description": "on a segment path: add the segment"},
+            "remove": {"type": "boolean", "description": "on a segment path: delete the segment; on a field path: clear it"}
+        },
+        "required": ["path"]
+    })
+}
+
+/// The extensions: list them, run a command, read their logs, their schemas.
+fn extension_tools() -> Vec<Tool> {
+    vec![
         mcp_front::tool(
             "list_extensions",
             "The extensions: name, state (starting, running, failed with a reason, stopped), version, the \

@@ -1,10 +1,14 @@
 //! One configured extension: its spec, its state as users see it
 //! (`starting`, `running`, `failed(reason)`, `stopped`), what it said in
-//! `initialize`, its log, and the task that supervises its process
-//! ([`supervisor`]).
+//! `initialize`, and its log. Around it: the task that supervises its
+//! process ([`supervisor`]), the list of them started and reloaded together
+//! ([`lineup`]), the framing on its pipes ([`wire`]), what its `initialize`
+//! result says ([`protocol`]) and the merge of their schemas ([`schema`]).
 
+pub mod lineup;
 pub mod log;
 pub mod protocol;
+pub mod schema;
 pub mod supervisor;
 pub mod wire;
 

@@ -10,18 +10,21 @@
 //! within the timeout) is not restarted: the same program would fail the
 //! same way. The extension is killed and stays `failed` until a reload.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rpc_core::child::{self, ChildCommand, ChildProcess, CrashHistory, CrashLoop, CrashPolicy, Restart};
 use rpc_core::{CallError, PeerConfig, PeerHandle, Transport};
 use serde_json::json;
+use serde_json::value::RawValue;
 use tokio::sync::watch;
 
+use super::log;
 use super::protocol::InitializeResult;
+use super::wire::AsciiContentLength;
 use super::{Extension, State, StopReason};
-use crate::host::Host;
-use crate::methods::{ExtConn, Readiness};
+use crate::state::{ExtensionSession, Host, Readiness, TOPIC_LOG};
 
 /// The Hermes version extensions are told (`HERMES_VERSION`, `hermesVersion`).
 pub const HERMES_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -122,7 +125,8 @@ fn humanise(delay: Duration) -> String {
     format!("{:.1} s", delay.as_secs_f64())
 }
 
-/// Spawns the process, initialises it and serves it until it exits or is stopped.
+/// One run of the process: spawn it, connect to it, `initialize` it and
+/// serve it until it exits or is stopped.
 async fn run_once(
     host: &Arc<Host>,
     extension: &Arc<Extension>,
@@ -131,21 +135,182 @@ async fn run_once(
     if stop.borrow().is_some() {
         return Ended::Stopped;
     }
-    let spec = &extension.spec;
-    let data_dir = host.data_dir.join("extensions").join(&spec.name);
-    if let Err(e) = std::fs::create_dir_all(&data_dir) {
-        tracing::warn!(extension = %spec.name, dir = %data_dir.display(), error = %e, "cannot create the extension's data directory");
-    }
-    let (stderr_reader, stderr_writer) = match std::io::pipe() {
-        Ok(pipe) => pipe,
-        Err(e) => return Ended::Crashed(format!("cannot make a pipe: {e}")),
+    let data_dir = data_dir(host, extension);
+    let run = match Run::start(host, extension, &data_dir) {
+        Ok(run) => run,
+        Err(ended) => return ended,
     };
+    if let Err(ended) = run.initialize(&data_dir, stop).await {
+        return ended;
+    }
+    run.serve(stop).await
+}
+
+/// `<data dir>/extensions/<name>`, its `HERMES_DATA_DIR`, made if missing
+/// (one that cannot be made is the extension's problem, with a warning).
+fn data_dir(host: &Host, extension: &Extension) -> PathBuf {
+    let dir = host.data_dir.join("extensions").join(extension.name());
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        tracing::warn!(extension = extension.name(), dir = %dir.display(), error = %e, "cannot create the extension's data directory");
+    }
+    dir
+}
+
+/// A started process and its connection, from spawn to exit.
+struct Run<'a> {
+    host: &'a Arc<Host>,
+    extension: &'a Arc<Extension>,
+    process: ChildProcess,
+    peer: PeerHandle,
+    /// What the gate on its requests waits for (`methods::extension::gate`).
+    ready: watch::Sender<Readiness>,
+}
+
+impl<'a> Run<'a> {
+    /// Spawns the process and connects to it over its stdio; it is then
+    /// `starting`, and says so to subscribers.
+    fn start(host: &'a Arc<Host>, extension: &'a Arc<Extension>, data_dir: &Path) -> Result<Run<'a>, Ended> {
+        let mut process = spawn(host, extension, data_dir)?;
+        let (ready, readiness) = watch::channel(Readiness::Starting);
+        let session = Arc::new(ExtensionSession { host: host.clone(), extension: extension.clone(), ready: readiness });
+        let max = host.max_message;
+        let peer_config = PeerConfig {
+            // A 20 MiB setMessage must fit the backlog whole, and so must a few
+            // of them; a reply of that size may wait in the outbox.
+            backlog_bytes: (2 * max).max(rpc_core::peer::DEFAULT_BACKLOG_BYTES),
+            write_budget: (2 * max).max(rpc_core::peer::DEFAULT_WRITE_BUDGET),
+            write_stall: host.write_stall,
+            ..PeerConfig::default()
+        };
+        let connected = child::connect(
+            &mut process,
+            |stdout, stdin| Transport::framed(stdout, stdin, AsciiContentLength::new(max)),
+            host.extension_router(),
+            session,
+            peer_config,
+        );
+        // The connection's task runs on by itself; its handle is not needed.
+        let (peer, _connection) = match connected {
+            Ok(pair) => pair,
+            Err(e) => {
+                process.kill();
+                return Err(Ended::Crashed(format!("cannot talk to it: {e}")));
+            }
+        };
+        let pid = process.pid();
+        extension.started(pid, peer.clone());
+        extension.log.note(&format!("started {:?} (pid {pid})", extension.spec.argv));
+        tracing::info!(extension = extension.name(), pid, "extension started");
+        host.publish_state(extension);
+        Ok(Run { host, extension, process, peer, ready })
+    }
+
+    /// `initialize`, unless it exits or we are told to stop first. On
+    /// success the extension is `running` and its requests go through.
+    async fn initialize(&self, data_dir: &Path, stop: &mut watch::Receiver<Option<StopReason>>) -> Result<(), Ended> {
+        let timeout = self.host.settings().initialize_timeout();
+        let params = json!({"hermesVersion": HERMES_VERSION, "apiVersion": API_VERSION, "dataDirectory": data_dir});
+        let answer = tokio::select! {
+            answer = self.peer.request_raw("initialize", &params, Some(timeout)) => answer,
+            reason = stop_requested(stop) => {
+                let _ = self.ready.send(Readiness::Failed);
+                self.shut_down(reason).await;
+                return Err(Ended::Stopped);
+            }
+        };
+        match handshake(answer) {
+            Handshake::Done(info) => {
+                self.running(*info);
+                Ok(())
+            }
+            Handshake::Exited => {
+                let _ = self.ready.send(Readiness::Failed);
+                let exit = self.process.exited().await;
+                Err(Ended::Crashed(format!("exited during initialize ({exit})")))
+            }
+            Handshake::Failed { reason, kill } => {
+                let _ = self.ready.send(Readiness::Failed);
+                let name = self.extension.name();
+                if kill {
+                    tracing::warn!(extension = name, "{reason}; killed");
+                    self.process.kill();
+                    let _ = self.process.exited().await;
+                } else {
+                    tracing::warn!(extension = name, "{reason}; stopping it");
+                    self.shut_down(StopReason::Error).await;
+                }
+                Err(Ended::InitFailed(reason))
+            }
+        }
+    }
+
+    /// The extension answered `initialize`: it runs, its held requests go
+    /// through, and the others learn what it declared.
+    fn running(&self, info: InitializeResult) {
+        self.extension.initialized(info);
+        let _ = self.ready.send(Readiness::Running);
+        tracing::info!(extension = self.extension.name(), "extension running");
+        self.extension.log.note("initialized");
+        self.host.warn_about_shadowed_commands(self.extension);
+        self.host.publish_state(self.extension);
+    }
+
+    /// Serves it until it exits (a crash) or we are told to stop it.
+    async fn serve(self, stop: &mut watch::Receiver<Option<StopReason>>) -> Ended {
+        tokio::select! {
+            exit = self.process.exited() => {
+                let _ = self.ready.send(Readiness::Failed);
+                tracing::warn!(extension = self.extension.name(), %exit, "extension exited");
+                Ended::Crashed(format!("exited unexpectedly ({exit})"))
+            }
+            reason = stop_requested(stop) => {
+                self.shut_down(reason).await;
+                let _ = self.ready.send(Readiness::Failed);
+                Ended::Stopped
+            }
+        }
+    }
+
+    /// `shutdown {reason}`, then its exit, all within [`SHUTDOWN_LIMIT`]; then
+    /// SIGKILL to its process group. Closing our end after the answer gives its
+    /// stdin EOF, which ends a read loop that did not exit by itself.
+    async fn shut_down(&self, reason: StopReason) {
+        let (peer, process, extension) = (&self.peer, &self.process, self.extension);
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_LIMIT;
+        let answer = peer.request_raw("shutdown", &json!({"reason": reason.as_str()}), Some(SHUTDOWN_LIMIT)).await;
+        if let Err(e) = &answer {
+            tracing::info!(extension = extension.name(), error = %e, "shutdown not answered");
+        }
+        peer.close(1000, "shutdown");
+        match tokio::time::timeout_at(deadline, process.exited()).await {
+            Ok(exit) => {
+                tracing::info!(extension = extension.name(), %exit, reason = reason.as_str(), "extension stopped")
+            }
+            Err(_) => {
+                tracing::warn!(
+                    extension = extension.name(),
+                    "did not exit within 5 s of shutdown; killing its process group"
+                );
+                extension.log.note("did not exit within 5 s of shutdown; killed");
+                process.kill();
+                let _ = process.exited().await;
+            }
+        }
+    }
+}
+
+/// Starts the program with the Hermes environment in its own process group;
+/// its stderr goes line by line to the extension's log and `log` subscribers.
+fn spawn(host: &Arc<Host>, extension: &Arc<Extension>, data_dir: &Path) -> Result<ChildProcess, Ended> {
+    let spec = &extension.spec;
+    let (stderr_reader, stderr_writer) =
+        std::io::pipe().map_err(|e| Ended::Crashed(format!("cannot make a pipe: {e}")))?;
     let mut command = ChildCommand::new(&spec.argv[0])
         .name(&spec.name)
         .args(&spec.argv[1..])
         .env("HERMES_VERSION", HERMES_VERSION)
         .env("HERMES_API_VERSION", API_VERSION)
-        .env("HERMES_DATA_DIR", &data_dir)
+        .env("HERMES_DATA_DIR", data_dir)
         .stdin(child::Stdin::Piped)
         .stdout(child::Stdout::Piped)
         .stderr(child::Stderr::Fd(stderr_writer.into()));
@@ -155,139 +320,51 @@ async fn run_once(
     if let Some(dir) = &spec.cwd {
         command = command.current_dir(dir);
     }
-    let mut process = match command.spawn() {
-        Ok(process) => process,
-        Err(e) => return Ended::Crashed(format!("cannot start {:?}: {e}", spec.argv[0])),
-    };
+    let process = command.spawn().map_err(|e| Ended::Crashed(format!("cannot start {:?}: {e}", spec.argv[0])))?;
     match tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_reader.into()) {
         Ok(pipe) => {
             let (host, extension) = (host.clone(), extension.clone());
-            tokio::spawn(super::log::read_lines(pipe, move |line| {
+            tokio::spawn(log::read_lines(pipe, move |line| {
                 let entry = extension.log.push(line);
                 host.publish(
-                    crate::host::TOPIC_LOG,
+                    TOPIC_LOG,
                     json!({"extension": extension.name(), "level": entry.level, "line": entry.line}),
                 );
             }));
         }
         Err(e) => tracing::warn!(extension = %spec.name, error = %e, "cannot read the extension's stderr"),
     }
-
-    let (ready, readiness) = watch::channel(Readiness::Starting);
-    let state = Arc::new(ExtConn { host: host.clone(), extension: extension.clone(), ready: readiness });
-    let max = host.max_message;
-    let peer_config = PeerConfig {
-        // A 20 MiB setMessage must fit the backlog whole, and so must a few
-        // of them; a reply of that size may wait in the outbox.
-        backlog_bytes: (2 * max).max(rpc_core::peer::DEFAULT_BACKLOG_BYTES),
-        write_budget: (2 * max).max(rpc_core::peer::DEFAULT_WRITE_BUDGET),
-        write_stall: host.write_stall,
-        ..PeerConfig::default()
-    };
-    let connected = child::connect(
-        &mut process,
-        |stdout, stdin| Transport::framed(stdout, stdin, super::wire::AsciiContentLength::new(max)),
-        host.extension_router(),
-        state,
-        peer_config,
-    );
-    let (peer, _connection) = match connected {
-        Ok(pair) => pair,
-        Err(e) => {
-            process.kill();
-            return Ended::Crashed(format!("cannot talk to it: {e}"));
-        }
-    };
-    let pid = process.pid();
-    extension.started(pid, peer.clone());
-    extension.log.note(&format!("started {:?} (pid {pid})", spec.argv));
-    tracing::info!(extension = %spec.name, pid, "extension started");
-    host.publish_state(extension);
-
-    // initialize, unless it exits or we are told to stop first.
-    let timeout = host.settings().initialize_timeout();
-    let params = json!({"hermesVersion": HERMES_VERSION, "apiVersion": API_VERSION, "dataDirectory": data_dir});
-    let answer = tokio::select! {
-        answer = peer.request_raw("initialize", &params, Some(timeout)) => answer,
-        reason = stop_requested(stop) => {
-            let _ = ready.send(Readiness::Failed);
-            shut_down(&peer, &process, reason, extension).await;
-            return Ended::Stopped;
-        }
-    };
-    // A timeout means it is not listening: it is killed. An error or a
-    // malformed result comes from a live program, which is told why it stops.
-    let failure = match answer {
-        Ok(raw) => match serde_json::from_str::<InitializeResult>(raw.get()) {
-            Ok(info) => {
-                extension.initialized(info);
-                let _ = ready.send(Readiness::Running);
-                tracing::info!(extension = %spec.name, "extension running");
-                extension.log.note("initialized");
-                host.warn_about_shadowed_commands(extension);
-                host.publish_state(extension);
-                None
-            }
-            Err(e) => Some((format!("its initialize result is malformed: {e}"), false)),
-        },
-        Err(CallError::Timeout(limit)) => Some((format!("no answer to initialize within {}", humanise(limit)), true)),
-        Err(CallError::Rpc(e)) => Some((format!("initialize failed: {} ({})", e.message, e.code), false)),
-        Err(CallError::Malformed(e)) => Some((format!("its initialize answer is malformed: {e}"), false)),
-        // Only `request_cancellable` gives up on its own; this request is not one.
-        Err(CallError::Cancelled) => Some(("initialize was abandoned".into(), true)),
-        Err(CallError::Disconnected) => {
-            let _ = ready.send(Readiness::Failed);
-            let exit = process.exited().await;
-            return Ended::Crashed(format!("exited during initialize ({exit})"));
-        }
-    };
-    if let Some((reason, kill)) = failure {
-        let _ = ready.send(Readiness::Failed);
-        if kill {
-            tracing::warn!(extension = %spec.name, "{reason}; killed");
-            process.kill();
-            let _ = process.exited().await;
-        } else {
-            tracing::warn!(extension = %spec.name, "{reason}; stopping it");
-            shut_down(&peer, &process, StopReason::Error, extension).await;
-        }
-        return Ended::InitFailed(reason);
-    }
-
-    tokio::select! {
-        exit = process.exited() => {
-            let _ = ready.send(Readiness::Failed);
-            tracing::warn!(extension = %spec.name, %exit, "extension exited");
-            Ended::Crashed(format!("exited unexpectedly ({exit})"))
-        }
-        reason = stop_requested(stop) => {
-            shut_down(&peer, &process, reason, extension).await;
-            let _ = ready.send(Readiness::Failed);
-            Ended::Stopped
-        }
-    }
+    Ok(process)
 }
 
-/// `shutdown {reason}`, then its exit, all within [`SHUTDOWN_LIMIT`]; then
-/// SIGKILL to its process group. Closing our end after the answer gives its
-/// stdin EOF, which ends a read loop that did not exit by itself.
-async fn shut_down(peer: &PeerHandle, process: &ChildProcess, reason: StopReason, extension: &Extension) {
-    let deadline = tokio::time::Instant::now() + SHUTDOWN_LIMIT;
-    let answer = peer.request_raw("shutdown", &json!({"reason": reason.as_str()}), Some(SHUTDOWN_LIMIT)).await;
-    if let Err(e) = &answer {
-        tracing::info!(extension = extension.name(), error = %e, "shutdown not answered");
-    }
-    peer.close(1000, "shutdown");
-    match tokio::time::timeout_at(deadline, process.exited()).await {
-        Ok(exit) => tracing::info!(extension = extension.name(), %exit, reason = reason.as_str(), "extension stopped"),
-        Err(_) => {
-            tracing::warn!(
-                extension = extension.name(),
-                "did not exit within 5 s of shutdown; killing its process group"
-            );
-            extension.log.note("did not exit within 5 s of shutdown; killed");
-            process.kill();
-            let _ = process.exited().await;
-        }
+/// What became of `initialize`.
+enum Handshake {
+    Done(Box<InitializeResult>),
+    /// Answered wrongly, or not at all (`kill`: it is not listening, so it
+    /// is killed rather than told why it stops).
+    Failed {
+        reason: String,
+        kill: bool,
+    },
+    /// The process went away before it answered.
+    Exited,
+}
+
+/// Reads the answer to `initialize`. A timeout means it is not listening:
+/// it is killed. An error or a malformed result comes from a live program,
+/// which is told why it stops.
+fn handshake(answer: Result<Box<RawValue>, CallError>) -> Handshake {
+    let failed = |reason: String, kill| Handshake::Failed { reason, kill };
+    match answer {
+        Ok(raw) => match serde_json::from_str::<InitializeResult>(raw.get()) {
+            Ok(info) => Handshake::Done(Box::new(info)),
+            Err(e) => failed(format!("its initialize result is malformed: {e}"), false),
+        },
+        Err(CallError::Timeout(limit)) => failed(format!("no answer to initialize within {}", humanise(limit)), true),
+        Err(CallError::Rpc(e)) => failed(format!("initialize failed: {} ({})", e.message, e.code), false),
+        Err(CallError::Malformed(e)) => failed(format!("its initialize answer is malformed: {e}"), false),
+        // Only `request_cancellable` gives up on its own; this request is not one.
+        Err(CallError::Cancelled) => failed("initialize was abandoned".into(), true),
+        Err(CallError::Disconnected) => Handshake::Exited,
     }
 }

@@ -3,7 +3,7 @@
 //! HL7 text. (The message itself is never held this way: see the module
 //! above.) Also the shape hl7-parser's tree is compared in, in `fuzzing`.
 
-use super::Delimiters;
+use super::delimiters::Delimiters;
 
 /// A field: its repetitions, each a list of components, each a list of
 /// subcomponents (raw HL7 text). An empty field is one empty leaf.

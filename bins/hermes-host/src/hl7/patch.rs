@@ -20,8 +20,10 @@ use hl7_parser::query::LocationQuery;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::tree::MAX_INDEX;
-use super::{Bounds, Delimiters, Exceeded, Hl7Message, is_segment_name};
+use super::bounds::{Bounds, Exceeded};
+use super::delimiters::{Delimiters, is_segment_name};
+use super::message::Hl7Message;
+use super::tree::reader::MAX_INDEX;
 
 /// One patch of `editor/patchMessage`.
 #[derive(Clone, Debug, Deserialize)]
@@ -296,7 +298,7 @@ fn remove_segment(message: &Hl7Message, name: &str, nth: usize) -> Result<Splice
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hl7::tests::ORU_R01;
+    use crate::hl7::samples::ORU_R01;
     use serde_json::json;
 
     fn patched(text: &str, patches: Value) -> (String, Vec<String>) {

@@ -1,71 +1,65 @@
-//! What extensions may ask of the host: `editor/*` ([`editor`]) and `ui/*`
-//! ([`ui`]). One router serves every extension's connection; its gate holds
-//! an extension's requests until its `initialize` has completed (they are
-//! served then, in order), and refuses them with -32001 if it failed.
-//!
-//! Requests run concurrently, per connection and across extensions: a
-//! dialog waiting for a person holds one handler of one extension and
-//! nothing else.
+//! The method tables, every method in one place: what extensions call
+//! ([`extension_router`], over each extension's stdio) and what control
+//! clients call ([`control_router`], over the control socket). One small
+//! file per group under [`extension`] and [`control`]; each handler works
+//! on the shared state (`crate::state`) and the domain, never on the wiring.
 
-pub mod editor;
-pub mod ui;
+pub mod control;
+pub mod extension;
 
 use std::sync::Arc;
 
-use rpc_core::{Ctx, Gate, Router, RpcError};
-use tokio::sync::watch;
+use rpc_core::Router;
 
-use crate::errors;
-use crate::extension::Extension;
-use crate::host::Host;
+use crate::state::{ControlSession, ExtensionSession};
 
-/// Where an extension's process is in its handshake.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Readiness {
-    Starting,
-    Running,
-    Failed,
-}
-
-/// The state of one extension connection.
-pub struct ExtConn {
-    pub host: Arc<Host>,
-    pub extension: Arc<Extension>,
-    pub ready: watch::Receiver<Readiness>,
-}
-
-pub fn router() -> Arc<Router<ExtConn>> {
-    let router = Router::new()
-        .gate(hold_until_initialized)
+/// What an extension may ask of the host: `editor/*` and `ui/*`. Its gate
+/// holds an extension's requests until its `initialize` has completed (they
+/// are served then, in order), and refuses them with -32001 if it failed.
+///
+/// Requests run concurrently, per connection and across extensions: a
+/// dialog waiting for a person holds one handler of one extension and
+/// nothing else.
+pub fn extension_router() -> Arc<Router<ExtensionSession>> {
+    use extension::{dialogs, editor, gate};
+    Router::new()
+        .gate(gate::hold_until_initialized)
         .method("editor/getMessage", editor::get_message)
         .method("editor/patchMessage", editor::patch_message)
         .method("editor/setMessage", editor::set_message)
-        .method("ui/openWindow", ui::open_window)
-        .method("ui/closeWindow", ui::close_window)
-        .method("ui/showMessage", ui::show_message)
-        .method("ui/showConfirm", ui::show_confirm)
-        .method("ui/openFile", ui::open_file)
-        .method("ui/openFiles", ui::open_files)
-        .method("ui/saveFile", ui::save_file)
-        .method("ui/selectDirectory", ui::select_directory);
-    router.build().expect("each method is registered once")
+        .method("ui/openWindow", dialogs::open_window)
+        .method("ui/closeWindow", dialogs::close_window)
+        .method("ui/showMessage", dialogs::show_message)
+        .method("ui/showConfirm", dialogs::show_confirm)
+        .method("ui/openFile", dialogs::open_file)
+        .method("ui/openFiles", dialogs::open_files)
+        .method("ui/saveFile", dialogs::save_file)
+        .method("ui/selectDirectory", dialogs::select_directory)
+        .build()
+        .expect("each method is registered once")
 }
 
-fn not_initialised() -> RpcError {
-    RpcError::new(errors::NOT_INITIALISED, "the extension is not initialised")
-}
-
-fn hold_until_initialized(ctx: &Ctx<ExtConn>, _method: &str) -> Gate {
-    let mut ready = ctx.state.ready.clone();
-    let now = *ready.borrow();
-    match now {
-        Readiness::Running => Gate::Open,
-        Readiness::Failed => Gate::Closed(not_initialised()),
-        Readiness::Starting => Gate::Wait(Box::pin(async move {
-            match ready.wait_for(|r| *r != Readiness::Starting).await.map(|r| *r) {
-                Ok(Readiness::Running) => Ok(()),
-                _ => Err(not_initialised()),
-            }
-        })),
-    }
+/// The control socket: NDJSON JSON-RPC on a 0600 Unix socket, for users,
+/// scripts and UI front ends: the message, extensions and commands, and what
+/// a connection can become, the UI or a subscriber.
+pub fn control_router() -> Arc<Router<ControlSession>> {
+    use control::{attached_ui, extensions, message, status, subscribe};
+    Router::new()
+        .method("message/new", message::new)
+        .method("message/open", message::open)
+        .method("message/get", message::get)
+        .method("message/set", message::set)
+        .method("message/patch", message::patch)
+        .method("message/save", message::save)
+        .method("extensions/list", extensions::list)
+        .method("extensions/reload", extensions::reload)
+        .method("extensions/logs", extensions::logs)
+        .method("command/execute", extensions::execute)
+        .method("schema/get", extensions::schema)
+        .method("ui/attach", attached_ui::attach)
+        .method("window/closed", attached_ui::window_closed)
+        .method("subscribe", subscribe::subscribe)
+        .method("host/status", status::status)
+        .build()
+        .expect("each method is registered once")
 }

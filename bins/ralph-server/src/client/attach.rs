@@ -15,17 +15,11 @@ use serde_json::{Value, json};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
-use super::{call, connect, failed};
-use crate::config::SocketArgs;
+use super::socket::{call, connect};
+use crate::config::{SocketArgs, TaskArg};
 
 /// Lines of recent output shown on attaching.
 const LAST_LINES: usize = 20;
-
-#[derive(Debug, clap::Args)]
-pub struct AttachArgs {
-    /// Task name, or its directory.
-    pub task: String,
-}
 
 /// Raw mode on stdin while it lives; the saved settings come back on drop.
 struct RawTerminal {
@@ -76,27 +70,19 @@ fn say(text: &str) {
     let _ = out.flush();
 }
 
-pub async fn run(args: AttachArgs, sockets: SocketArgs) -> ExitCode {
-    let mut connected = match connect(&args.task, &sockets).await {
-        Ok(c) => c,
-        Err(e) => return failed(&e),
-    };
-    let status = match call(&connected.peer, "get_status", json!({})).await {
-        Ok(status) => status,
-        Err(e) => return failed(&e),
-    };
+pub async fn run(args: TaskArg, sockets: SocketArgs) -> Result<ExitCode, String> {
+    let mut connected = connect(&args.task, &sockets).await?;
+    let status = call(&connected.peer, "get_status", json!({})).await?;
+    // Restored when this returns, before an error is printed.
     let _raw = RawTerminal::enter();
     say(&header(&status));
     let recent = status["recent_output"].as_array().cloned().unwrap_or_default();
     for line in recent.iter().skip(recent.len().saturating_sub(LAST_LINES)) {
         say(&format!("{}\n", line.as_str().unwrap_or_default()));
     }
-    if let Err(e) = call(&connected.peer, "subscribe", json!({"events": ["*"]})).await {
-        drop(_raw);
-        return failed(&e);
-    }
+    call(&connected.peer, "subscribe", json!({"events": ["*"]})).await?;
     let (Ok(mut term), Ok(mut hangup)) = (signal(SignalKind::terminate()), signal(SignalKind::hangup())) else {
-        return failed("cannot watch signals");
+        return Err("cannot watch signals".to_owned());
     };
     let mut keys = keys();
     let mut interactive = status["interactive_mode"] == true;
@@ -121,7 +107,7 @@ pub async fn run(args: AttachArgs, sockets: SocketArgs) -> ExitCode {
         }
     }
     say("\n[detached]\n");
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 fn header(s: &Value) -> String {

@@ -5,67 +5,38 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
-use super::{call, connect, failed};
-use crate::config::SocketArgs;
+use super::socket::{call, connect};
+use crate::config::{InjectArgs, SocketArgs, StopArgs, TaskArg};
 
-#[derive(Debug, clap::Args)]
-pub struct TaskArg {
-    /// Task name, or its directory.
-    pub task: String,
+/// One call; its result printed as one line of JSON.
+async fn one_call(
+    task: &str,
+    sockets: &SocketArgs,
+    method: &str,
+    params: serde_json::Value,
+) -> Result<ExitCode, String> {
+    let connected = connect(task, sockets).await?;
+    let result = call(&connected.peer, method, params).await?;
+    println!("{result}");
+    Ok(ExitCode::SUCCESS)
 }
 
-#[derive(Debug, clap::Args)]
-pub struct StopArgs {
-    /// Task name, or its directory.
-    pub task: String,
-    /// End the agent now (SIGTERM to its process group, SIGKILL after 5 s).
-    #[arg(long)]
-    pub force: bool,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct InjectArgs {
-    /// Task name, or its directory.
-    pub task: String,
-    /// The instructions.
-    pub text: String,
-}
-
-async fn one_call(task: &str, sockets: &SocketArgs, method: &str, params: serde_json::Value) -> ExitCode {
-    let connected = match connect(task, sockets).await {
-        Ok(c) => c,
-        Err(e) => return failed(&e),
-    };
-    match call(&connected.peer, method, params).await {
-        Ok(result) => {
-            println!("{result}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => failed(&e),
-    }
-}
-
-pub async fn stop(args: StopArgs, sockets: SocketArgs) -> ExitCode {
+pub async fn stop(args: StopArgs, sockets: SocketArgs) -> Result<ExitCode, String> {
     one_call(&args.task, &sockets, "stop", json!({"force": args.force})).await
 }
 
-pub async fn checkpoint(args: TaskArg, sockets: SocketArgs) -> ExitCode {
+pub async fn checkpoint(args: TaskArg, sockets: SocketArgs) -> Result<ExitCode, String> {
     one_call(&args.task, &sockets, "checkpoint", json!({})).await
 }
 
-pub async fn inject(args: InjectArgs, sockets: SocketArgs) -> ExitCode {
+pub async fn inject(args: InjectArgs, sockets: SocketArgs) -> Result<ExitCode, String> {
     one_call(&args.task, &sockets, "inject_prompt", json!({"prompt": args.text})).await
 }
 
 /// Output events to stdout, a line each, until the task ends.
-pub async fn tail(args: TaskArg, sockets: SocketArgs) -> ExitCode {
-    let mut connected = match connect(&args.task, &sockets).await {
-        Ok(c) => c,
-        Err(e) => return failed(&e),
-    };
-    if let Err(e) = call(&connected.peer, "subscribe", json!({"events": ["output"]})).await {
-        return failed(&e);
-    }
+pub async fn tail(args: TaskArg, sockets: SocketArgs) -> Result<ExitCode, String> {
+    let mut connected = connect(&args.task, &sockets).await?;
+    call(&connected.peer, "subscribe", json!({"events": ["output"]})).await?;
     let mut stdout = std::io::stdout().lock();
     while let Some(event) = connected.events.recv().await {
         let data = &event["data"];
@@ -82,5 +53,5 @@ pub async fn tail(args: TaskArg, sockets: SocketArgs) -> ExitCode {
             break;
         }
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }

@@ -8,20 +8,12 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
-use super::{call, connect, socket_path};
-use crate::config::SocketArgs;
-use crate::files::SavedState;
+use super::socket::{call, connect, socket_path};
+use crate::config::{SocketArgs, StatusArgs};
+use crate::state::SavedState;
 
-#[derive(Debug, clap::Args)]
-pub struct StatusArgs {
-    /// Task name, or its directory [default: every task with a socket].
-    pub task: Option<String>,
-    /// Print the status as JSON (get_status's result; an array without TASK).
-    #[arg(long)]
-    pub json: bool,
-}
-
-pub async fn run(args: StatusArgs, sockets: SocketArgs) -> ExitCode {
+/// Never an error: a task that cannot be reached is reported as not running.
+pub async fn run(args: StatusArgs, sockets: SocketArgs) -> Result<ExitCode, String> {
     let tasks = match &args.task {
         Some(task) => vec![task.clone()],
         None => running_tasks(&sockets),
@@ -42,7 +34,7 @@ pub async fn run(args: StatusArgs, sockets: SocketArgs) -> ExitCode {
     }
     let codes: Vec<u8> = statuses.iter().map(code).collect();
     let code = if codes.contains(&1) { 1 } else { codes.first().copied().unwrap_or(2) };
-    ExitCode::from(code)
+    Ok(ExitCode::from(code))
 }
 
 fn running_tasks(sockets: &SocketArgs) -> Vec<String> {

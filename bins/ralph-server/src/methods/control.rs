@@ -7,9 +7,9 @@ use rpc_core::{Ctx, NoParams, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::Client;
-use crate::injected::Refused;
-use crate::session::Session;
+use super::events::Client;
+use crate::errors;
+use crate::state::Session;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -62,11 +62,8 @@ pub fn inject_prompt(session: Arc<Session>) -> impl Fn(Ctx<Client>, InjectParams
             let (saved, prompt) = tokio::task::spawn_blocking(move || (session.inject(&prompt), prompt))
                 .await
                 .map_err(|e| RpcError::internal(format!("inject_prompt: {e}")))?;
-            match saved {
-                Ok(()) => Ok(json!({"status": "prompt_injected", "prompt": prompt})),
-                Err(e @ Refused::Io { .. }) => Err(RpcError::internal(e)),
-                Err(e) => Err(RpcError::invalid_params(e)),
-            }
+            saved.map_err(errors::injection_refused)?;
+            Ok(json!({"status": "prompt_injected", "prompt": prompt}))
         })
     }
 }

@@ -17,7 +17,7 @@ use rpc_core::{Ctx, RpcError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::session::Session;
+use crate::state::Session;
 
 /// The event types a client may subscribe to (besides `*`).
 pub const EVENT_TYPES: &[&str] = &["output", "state_change"];

@@ -9,8 +9,8 @@ use rpc_core::{Ctx, RpcError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::Client;
-use crate::session::Session;
+use super::events::Client;
+use crate::state::Session;
 
 /// Most bytes one `write_pty` may carry (keystrokes, a paste).
 const MAX_WRITE: usize = 64 * 1024;
@@ -34,9 +34,7 @@ pub struct WriteParams {
     data: String,
 }
 
-pub fn write_pty(
-    session: Arc<Session>,
-) -> impl Fn(Ctx<Client>, WriteParams) -> futures_ready::Ready + Send + Sync + 'static {
+pub fn write_pty(session: Arc<Session>) -> impl Fn(Ctx<Client>, WriteParams) -> Pending + Send + Sync + 'static {
     move |_, params: WriteParams| {
         let session = session.clone();
         Box::pin(async move {
@@ -58,7 +56,4 @@ pub fn write_pty(
     }
 }
 
-mod futures_ready {
-    pub type Ready =
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<serde_json::Value, rpc_core::RpcError>> + Send>>;
-}
+type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, RpcError>> + Send>>;

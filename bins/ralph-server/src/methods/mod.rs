@@ -13,7 +13,7 @@ use rpc_core::router::DuplicateMethods;
 
 pub use events::Client;
 
-use crate::session::Session;
+use crate::state::Session;
 
 pub fn router(session: Arc<Session>) -> Result<Arc<Router<Client>>, DuplicateMethods> {
     let s = || session.clone();

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use rpc_core::{Ctx, NoParams, RpcError};
 
-use super::Client;
-use crate::session::{Session, StatusReply};
+use super::events::Client;
+use crate::state::{Session, StatusReply};
 
 pub fn get_status(
     session: Arc<Session>,

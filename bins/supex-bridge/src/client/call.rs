@@ -4,54 +4,20 @@
 //!
 //! A TOOL containing `/` is a method called as it is (`call tools/list`).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::{Server, address, connect, describe, pretty, request, tokio_runtime};
-use crate::config::parse_seconds;
-
-#[derive(Debug, clap::Args)]
-pub struct CallArgs {
-    /// The tool, e.g. `eval_ruby` (or a method such as `tools/list`).
-    pub tool: String,
-    /// One argument as key=value; the value is JSON when it parses as JSON, except
-    /// where the tool's schema wants a string. Repeatable.
-    #[arg(long = "arg", value_name = "KEY=VALUE")]
-    pub args: Vec<String>,
-    /// All arguments as one JSON object; `--arg`s are applied on top.
-    #[arg(long, value_name = "JSON")]
-    pub json: Option<String>,
-    /// Host of the bridge.
-    #[arg(long, env = "SUPEX_HOST", default_value = "127.0.0.1")]
-    pub host: String,
-    /// Port of the bridge.
-    #[arg(long, env = "SUPEX_PORT", default_value_t = 9876)]
-    pub port: u16,
-    /// Token for `hello`.
-    #[arg(long, env = "SUPEX_AUTH_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    /// Workspace for this call: an extra allowed root and the base of relative paths.
-    #[arg(long)]
-    pub workspace: Option<PathBuf>,
-    /// How long to wait for the result (seconds or a duration such as 2m).
-    #[arg(long, default_value = "300", value_parser = parse_seconds)]
-    pub timeout: Duration,
-}
+use super::connection::{Server, address, connect, describe, pretty, request};
+use crate::config::CallArgs;
 
 pub fn run(args: CallArgs) -> ExitCode {
-    match tokio_runtime().block_on(call(args)) {
-        Ok(result) => {
-            println!("{}", pretty(&result));
-            ExitCode::SUCCESS
-        }
-        Err(message) => {
-            eprintln!("supex-bridge call: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    rpc_core::cli::run_client(async {
+        let result = call(args).await?;
+        println!("{}", pretty(&result));
+        Ok::<_, String>(ExitCode::SUCCESS)
+    })
 }
 
 async fn call(args: CallArgs) -> Result<Value, String> {

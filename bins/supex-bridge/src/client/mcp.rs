@@ -17,40 +17,19 @@ use mcp_front::{
     CallToolResult, Caller, Changes, Door, Failure, JsonObject, Link, McpError, ServerName, Tool, Upstream,
 };
 use rpc_core::PeerHandle;
+use rpc_core::config::ConfigError;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::{Server, address, connect, describe, request, tokio_runtime};
-use crate::config::parse_seconds;
+use super::connection::{Server, address, connect, describe, request};
+use crate::config::McpArgs;
 
-#[derive(Debug, clap::Args)]
-pub struct McpArgs {
-    /// Host of the bridge.
-    #[arg(long, env = "SUPEX_HOST", default_value = "127.0.0.1")]
-    pub host: String,
-    /// Port of the bridge.
-    #[arg(long, env = "SUPEX_PORT", default_value_t = 9876)]
-    pub port: u16,
-    /// Token for `hello`.
-    #[arg(long, env = "SUPEX_AUTH_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    /// Workspace for the agent: an extra allowed root (only when the bridge has
-    /// no SUPEX_ALLOWED_ROOTS, or inside them) and the base of relative paths.
-    #[arg(long)]
-    pub workspace: Option<PathBuf>,
-    /// How long one tool call may take before the agent gets an error
-    /// (seconds or a duration such as 2m).
-    #[arg(long, default_value = "300", value_parser = parse_seconds)]
-    pub timeout: Duration,
-}
-
+/// Serves MCP on stdio until the agent closes it. An unusable `--workspace`
+/// is bad configuration (exit 2), found before anything starts.
 pub fn run(args: McpArgs) -> ExitCode {
     let workspace = match args.workspace.as_deref().map(std::path::absolute).transpose() {
         Ok(dir) => dir,
-        Err(e) => {
-            eprintln!("supex-bridge mcp: --workspace: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return rpc_core::cli::bad_configuration(&ConfigError::new("--workspace", e)),
     };
     let bridge = Bridge {
         addr: address(&args.host, args.port),
@@ -59,13 +38,10 @@ pub fn run(args: McpArgs) -> ExitCode {
         client: Mutex::new(Caller::default()),
     };
     let door = Arc::new(BridgeDoor { link: Link::new(bridge), timeout: args.timeout, changes: Changes::new() });
-    match tokio_runtime().block_on(mcp_front::serve_stdio(door)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("supex-bridge mcp: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    rpc_core::cli::run_client(async move {
+        mcp_front::serve_stdio(door).await?;
+        Ok::<_, String>(ExitCode::SUCCESS)
+    })
 }
 
 /// The bridge as the agent's upstream: TCP, then `hello`.

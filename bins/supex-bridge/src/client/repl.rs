@@ -18,7 +18,7 @@
 //! were dropped), which the workspace turns on.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,8 @@ use rpc_core::{CallError, PeerHandle};
 use rustyline::error::ReadlineError;
 use serde_json::{Value, json};
 
-use super::{Server, address, connect, describe, request, tokio_runtime};
+use super::connection::{Server, address, connect, describe, request};
+use crate::config::ReplArgs;
 
 const PROMPT: &str = "supex> ";
 const CONTINUATION: &str = "  ...> ";
@@ -36,49 +37,39 @@ const START_WAIT: Duration = Duration::from_secs(30);
 /// doubling delays up to 2 s (about 11 s in all: a service restart).
 const RECONNECT_ATTEMPTS: u32 = 10;
 
-#[derive(Debug, clap::Args)]
-pub struct ReplArgs {
-    /// Host of the REPL server.
-    #[arg(long, env = "SUPEX_REPL_HOST", default_value = "127.0.0.1")]
-    pub host: String,
-    /// Port of the REPL server.
-    #[arg(long, env = "SUPEX_REPL_PORT", default_value_t = 4433)]
-    pub port: u16,
-    /// Token for `hello`.
-    #[arg(long, env = "SUPEX_AUTH_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    /// History file [default: <data dir>/supex-bridge/repl_history].
-    #[arg(long, env = "SUPEX_REPL_HISTORY")]
-    pub history: Option<PathBuf>,
+pub fn run(args: ReplArgs) -> ExitCode {
+    rpc_core::cli::run_client(console(args))
 }
 
-pub fn run(args: ReplArgs) -> ExitCode {
-    let rt = tokio_runtime();
+/// Connects, then reads, evaluates and prints until end of input or `exit`.
+/// Reading a line blocks the client's one thread, on purpose: while a person
+/// types there is nothing else to do, and the connection is served again at
+/// the next request.
+async fn console(args: ReplArgs) -> Result<ExitCode, String> {
     let interactive = std::io::stdin().is_terminal();
     let mut session = Session { addr: address(&args.host, args.port), token: args.token.clone(), peer: None };
-    if let Err(e) = rt.block_on(session.connect_at_start(interactive)) {
-        eprintln!("supex-bridge repl: {e}");
-        return ExitCode::FAILURE;
-    }
-    let mut editor = match rustyline::DefaultEditor::new() {
-        Ok(editor) => editor,
-        Err(e) => {
-            eprintln!("supex-bridge repl: cannot set up line editing: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    session.connect_at_start(interactive).await?;
+    let mut editor = rustyline::DefaultEditor::new().map_err(|e| format!("cannot set up line editing: {e}"))?;
     let history = args.history.or_else(|| dirs::data_dir().map(|d| d.join("supex-bridge").join("repl_history")));
     if let Some(path) = &history {
-        // A first run has no history yet; anything else is worth a word.
-        if let Err(e) = editor.load_history(path)
-            && path.exists()
-        {
-            eprintln!("supex-bridge repl: cannot read history {}: {e}", path.display());
-        }
+        load_history(&mut editor, path);
     }
+    let code = read_eval_print(&mut editor, &mut session, interactive).await;
+    if let Some(path) = &history {
+        save_history(&mut editor, path);
+    }
+    code
+}
 
+/// The loop: a line that does not complete an expression waits for the
+/// next; a complete one is evaluated and becomes one history entry.
+async fn read_eval_print(
+    editor: &mut rustyline::DefaultEditor,
+    session: &mut Session,
+    interactive: bool,
+) -> Result<ExitCode, String> {
     let mut buffer = String::new();
-    let code = loop {
+    loop {
         let prompt = if buffer.is_empty() { PROMPT } else { CONTINUATION };
         let line = match editor.readline(prompt) {
             Ok(line) => line,
@@ -86,14 +77,11 @@ pub fn run(args: ReplArgs) -> ExitCode {
                 buffer.clear();
                 continue;
             }
-            Err(ReadlineError::Eof) => break ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("supex-bridge repl: {e}");
-                break ExitCode::FAILURE;
-            }
+            Err(ReadlineError::Eof) => return Ok(ExitCode::SUCCESS),
+            Err(e) => return Err(e.to_string()),
         };
         if buffer.is_empty() && matches!(line.trim(), "exit" | "quit") {
-            break ExitCode::SUCCESS;
+            return Ok(ExitCode::SUCCESS);
         }
         buffer.push_str(&line);
         buffer.push('\n');
@@ -101,7 +89,7 @@ pub fn run(args: ReplArgs) -> ExitCode {
             buffer.clear();
             continue;
         }
-        let complete = rt.block_on(session.complete(&buffer));
+        let complete = session.complete(&buffer).await;
         if matches!(complete, Ok(false)) {
             continue;
         }
@@ -109,28 +97,34 @@ pub fn run(args: ReplArgs) -> ExitCode {
         let evaluated = match complete {
             Err(gone @ SessionError::Gone(_)) => Err(gone),
             // Complete, or cannot tell: the evaluation says what is wrong.
-            _ => rt.block_on(session.eval(&buffer)),
+            _ => session.eval(&buffer).await,
         };
         match evaluated {
             Ok(output) => print!("{output}"),
             // Piped input cannot wait for someone to restart the server.
-            Err(SessionError::Gone(e)) if !interactive => {
-                eprintln!("supex-bridge repl: {e}");
-                break ExitCode::FAILURE;
-            }
+            Err(SessionError::Gone(e)) if !interactive => return Err(e),
             Err(e) => eprintln!("{}", e.message()),
         }
         buffer.clear();
-    };
-    if let Some(path) = &history {
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        if let Err(e) = editor.save_history(path) {
-            eprintln!("supex-bridge repl: cannot save history {}: {e}", path.display());
-        }
     }
-    code
+}
+
+fn load_history(editor: &mut rustyline::DefaultEditor, path: &Path) {
+    // A first run has no history yet; anything else is worth a word.
+    if let Err(e) = editor.load_history(path)
+        && path.exists()
+    {
+        eprintln!("supex-bridge repl: cannot read history {}: {e}", path.display());
+    }
+}
+
+fn save_history(editor: &mut rustyline::DefaultEditor, path: &Path) {
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    if let Err(e) = editor.save_history(path) {
+        eprintln!("supex-bridge repl: cannot save history {}: {e}", path.display());
+    }
 }
 
 /// The connection to the REPL server, re-made when it drops.

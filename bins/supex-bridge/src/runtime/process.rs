@@ -88,6 +88,20 @@ struct Pending {
 }
 
 impl Link {
+    /// Takes the child's stdin; calls still waiting when the process ends
+    /// fail with how it ended.
+    fn start(child: &mut ChildProcess) -> Arc<Link> {
+        let link = Arc::new(Link {
+            stdin: tokio::sync::Mutex::new(child.take_stdin()),
+            pending: Mutex::default(),
+            next_id: AtomicU64::new(1),
+        });
+        let exited = child.exited();
+        let failing = link.clone();
+        tokio::spawn(async move { failing.fail_all(&exited.await) });
+        link
+    }
+
     fn fail_all(&self, exited: &Exit) {
         let calls = {
             let mut pending = self.pending.lock();
@@ -128,6 +142,10 @@ impl Link {
 #[error("{0}")]
 pub struct StartError(pub String);
 
+fn io_error(what: &str, e: io::Error) -> StartError {
+    StartError(format!("{what}: {e}"))
+}
+
 impl RubyProcess {
     /// Starts `command -e <driver>` and waits (at most `startup`) for the
     /// driver's ready line.
@@ -137,11 +155,7 @@ impl RubyProcess {
         startup: Duration,
     ) -> Result<RubyProcess, StartError> {
         let shown = command.join(" ");
-        let io_error = |what: &str, e: io::Error| StartError(format!("{what}: {e}"));
-        let (reply_read, reply_write) = pipe().map_err(|e| io_error("creating the reply pipe", e))?;
-        let (console_read, console_write) = pipe().map_err(|e| io_error("creating the console pipe", e))?;
-        let console_write_2 = console_write.try_clone().map_err(|e| io_error("creating the console pipe", e))?;
-
+        let pipes = Pipes::new()?;
         let console_seq = console.seq();
         console.mark(&format!("starting {shown}"));
         let spawned = ChildCommand::new(&command[0])
@@ -150,35 +164,15 @@ impl RubyProcess {
             .arg("-e")
             .arg(DRIVER_SOURCE)
             .stdin(Stdin::Piped)
-            .stdout(Stdout::Fd(console_write))
-            .stderr(Stderr::Fd(console_write_2))
-            .fd(reply_write, REPLY_FD)
+            .stdout(Stdout::Fd(pipes.console_write))
+            .stderr(Stderr::Fd(pipes.console_write_2))
+            .fd(pipes.reply_write, REPLY_FD)
             .spawn();
         let mut child = spawned.map_err(|e| StartError(spawn_failure(&command[0], &e)))?;
         let pid = child.pid();
-
-        let (console_done_tx, console_done) = oneshot::channel();
-        let drain_console = console.clone();
-        let console_pipe = std::fs::File::from(console_read);
-        std::thread::Builder::new()
-            .name(format!("ruby-console-{pid}"))
-            .spawn(move || {
-                drain_console.drain(console_pipe);
-                let _ = console_done_tx.send(());
-            })
-            .map_err(|e| io_error("starting the console reader", e))?;
-
-        let link = Arc::new(Link {
-            stdin: tokio::sync::Mutex::new(child.take_stdin()),
-            pending: Mutex::default(),
-            next_id: AtomicU64::new(1),
-        });
-        // Calls still waiting when the process ends fail with how it ended.
-        let exited = child.exited();
-        let failing = link.clone();
-        tokio::spawn(async move { failing.fail_all(&exited.await) });
-
-        let receiver = tokio::net::unix::pipe::Receiver::from_owned_fd(reply_read)
+        let console_done = drain_console(console, pipes.console_read, pid)?;
+        let link = Link::start(&mut child);
+        let receiver = tokio::net::unix::pipe::Receiver::from_owned_fd(pipes.reply_read)
             .map_err(|e| io_error("reading the reply pipe", e))?;
         let mut replies = FramedRead::new(receiver, NdjsonCodec::new(REPLY_LIMIT));
 
@@ -197,25 +191,8 @@ impl RubyProcess {
             _ => None,
         };
         let Some(ready) = ready.filter(|r| r.ready && r.protocol == PROTOCOL_VERSION) else {
-            // A program that closed the pipe is ending: let it, so its own exit
-            // status is reported (a kill now could still overtake it). One that
-            // wrote something else would go on: kill it.
-            if first.is_some() || tokio::time::timeout(Duration::from_secs(1), child.exited()).await.is_err() {
-                child.kill();
-            }
-            let status = child.exited().await;
-            let _ = tokio::time::timeout(Duration::from_secs(1), console_done).await;
-            let said: Vec<String> = console
-                .since(console_seq)
-                .into_iter()
-                .filter(|l| !l.starts_with("-- supex-bridge:"))
-                .take(10)
-                .collect();
-            let how = if first.is_some() { "it sent something else first".to_owned() } else { status.to_string() };
-            return Err(StartError(format!(
-                "`{shown}` did not start the Ruby driver ({how}){}",
-                if said.is_empty() { String::new() } else { format!("; it printed: {}", said.join(" | ")) }
-            )));
+            let said_something = first.is_some();
+            return Err(not_started(&shown, &child, said_something, console, console_seq, console_done).await);
         };
 
         console.mark(&format!("runtime started: pid {pid}, {}", ready.ruby_description));
@@ -331,6 +308,68 @@ impl Drop for RubyProcess {
     fn drop(&mut self) {
         self.kill(KillReason::Shutdown);
     }
+}
+
+/// The pipes of a process about to start: replies come back on their own
+/// pipe; stdout and stderr share the console pipe (its write end twice).
+struct Pipes {
+    reply_read: OwnedFd,
+    reply_write: OwnedFd,
+    console_read: OwnedFd,
+    console_write: OwnedFd,
+    console_write_2: OwnedFd,
+}
+
+impl Pipes {
+    fn new() -> Result<Pipes, StartError> {
+        let (reply_read, reply_write) = pipe().map_err(|e| io_error("creating the reply pipe", e))?;
+        let (console_read, console_write) = pipe().map_err(|e| io_error("creating the console pipe", e))?;
+        let console_write_2 = console_write.try_clone().map_err(|e| io_error("creating the console pipe", e))?;
+        Ok(Pipes { reply_read, reply_write, console_read, console_write, console_write_2 })
+    }
+}
+
+/// Copies what the process prints into the console log, on a thread of its
+/// own (the pipe is read with blocking reads). The receiver hears when the
+/// pipe has been read to its end.
+fn drain_console(console: &Arc<ConsoleLog>, read: OwnedFd, pid: u32) -> Result<oneshot::Receiver<()>, StartError> {
+    let (done_tx, done) = oneshot::channel();
+    let console = console.clone();
+    let pipe = std::fs::File::from(read);
+    std::thread::Builder::new()
+        .name(format!("ruby-console-{pid}"))
+        .spawn(move || {
+            console.drain(pipe);
+            let _ = done_tx.send(());
+        })
+        .map_err(|e| io_error("starting the console reader", e))?;
+    Ok(done)
+}
+
+/// Why a process did not start the driver, with what it printed: a program
+/// that closed the pipe is ending, so it is let end and its own exit status
+/// reported (a kill now could still overtake it); one that wrote something
+/// else would go on, so it is killed.
+async fn not_started(
+    shown: &str,
+    child: &ChildProcess,
+    said_something: bool,
+    console: &ConsoleLog,
+    console_seq: u64,
+    console_done: oneshot::Receiver<()>,
+) -> StartError {
+    if said_something || tokio::time::timeout(Duration::from_secs(1), child.exited()).await.is_err() {
+        child.kill();
+    }
+    let status = child.exited().await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), console_done).await;
+    let said: Vec<String> =
+        console.since(console_seq).into_iter().filter(|l| !l.starts_with("-- supex-bridge:")).take(10).collect();
+    let how = if said_something { "it sent something else first".to_owned() } else { status.to_string() };
+    StartError(format!(
+        "`{shown}` did not start the Ruby driver ({how}){}",
+        if said.is_empty() { String::new() } else { format!("; it printed: {}", said.join(" | ")) }
+    ))
 }
 
 /// A pipe whose ends are closed on exec: only what is dup'ed onto the

@@ -17,37 +17,25 @@ use std::time::Duration;
 use mcp_front::{CallToolResult, Caller, CancellationToken, Changes, Door, JsonObject, McpError, ServerName, Tool};
 use serde_json::{Value, json};
 
-use crate::config::SocketArgs;
+use super::socket::task_name;
+use crate::config::{McpArgs, SocketArgs};
 use tasks::{Task, Tasks};
 
 /// Lines of `recent_output` given when the call asks for no number.
 const DEFAULT_LINES: u64 = 50;
 
-#[derive(Debug, clap::Args)]
-pub struct McpArgs {
-    /// The task (name or directory) the tools act on when they name none
-    /// [default: the only running task]. Its files are then the only resources.
-    #[arg(long)]
-    pub task: Option<String>,
-    /// How long one call may wait for a task's server (seconds or a duration such as 2m).
-    #[arg(long, default_value = "10", value_parser = parse_seconds)]
-    pub timeout: Duration,
-}
-
-fn parse_seconds(text: &str) -> Result<Duration, rpc_core::config::ValueError> {
-    rpc_core::config::duration(text, rpc_core::config::Unit::Seconds).and_then(rpc_core::config::positive)
-}
-
-pub async fn run(args: McpArgs, sockets: SocketArgs) -> ExitCode {
+/// Serves MCP on stdio until its client closes it. A socket directory or a
+/// `--task` that cannot be used is bad configuration: exit 2.
+pub async fn run(args: McpArgs, sockets: SocketArgs) -> Result<ExitCode, String> {
     let socket_dir = match sockets.dir() {
         Ok(dir) => dir,
-        Err(e) => return rpc_core::cli::bad_configuration(&e),
+        Err(e) => return Ok(rpc_core::cli::bad_configuration(&e)),
     };
-    let default = match args.task.as_deref().map(super::task_name).transpose() {
+    let default = match args.task.as_deref().map(task_name).transpose() {
         Ok(task) => task,
         Err(e) => {
             eprintln!("ralph-server mcp: --task: {e}");
-            return ExitCode::from(2);
+            return Ok(ExitCode::from(2));
         }
     };
     let changes = Changes::new();
@@ -55,10 +43,8 @@ pub async fn run(args: McpArgs, sockets: SocketArgs) -> ExitCode {
     // Watched from the start: its resources are the ones listed.
     let default = default.map(|(name, dir)| tasks.get(&name, dir).name.clone());
     let door = Arc::new(RalphDoor { tasks, default, timeout: args.timeout, changes });
-    match mcp_front::serve_stdio(door).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => super::failed(&message),
-    }
+    mcp_front::serve_stdio(door).await?;
+    Ok(ExitCode::SUCCESS)
 }
 
 struct RalphDoor {
@@ -128,7 +114,7 @@ fn lines_arg(args: &JsonObject) -> Result<usize, String> {
     match args.get("lines") {
         None | Some(Value::Null) => Ok(DEFAULT_LINES as usize),
         Some(value) => match value.as_u64() {
-            Some(n) if n >= 1 => Ok(n.min(crate::session::RECENT_LINES as u64) as usize),
+            Some(n) if n >= 1 => Ok(n.min(crate::state::RECENT_LINES as u64) as usize),
             _ => Err(format!("`lines` must be a whole number from 1 to 200, not {value}")),
         },
     }
@@ -162,7 +148,7 @@ impl RalphDoor {
     /// The task a call is about: its `task` argument, `--task`, or the only running one.
     async fn task_for(&self, args: &JsonObject) -> Result<Arc<Task>, String> {
         if let Some(named) = optional_str(args, "task")? {
-            let (name, dir) = super::task_name(named)?;
+            let (name, dir) = task_name(named)?;
             return Ok(self.tasks.get(&name, dir));
         }
         if let Some(name) = &self.default {

@@ -1,0 +1,154 @@
+//! `/mcp?sessionId=ID`: the MCP front door of any session over streamable
+//! HTTP on the broker's own port. Each session asked for gets a door
+//! (`mcp_door.rs`) whose agent connection is made in process: an in-memory
+//! stream served by the broker's own HTTP stack, so the broker's admission,
+//! limits and rate limit apply to it as to any agent.
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use mcp_front::CancellationToken;
+use tower_service::Service as _;
+
+use super::admission::{self, PeerAddr, reject};
+use super::connection::serve_in_process;
+use crate::mcp_door::{Dial, ServeInProcess, SessionDoor};
+use crate::state::Broker;
+
+/// The `/mcp` endpoint's doors, one per session id asked for. A door whose
+/// MCP clients are all gone is closed after a while, so its agent
+/// connection does not keep a session alive forever.
+pub struct HttpDoors {
+    broker: Arc<Broker>,
+    /// The broker's HTTP routes, which the in-process agent connections are
+    /// served by (set once, right after they are built).
+    app: std::sync::OnceLock<axum::Router>,
+    doors: Mutex<HashMap<String, HttpDoor>>,
+    /// Fires when the broker drains: every door closes its MCP sessions.
+    stop_all: CancellationToken,
+}
+
+struct HttpDoor {
+    door: Arc<SessionDoor>,
+    service: McpService,
+    last_used: Instant,
+    stop: CancellationToken,
+}
+
+type McpService = mcp_front::rmcp::transport::streamable_http_server::StreamableHttpService<
+    mcp_front::Front<SessionDoor>,
+    mcp_front::rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+>;
+
+/// At most this many sessions served over `/mcp` at once.
+const MAX_HTTP_DOORS: usize = 1024;
+/// A door with no MCP session or request for this long is closed.
+const HTTP_DOOR_IDLE: Duration = Duration::from_secs(600);
+
+impl HttpDoors {
+    pub fn new(broker: Arc<Broker>) -> Arc<Self> {
+        let stop_all = CancellationToken::new();
+        let doors = Arc::new(HttpDoors { broker, app: Default::default(), doors: Mutex::default(), stop_all });
+        tokio::spawn(doors.clone().close_idle());
+        doors
+    }
+
+    pub fn set_app(&self, app: axum::Router) {
+        let _ = self.app.set(app);
+    }
+
+    /// The MCP service for `session`, made on first use. `None` when too many
+    /// sessions are served already.
+    pub fn service(&self, session: &str) -> Option<McpService> {
+        let mut doors = self.doors.lock();
+        if let Some(entry) = doors.get_mut(session) {
+            entry.last_used = Instant::now();
+            return Some(entry.service.clone());
+        }
+        if doors.len() >= MAX_HTTP_DOORS {
+            return None;
+        }
+        let config = &self.broker.config;
+        let dial = Dial::InProcess { authority: config.listen.to_string(), serve: self.serve_in_process()? };
+        let door = SessionDoor::new(dial, session, config.auth_token.clone(), None);
+        let stop = self.stop_all.child_token();
+        door.keep_connected(stop.clone());
+        let factory_door = door.clone();
+        // Host and Origin are the broker's business (its token and Origin
+        // policy run before this service); rmcp's own checks would only
+        // disagree with BTCP_HOST and BTCP_ALLOWED_ORIGINS.
+        let http = mcp_front::rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
+            .with_allowed_hosts(Vec::<String>::new())
+            .with_cancellation_token(stop.clone());
+        let service =
+            McpService::new(move || Ok(mcp_front::Front::new(factory_door.clone())), Default::default(), http);
+        doors.insert(session.to_owned(), HttpDoor { door, service: service.clone(), last_used: Instant::now(), stop });
+        Some(service)
+    }
+
+    /// How a door's agent connection is served: by the broker's routes, as a
+    /// socket's would be. `None` before the routes are set.
+    fn serve_in_process(&self) -> Option<ServeInProcess> {
+        let app = self.app.get()?.clone();
+        let shutdown = self.broker.shutdown.clone();
+        Some(Arc::new(move |io| {
+            tokio::spawn(serve_in_process(io, app.clone(), shutdown.clone()));
+        }))
+    }
+
+    async fn close_idle(self: Arc<Self>) {
+        let mut ticks = tokio::time::interval(Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                () = self.broker.shutdown.draining() => {
+                    self.stop_all.cancel();
+                    return;
+                }
+            }
+            self.doors.lock().retain(|_, entry| {
+                // Only the map holds the door: no MCP session or stream uses it.
+                let unused = Arc::strong_count(&entry.door) <= 2 && entry.last_used.elapsed() > HTTP_DOOR_IDLE;
+                if unused {
+                    entry.stop.cancel();
+                }
+                !unused
+            });
+        }
+    }
+}
+
+/// `/mcp?sessionId=ID`: the broker's token applies (the Origin policy ran
+/// before), then the session's MCP service answers.
+pub async fn endpoint(doors: Arc<HttpDoors>, request: axum::extract::Request) -> axum::response::Response {
+    let broker = &doors.broker;
+    let query = match admission::query(request.uri()) {
+        Ok(query) => query,
+        Err(rejection) => return rejection.into_response(),
+    };
+    if let Err(rejection) =
+        admission::authorize(broker, request.headers(), &query, request.extensions().get::<PeerAddr>())
+    {
+        return rejection.into_response();
+    }
+    let Some(session) = query.get("sessionId").filter(|s| !s.is_empty()) else {
+        return reject(StatusCode::BAD_REQUEST, "session_id", "sessionId is required: /mcp?sessionId=ID")
+            .into_response();
+    };
+    let Some(mut service) = doors.service(session) else {
+        return reject(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "mcp_sessions",
+            format!("too many sessions served over /mcp (at most {MAX_HTTP_DOORS})"),
+        )
+        .into_response();
+    };
+    match service.call(request).await {
+        Ok(response) => response.map(axum::body::Body::new),
+        Err(never) => match never {},
+    }
+}

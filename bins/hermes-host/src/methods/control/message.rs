@@ -1,0 +1,88 @@
+//! `message/new`, `message/open`, `message/get`, `message/set`,
+//! `message/patch`, `message/save`.
+
+use std::path::PathBuf;
+
+use rpc_core::{Ctx, RpcError};
+use serde::{Deserialize, Serialize};
+
+use crate::document::PatchOutcome;
+use crate::hl7::tree::Format;
+use crate::methods::extension::editor::{self, GetParams, Message, PatchParams};
+use crate::state::ControlSession;
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Opened {
+    has_file: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file_path: Option<String>,
+}
+
+/// `message/new {message?, format?}`: a bare header, or the given text as a
+/// new message with no file (so a later save asks for a path and never
+/// overwrites the file of the message open before).
+#[derive(Deserialize)]
+pub struct NewParams {
+    message: Option<String>,
+    #[serde(default = "editor::hl7")]
+    format: Format,
+}
+
+pub async fn new(ctx: Ctx<ControlSession>, params: NewParams) -> Result<Opened, RpcError> {
+    ctx.state.host.document.new_message(params.message.map(|text| (text, params.format)))?;
+    Ok(Opened { has_file: false, file_path: None })
+}
+
+#[derive(Deserialize)]
+pub struct OpenParams {
+    path: PathBuf,
+}
+
+pub async fn open(ctx: Ctx<ControlSession>, params: OpenParams) -> Result<Opened, RpcError> {
+    let path = ctx.state.host.document.open(&params.path).await?;
+    Ok(Opened { has_file: true, file_path: Some(path.display().to_string()) })
+}
+
+pub async fn get(ctx: Ctx<ControlSession>, params: GetParams) -> Result<Message, RpcError> {
+    editor::message_in(&ctx.state.host.document, params)
+}
+
+#[derive(Deserialize)]
+pub struct SetParams {
+    message: String,
+    #[serde(default = "editor::hl7")]
+    format: Format,
+}
+
+#[derive(Serialize)]
+pub struct Done {
+    success: bool,
+}
+
+pub async fn set(ctx: Ctx<ControlSession>, params: SetParams) -> Result<Done, RpcError> {
+    ctx.state.host.document.set(params.message, params.format, "control")?;
+    Ok(Done { success: true })
+}
+
+/// `message/patch {patches}`: what `editor/patchMessage` does for an
+/// extension, for a control client; the change is reported as by `control`.
+pub async fn patch(ctx: Ctx<ControlSession>, params: PatchParams) -> Result<PatchOutcome, RpcError> {
+    ctx.state.host.document.patch(&params.patches, "control")
+}
+
+#[derive(Deserialize)]
+pub struct SaveParams {
+    path: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Saved {
+    file_path: String,
+}
+
+pub async fn save(ctx: Ctx<ControlSession>, params: SaveParams) -> Result<Saved, RpcError> {
+    let path = ctx.state.host.document.save(params.path.as_deref()).await?;
+    Ok(Saved { file_path: path.display().to_string() })
+}

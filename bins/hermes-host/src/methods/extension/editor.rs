@@ -1,0 +1,74 @@
+//! `editor/getMessage`, `editor/patchMessage`, `editor/setMessage`.
+
+use rpc_core::{Ctx, RpcError};
+use serde::{Deserialize, Serialize};
+
+use crate::document::{Document, PatchOutcome, Text};
+use crate::hl7::patch::Patch;
+use crate::hl7::tree::Format;
+use crate::state::ExtensionSession;
+
+/// `editor/getMessage` and the control socket's `message/get`.
+#[derive(Deserialize)]
+pub struct GetParams {
+    #[serde(default = "hl7")]
+    format: Format,
+}
+
+pub(crate) fn hl7() -> Format {
+    Format::Hl7
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    #[serde(serialize_with = "shared_str")]
+    pub message: Text,
+    pub has_file: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file_path: Option<String>,
+}
+
+/// Serialises the shared text without copying it first.
+fn shared_str<S: serde::Serializer>(text: &Text, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(text)
+}
+
+pub async fn get_message(ctx: Ctx<ExtensionSession>, params: GetParams) -> Result<Message, RpcError> {
+    message_in(&ctx.state.host.document, params)
+}
+
+/// The open message in the asked format, with where it came from.
+pub fn message_in(document: &Document, params: GetParams) -> Result<Message, RpcError> {
+    let (message, file) = document.get(params.format)?;
+    Ok(Message { message, has_file: file.is_some(), file_path: file.map(|f| f.display().to_string()) })
+}
+
+/// `editor/patchMessage` and the control socket's `message/patch`.
+#[derive(Deserialize)]
+pub struct PatchParams {
+    pub patches: Vec<Patch>,
+}
+
+pub async fn patch_message(ctx: Ctx<ExtensionSession>, params: PatchParams) -> Result<PatchOutcome, RpcError> {
+    ctx.state.host.document.patch(&params.patches, ctx.state.extension.name())
+}
+
+#[derive(Deserialize)]
+pub struct SetParams {
+    message: String,
+    #[serde(default = "hl7")]
+    format: Format,
+}
+
+#[derive(Serialize)]
+pub struct SetOutcome {
+    success: bool,
+}
+
+/// Unparsable input is -32004 (the spec's choice over Hermes'
+/// `{success: false, error}`), so `success` is always true here.
+pub async fn set_message(ctx: Ctx<ExtensionSession>, params: SetParams) -> Result<SetOutcome, RpcError> {
+    ctx.state.host.document.set(params.message, params.format, ctx.state.extension.name())?;
+    Ok(SetOutcome { success: true })
+}

@@ -1,0 +1,28 @@
+//! The gate every extension request passes first: held while the
+//! extension's `initialize` is under way (then served, in order), refused
+//! with -32001 once it failed. An extension may send requests as soon as it
+//! starts, before its `initialize` answer has reached the host.
+
+use rpc_core::{Ctx, Gate, RpcError};
+
+use crate::errors;
+use crate::state::{ExtensionSession, Readiness};
+
+fn not_initialised() -> RpcError {
+    RpcError::new(errors::NOT_INITIALISED, "the extension is not initialised")
+}
+
+pub fn hold_until_initialized(ctx: &Ctx<ExtensionSession>, _method: &str) -> Gate {
+    let mut ready = ctx.state.ready.clone();
+    let now = *ready.borrow();
+    match now {
+        Readiness::Running => Gate::Open,
+        Readiness::Failed => Gate::Closed(not_initialised()),
+        Readiness::Starting => Gate::Wait(Box::pin(async move {
+            match ready.wait_for(|r| *r != Readiness::Starting).await.map(|r| *r) {
+                Ok(Readiness::Running) => Ok(()),
+                _ => Err(not_initialised()),
+            }
+        })),
+    }
+}

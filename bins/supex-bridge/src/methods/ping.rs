@@ -1,0 +1,60 @@
+//! `ping` on both servers: the health of the Ruby runtime, answered without
+//! a hello and without waiting for an evaluation.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use rpc_core::RpcError;
+use serde_json::value::RawValue;
+
+use crate::state::App;
+
+/// How long `ping` waits for a runtime that is starting to run or fail.
+const PING_SETTLE: Duration = Duration::from_secs(3);
+
+/// The answer to `ping` on both servers: `{"status": "ok"}` while Ruby runs,
+/// written as the constant it is (health checks and benchmarks call it a
+/// lot). Otherwise the status is the runtime's state (`starting`,
+/// `unavailable`, `stopped`) with the `problem` when there is one: a bridge
+/// that cannot evaluate must not look healthy.
+pub struct Pong {
+    status: &'static str,
+    problem: Option<String>,
+}
+
+impl Pong {
+    fn from_health((state, problem): (&'static str, Option<String>)) -> Pong {
+        Pong { status: if state == "running" { "ok" } else { state }, problem }
+    }
+}
+
+impl serde::Serialize for Pong {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        static HEALTHY: LazyLock<&RawValue> =
+            LazyLock::new(|| serde_json::from_str(r#"{"status":"ok"}"#).expect("a constant JSON object"));
+        if self.status == "ok" && self.problem.is_none() {
+            return HEALTHY.serialize(s);
+        }
+        let mut pong = s.serialize_struct("Pong", 2)?;
+        pong.serialize_field("status", self.status)?;
+        if let Some(problem) = &self.problem {
+            pong.serialize_field("problem", problem)?;
+        }
+        pong.end()
+    }
+}
+
+/// The `ping` method of both servers. Only a runtime that is starting makes
+/// it wait (up to [`PING_SETTLE`]); it never waits for an evaluation. That
+/// wait is boxed, so the common answer's future stays small.
+pub fn ping(app: &Arc<App>) -> impl Future<Output = Result<Pong, RpcError>> + Send + use<> {
+    let now = app.runtime.health();
+    let starting = (now.0 == "starting").then(|| app.clone());
+    async move {
+        Ok(Pong::from_health(match starting {
+            Some(app) => Box::pin(async move { app.runtime.settled_health(PING_SETTLE).await }).await,
+            None => now,
+        }))
+    }
+}

@@ -1,0 +1,32 @@
+//! What every tool runs with ([`ToolContext`]), how each is described in
+//! `tools/list` ([`ToolSpec`]), and the way file-system work leaves the async
+//! threads ([`blocking`]). The tool table that uses them is the folder's
+//! `mod.rs`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rpc_core::RpcError;
+use serde_json::Value;
+
+use crate::state::App;
+
+/// What a tool runs with: the shared state and the calling connection's workspace.
+pub struct ToolContext {
+    pub app: Arc<App>,
+    pub workspace: Option<PathBuf>,
+}
+
+/// A tool's entry in `tools/list`.
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub input_schema: fn() -> Value,
+}
+
+/// Runs blocking file-system work off the async threads.
+pub async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, RpcError> + Send + 'static,
+) -> Result<T, RpcError> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| RpcError::internal(format!("file operation failed: {e}")))?
+}

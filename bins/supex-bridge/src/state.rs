@@ -1,0 +1,112 @@
+//! The state of the daemon, at the bottom of the tree: what every connection
+//! of both servers shares ([`App`]: the Ruby runtime, the path policy, the
+//! token) and what each connection keeps for itself ([`BridgeConn`],
+//! [`ReplConn`], and the [`Handshake`] both have). No method and no server
+//! code here: the method tables and the wiring import this file, never the
+//! reverse.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rpc_core::{Ctx, RpcError};
+
+use crate::errors;
+use crate::paths::PathPolicy;
+use crate::runtime::Runtime;
+
+/// What every connection of both servers shares.
+pub struct App {
+    pub runtime: Runtime,
+    pub policy: PathPolicy,
+    pub auth_token: Option<String>,
+    pub eval_timeout: Duration,
+    /// Also the cap on one `read_file` reply.
+    pub max_message: usize,
+}
+
+impl App {
+    pub fn token_required(&self) -> bool {
+        self.auth_token.is_some()
+    }
+}
+
+/// Per-connection state of the bridge.
+#[derive(Debug, Default)]
+pub struct BridgeConn {
+    pub handshake: Handshake,
+    /// The canonical `workspace` given in `hello`: an extra root for this
+    /// connection, and the base of its relative paths.
+    workspace: Mutex<Option<PathBuf>>,
+}
+
+impl BridgeConn {
+    pub fn workspace(&self) -> Option<PathBuf> {
+        self.workspace.lock().clone()
+    }
+
+    pub fn set_workspace(&self, dir: Option<PathBuf>) {
+        *self.workspace.lock() = dir;
+    }
+}
+
+/// Per-connection state of the REPL server.
+#[derive(Debug, Default)]
+pub struct ReplConn {
+    pub handshake: Handshake,
+    /// The session id given in the first successful `hello`; a later hello
+    /// on the same connection gets the same one.
+    pub session: OnceLock<String>,
+}
+
+/// Failed `hello`s after which a connection is closed.
+pub const MAX_FAILED_HELLOS: u32 = 3;
+
+/// The handshake state of one connection (either server): whether it said a
+/// successful `hello`, and how many failed.
+#[derive(Debug, Default)]
+pub struct Handshake {
+    identified: AtomicBool,
+    failures: AtomicU32,
+}
+
+impl Handshake {
+    pub fn is_identified(&self) -> bool {
+        self.identified.load(Ordering::Acquire)
+    }
+
+    /// Records a successful `hello`; the connection no longer counts against
+    /// the listener's share of connections without a handshake, and its
+    /// handshake deadline no longer applies.
+    pub fn identify<S>(&self, cx: &Ctx<S>) {
+        self.identified.store(true, Ordering::Release);
+        cx.peer.handshake_done();
+    }
+
+    /// The first step of every `hello`: once [`MAX_FAILED_HELLOS`] have
+    /// failed, the rest are refused without their token being looked at.
+    /// Hellos in one batch run side by side, each before the connection can
+    /// close, so without this a batch of 1000 would be 1000 token guesses.
+    pub fn admit<S>(&self, cx: &Ctx<S>) -> Result<(), RpcError> {
+        if self.failures.load(Ordering::Acquire) < MAX_FAILED_HELLOS {
+            return Ok(());
+        }
+        Err(self.fail(cx, errors::too_many_failed_hellos()))
+    }
+
+    /// Counts a failed `hello`; from the third on, the connection closes once
+    /// the reply (a whole batch's, for a batch) is written. Returns the error
+    /// unchanged.
+    pub fn fail<S>(&self, cx: &Ctx<S>, error: RpcError) -> RpcError {
+        let failures = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
+        if failures == MAX_FAILED_HELLOS {
+            tracing::warn!(conn = cx.peer.conn_id(), failures, "too many failed hellos; closing the connection");
+        }
+        if failures >= MAX_FAILED_HELLOS {
+            cx.peer.close_after_reply();
+        }
+        error
+    }
+}

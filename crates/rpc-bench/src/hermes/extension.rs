@@ -1,0 +1,179 @@
+//! `rpc-bench hermes-extension`: B6's extension. In hermes-host it answers
+//! `initialize` and runs on every `command/execute` of [`COMMAND`];
+//! standalone, wired to the echo, it runs once. Each run writes its report
+//! to a file the suite reads.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use crate::load::{self, Flight, Report};
+use crate::pin;
+
+use super::pipe::{Pipe, frame, take_frames};
+
+/// The command the suite runs to start one measured run.
+pub const COMMAND: &str = "bench/getMessage";
+const METHOD: &str = "editor/getMessage";
+/// Present in our own requests (so in the echo's copies), never in what the host sends.
+const OWN_METHOD: &[u8] = b"\"method\":\"editor/getMessage\"";
+
+/// `rpc-bench hermes-extension`: the extension side of B6.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ExtensionArgs {
+    /// Where each run's report goes (JSON, replaced atomically).
+    #[arg(long)]
+    report: PathBuf,
+    /// Calls in flight.
+    #[arg(long, default_value_t = 64)]
+    window: usize,
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    #[arg(long, default_value_t = 0.5)]
+    warmup: f64,
+    /// `editor/getMessage`'s `format`.
+    #[arg(long, default_value = "hl7")]
+    format: String,
+    /// Run once at start and exit, without waiting for `initialize` (the echo baseline).
+    #[arg(long)]
+    standalone: bool,
+    /// Pin to this CPU before anything else.
+    #[arg(long)]
+    cpu: Option<usize>,
+}
+
+/// What a message from the host asks of the extension.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Asked {
+    Nothing,
+    Run,
+    Exit,
+}
+
+/// A reply to one of our calls: no method (the host's answer) or our own
+/// method (the echo's copy of the request).
+fn is_reply(body: &[u8]) -> bool {
+    memchr::memmem::find(body, b"\"method\":").is_none() || memchr::memmem::find(body, OWN_METHOD).is_some()
+}
+
+/// Answers what the host sends besides replies: `initialize`, `shutdown`,
+/// `command/execute`; notifications it does not know are ignored.
+fn host_message(body: &[u8], out: &mut Vec<u8>) -> Result<Asked> {
+    let message: Value = serde_json::from_slice(body).context("a frame from the host that is not JSON")?;
+    let method = message.get("method").and_then(Value::as_str).unwrap_or("");
+    let reply = |out: &mut Vec<u8>, answer: Value| {
+        if let Some(id) = message.get("id") {
+            let mut reply = json!({"jsonrpc": "2.0", "id": id});
+            reply.as_object_mut().unwrap().extend(answer.as_object().unwrap().clone());
+            frame(out, &reply.to_string());
+        }
+    };
+    Ok(match method {
+        "initialize" => {
+            let result = json!({"name": "rpc-bench", "version": env!("CARGO_PKG_VERSION"),
+                "capabilities": {"commands": [COMMAND]}});
+            reply(out, json!({ "result": result }));
+            Asked::Nothing
+        }
+        "shutdown" => {
+            reply(out, json!({"result": {"success": true}}));
+            Asked::Exit
+        }
+        "command/execute" if message["params"]["command"] == COMMAND => Asked::Run,
+        _ => {
+            reply(out, json!({"error": {"code": -32601, "message": "Method not found"}}));
+            Asked::Nothing
+        }
+    })
+}
+
+/// The extension: in the host, runs on every `command/execute`; standalone,
+/// runs once.
+pub fn run(args: ExtensionArgs) -> Result<()> {
+    if let Some(cpu) = args.cpu {
+        pin::pin_current_thread(cpu)?;
+    }
+    let mut pipe = Pipe::stdio()?;
+    if args.standalone {
+        let report = measured_run(&mut pipe, &args)?;
+        return write_report(&args.report, &report);
+    }
+    let mut out = Vec::new();
+    while pipe.fill()? {
+        out.clear();
+        let mut asked = Asked::Nothing;
+        take_frames(&mut pipe.buf, |body| {
+            asked = asked.max(host_message(body, &mut out)?);
+            Ok(())
+        })?;
+        pipe.send(&out)?;
+        match asked {
+            Asked::Nothing => {}
+            Asked::Run => write_report(&args.report, &measured_run(&mut pipe, &args)?)?,
+            Asked::Exit => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
+/// One measured run: `window` calls in flight, one more sent for each reply,
+/// all that one read's replies triggered written at once.
+fn measured_run(pipe: &mut Pipe, args: &ExtensionArgs) -> Result<Report> {
+    let params = json!({ "format": args.format }).to_string();
+    let duration = Duration::from_secs_f64(args.seconds);
+    let start = Instant::now();
+    let measure_from = start + Duration::from_secs_f64(args.warmup);
+    let mut flight = Flight::new(measure_from, measure_from + duration)?;
+    let mut out = Vec::with_capacity(64 * 1024);
+    for _ in 0..args.window {
+        let id = flight.issue(start);
+        frame(&mut out, &load::request(id, METHOD, &params));
+    }
+    pipe.send(&out)?;
+    loop {
+        if !pipe.fill()? {
+            bail!("the other end closed the pipe during the run");
+        }
+        let now = Instant::now();
+        out.clear();
+        let mut asked = Asked::Nothing;
+        take_frames(&mut pipe.buf, |body| {
+            if is_reply(body) {
+                if flight.complete(body, now) && flight.running(now) {
+                    let id = flight.issue(now);
+                    frame(&mut out, &load::request(id, METHOD, &params));
+                }
+            } else {
+                asked = asked.max(host_message(body, &mut out)?);
+            }
+            Ok(())
+        })?;
+        pipe.send(&out)?;
+        if asked == Asked::Exit {
+            bail!("the host shut the extension down during the run");
+        }
+        if flight.finished(now) {
+            return Ok(flight.report(duration));
+        }
+    }
+}
+
+fn write_report(path: &Path, report: &Report) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec(report)?)?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_and_echoed_requests_are_told_from_host_requests() {
+        assert!(is_reply(br#"{"jsonrpc":"2.0","id":1001,"result":{"message":"MSH|"}}"#));
+        assert!(is_reply(load::request(1001, METHOD, "{}").as_bytes()));
+        assert!(!is_reply(br#"{"jsonrpc":"2.0","method":"message/opened","params":{}}"#));
+    }
+}

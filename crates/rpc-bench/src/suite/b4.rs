@@ -1,0 +1,28 @@
+//! B4: round-trip latency at window 1 (one request at a time on one
+//! connection), p50 and p99, of supex-bridge's and btcp-broker's `ping`
+//! against the raw NDJSON echo.
+
+use anyhow::Result;
+
+use super::options::Options;
+use super::row::{Row, latency_row_of_runs};
+use super::servers::Servers;
+
+pub(super) async fn round_trip_latency(options: &Options, servers: &Servers) -> Result<Vec<Row>> {
+    eprintln!("B4: round trip at window 1 vs raw echo");
+    let base = options.load(&servers.echo, "ping", "{}", 1, 1);
+    let bridge_ping = options.load(&servers.bridge, "ping", "{}", 1, 1);
+    let broker_ping = options.load(&servers.agent, "ping", "{}", 1, 1);
+    let m = options
+        .compare(&[("echo RTT", &base), ("supex-bridge RTT", &bridge_ping), ("btcp-broker RTT", &broker_ping)])
+        .await?;
+    let mut rows = Vec::new();
+    for (name, got) in [("supex-bridge", &m[1]), ("btcp-broker", &m[2])] {
+        let pair = (&m[0][..], &got[..]);
+        let what = format!("{name} `ping` RTT p50, window 1");
+        rows.push(latency_row_of_runs("B4", what, pair, |r| r.p50_us, 1.3, "≤ 1.3 × echo"));
+        let what = format!("{name} `ping` RTT p99, window 1");
+        rows.push(latency_row_of_runs("B4", what, pair, |r| r.p99_us, 1.3, "≤ 1.3 × echo"));
+    }
+    Ok(rows)
+}

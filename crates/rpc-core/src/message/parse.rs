@@ -1,0 +1,247 @@
+//! Strict parsing: a frame into a [`Message`], a batch of them, or the
+//! error that answers it.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde::de::{Deserializer, IgnoredAny};
+use serde_json::value::RawValue;
+
+use super::error::RpcError;
+use super::id::Id;
+use super::scan::{Members, scan};
+use super::text::decode_str;
+
+/// The only protocol version this crate speaks.
+pub const JSONRPC_VERSION: &str = "2.0";
+
+/// One parsed message, borrowing from the frame it came from.
+#[derive(Debug)]
+pub enum Message<'a> {
+    Request { id: Id, method: Cow<'a, str>, params: Option<&'a RawValue> },
+    Notification { method: Cow<'a, str>, params: Option<&'a RawValue> },
+    Response { id: Id, outcome: Outcome<'a> },
+}
+
+/// What a response carried.
+#[derive(Debug)]
+pub enum Outcome<'a> {
+    Result(&'a RawValue),
+    Error(RpcError),
+    /// Both members present: invalid by the letter of the spec, but some clients
+    /// send it for tool errors. The peer decides what to do with it.
+    Both(&'a RawValue, RpcError),
+    /// An `error` member that is not a valid error object.
+    Malformed(String),
+}
+
+/// A message that cannot be processed, and the error to answer it with.
+#[derive(Debug)]
+pub struct Invalid {
+    /// The id to answer with; `Id::Null` when it could not be read.
+    pub id: Id,
+    /// Boxed: an invalid message is the rare case, and a `Result` whose error
+    /// is as large as an `RpcError` (its `data` a `serde_json::Value`, which
+    /// grows with serde_json's features) would make every parse result larger.
+    pub error: Box<RpcError>,
+    /// It had an id but neither `method` nor `result`/`error`: a request
+    /// without a method, or a response without an outcome. The peer decides
+    /// which by whether the id is one of its own calls.
+    pub lacks_outcome: bool,
+}
+
+/// A whole frame: one message or a batch.
+#[derive(Debug)]
+pub enum Parsed<'a> {
+    Single(Result<Message<'a>, Invalid>),
+    Batch(Vec<Result<Message<'a>, Invalid>>),
+    /// The frame as a whole is answered with this one error (bad JSON, `[]`, an
+    /// over-long batch, a top-level value that is not an object or array).
+    Rejected(RpcError),
+}
+
+/// Parses one frame. `max_batch` caps the length of a batch.
+pub fn parse(frame: &[u8], max_batch: usize) -> Parsed<'_> {
+    // One UTF-8 check for the whole frame; after it serde reads `&str` input,
+    // which it does not re-validate string by string.
+    let Ok(text) = std::str::from_utf8(frame) else {
+        return Parsed::Rejected(RpcError::parse_error("invalid UTF-8"));
+    };
+    let Some(first) = text.bytes().find(|b| !b.is_ascii_whitespace()) else {
+        return Parsed::Rejected(RpcError::parse_error("empty message"));
+    };
+    match first {
+        b'[' => match serde_json::from_str::<Vec<&RawValue>>(text) {
+            Ok(items) if items.is_empty() => Parsed::Rejected(RpcError::invalid_request("empty batch")),
+            Ok(items) if items.len() > max_batch => Parsed::Rejected(RpcError::invalid_request(format!(
+                "batch of {} messages exceeds the limit of {max_batch}",
+                items.len()
+            ))),
+            Ok(items) => Parsed::Batch(items.into_iter().map(|raw| parse_object(raw.get())).collect()),
+            Err(e) => Parsed::Rejected(classify(text, e)),
+        },
+        b'{' => {
+            let single = parse_object(text);
+            // A syntax error anywhere in the frame is -32700 as a whole, never -32600.
+            if let Err(Invalid { error, .. }) = &single
+                && error.code == RpcError::PARSE_ERROR
+            {
+                return Parsed::Rejected(*single.unwrap_err().error);
+            }
+            Parsed::Single(single)
+        }
+        _ => match serde_json::from_str::<IgnoredAny>(text) {
+            Ok(_) => Parsed::Rejected(RpcError::invalid_request("a message must be an object or an array")),
+            Err(e) => Parsed::Rejected(RpcError::parse_error(e)),
+        },
+    }
+}
+
+/// The same members read by serde, for any object the scanner passes over.
+/// `present` keeps `"id": null` apart from an absent id (plain `Option` would
+/// fold both into `None`).
+#[derive(Deserialize)]
+struct RawMessage<'a> {
+    #[serde(default, borrow, deserialize_with = "present")]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    method: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    params: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+pub(super) fn members_by_serde(text: &str) -> serde_json::Result<Members<'_>> {
+    let raw: RawMessage<'_> = serde_json::from_str(text)?;
+    Ok(Members {
+        jsonrpc: raw.jsonrpc.map(RawValue::get),
+        method: raw.method.map(RawValue::get),
+        id: raw.id.map(RawValue::get),
+        params: raw.params,
+        result: raw.result,
+        error: raw.error,
+    })
+}
+
+/// The scanner's promise, for the fuzz target and the tests: whatever it
+/// reads, serde reads the same way. Panics on a disagreement.
+pub(crate) fn check_scanner(text: &str) {
+    fn texts<'a>(m: &Members<'a>) -> [Option<&'a str>; 6] {
+        let raw = |v: Option<&'a RawValue>| v.map(RawValue::get);
+        [m.jsonrpc, m.method, m.id, raw(m.params), raw(m.result), raw(m.error)]
+    }
+    if let Some(scanned) = scan(text) {
+        match members_by_serde(text) {
+            Ok(by_serde) => assert_eq!(texts(&scanned), texts(&by_serde), "the scanner and serde read {text:?} apart"),
+            Err(e) => panic!("the scanner read {text:?}, which serde refuses: {e}"),
+        }
+    }
+}
+
+/// For the fuzz target: a message with an `id` member is never taken for a
+/// notification (it would go unanswered). Panics if it is.
+pub(crate) fn check_id_kept(text: &str) {
+    if let Ok(members) = members_by_serde(text)
+        && members.id.is_some()
+        && let Ok(Message::Notification { .. }) = parse_object(text)
+    {
+        panic!("{text:?} has an id but was read as a notification");
+    }
+}
+
+pub(super) fn parse_object(text: &str) -> Result<Message<'_>, Invalid> {
+    let members = match scan(text) {
+        Some(members) => members,
+        None => match members_by_serde(text) {
+            Ok(members) => members,
+            Err(e) => {
+                return Err(Invalid { id: Id::Null, error: Box::new(classify(text, e)), lacks_outcome: false });
+            }
+        },
+    };
+    message_from(members)
+}
+
+pub(super) fn message_from(raw: Members<'_>) -> Result<Message<'_>, Invalid> {
+    let invalid = |id: Option<Id>, detail: &str| Invalid {
+        id: id.unwrap_or(Id::Null),
+        error: Box::new(RpcError::invalid_request(detail)),
+        lacks_outcome: false,
+    };
+
+    let id = match raw.id {
+        None => None,
+        // A string that does not decode (a lone surrogate escape) is no id,
+        // but the member is there: refused, never taken for a notification.
+        Some(v) => match Id::from_text(v) {
+            Some(id) => Some(id),
+            None => return Err(invalid(None, "id must be a string, a number or null")),
+        },
+    };
+    match raw.jsonrpc {
+        Some(v) if decode_str(v).as_deref() == Some(JSONRPC_VERSION) => {}
+        Some(_) => return Err(invalid(id, "jsonrpc must be exactly \"2.0\"")),
+        None => return Err(invalid(id, "missing jsonrpc member")),
+    }
+
+    if let Some(method) = raw.method {
+        let Some(method) = decode_str(method) else {
+            return Err(invalid(id, "method must be a string"));
+        };
+        let params = match raw.params {
+            None => None,
+            Some(p) => match p.get().as_bytes()[0] {
+                b'{' | b'[' => Some(p),
+                b'n' => None,
+                _ => return Err(invalid(id, "params must be an array or an object")),
+            },
+        };
+        return Ok(match id {
+            Some(id) => Message::Request { id, method, params },
+            None => Message::Notification { method, params },
+        });
+    }
+
+    if raw.result.is_some() || raw.error.is_some() {
+        let Some(id) = id else {
+            return Err(invalid(None, "a response must carry an id"));
+        };
+        let error = raw
+            .error
+            .map(|e| serde_json::from_str::<RpcError>(e.get()).map_err(|err| format!("invalid error object: {err}")));
+        let outcome = match (raw.result, error) {
+            (_, Some(Err(problem))) => Outcome::Malformed(problem),
+            (Some(result), None) => Outcome::Result(result),
+            (None, Some(Ok(error))) => Outcome::Error(error),
+            (Some(result), Some(Ok(error))) => Outcome::Both(result, error),
+            (None, None) => unreachable!("checked above"),
+        };
+        return Ok(Message::Response { id, outcome });
+    }
+
+    let lacks_outcome = id.is_some();
+    Err(Invalid { lacks_outcome, ..invalid(id, "missing method") })
+}
+
+/// Tells a syntax error (-32700) from valid JSON of the wrong shape (-32600).
+/// serde stops at the first problem, so a shape error is double-checked against
+/// the whole text: `{"id":1,"id":2,` is still a parse error.
+pub(super) fn classify(text: &str, e: serde_json::Error) -> RpcError {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Data => match serde_json::from_str::<IgnoredAny>(text) {
+            Ok(_) => RpcError::invalid_request(e),
+            Err(syntax) => RpcError::parse_error(syntax),
+        },
+        _ => RpcError::parse_error(e),
+    }
+}

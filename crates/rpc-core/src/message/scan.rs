@@ -1,0 +1,201 @@
+//! The fast path of parsing: one pass over the common shape of a message,
+//! everything else left to serde (`parse.rs`), which reads it the same way
+//! (the `message` fuzz target checks that on every input).
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// The members we look at: the three that must be scalars as their raw JSON
+/// text, the three that may be anything as raw values. `Some` for a member
+/// that is present, even as `null` (an absent id is not `"id": null`).
+#[derive(Debug, Default)]
+pub(super) struct Members<'a> {
+    pub jsonrpc: Option<&'a str>,
+    pub method: Option<&'a str>,
+    pub id: Option<&'a str>,
+    pub params: Option<&'a RawValue>,
+    pub result: Option<&'a RawValue>,
+    pub error: Option<&'a RawValue>,
+}
+
+/// The fast path, for the messages nearly every peer sends: one object whose
+/// keys have no escapes and come at most once each, with `jsonrpc`, `method`
+/// and `id` (when present) plain strings without escapes, numbers or null.
+/// One pass over the keys, no derive machinery; the other members' values are
+/// still read (and so checked) by serde. `None` for anything else, which then
+/// goes the serde way and gets exactly the answer it always got: for whatever
+/// this accepts, serde reads the same members (the `message` fuzz target
+/// checks both ways against each other).
+pub(super) fn scan(text: &str) -> Option<Members<'_>> {
+    let b = text.as_bytes();
+    let mut members = Members::default();
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b'}') {
+        return (skip_ws(b, i + 1) == b.len()).then_some(members);
+    }
+    loop {
+        let (member, key_end) = match known_key(b, i) {
+            Some(known) => known,
+            None => (Member::Other, plain_string(b, i)?),
+        };
+        i = skip_ws(b, key_end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_ws(b, i + 1);
+        i = match member {
+            Member::Jsonrpc => scalar(text, i, &mut members.jsonrpc)?,
+            Member::Method => scalar(text, i, &mut members.method)?,
+            Member::Id => scalar(text, i, &mut members.id)?,
+            Member::Params => any_value(text, i, &mut members.params)?,
+            Member::Result => any_value(text, i, &mut members.result)?,
+            Member::Error => any_value(text, i, &mut members.error)?,
+            Member::Other => any_value(text, i, &mut None)?,
+        };
+        i = skip_ws(b, i);
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            Some(b'}') => return (skip_ws(b, i + 1) == b.len()).then_some(members),
+            _ => return None,
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Member {
+    Jsonrpc,
+    Method,
+    Id,
+    Params,
+    Result,
+    Error,
+    Other,
+}
+
+/// JSON's four whitespace bytes, as serde reads them.
+#[inline]
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(i) {
+        i += 1;
+    }
+    i
+}
+
+/// One of the six member names at `i`, and the index just past it, found by
+/// comparing whole names (a word and a byte) rather than a byte at a time:
+/// nearly every key is one of them.
+#[inline]
+fn known_key(b: &[u8], i: usize) -> Option<(Member, usize)> {
+    let rest = b.get(i..)?;
+    let (member, len) = match rest.get(1)? {
+        b'j' if starts_with(rest, b"\"jsonrpc\"") => (Member::Jsonrpc, 9),
+        b'm' if starts_with(rest, b"\"method\"") => (Member::Method, 8),
+        b'i' if starts_with(rest, b"\"id\"") => (Member::Id, 4),
+        b'p' if starts_with(rest, b"\"params\"") => (Member::Params, 8),
+        b'r' if starts_with(rest, b"\"result\"") => (Member::Result, 8),
+        b'e' if starts_with(rest, b"\"error\"") => (Member::Error, 7),
+        _ => return None,
+    };
+    Some((member, i + len))
+}
+
+/// A fixed-size comparison, which compiles to a few loads rather than a call.
+#[inline]
+fn starts_with<const N: usize>(b: &[u8], prefix: &[u8; N]) -> bool {
+    b.first_chunk::<N>() == Some(prefix)
+}
+
+/// A string without escapes starting at `i` (its opening quote): the index
+/// just past its closing quote. The frame is valid UTF-8 already, so only
+/// escapes and control characters need a look.
+fn plain_string(b: &[u8], i: usize) -> Option<usize> {
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let mut j = i + 1;
+    loop {
+        match *b.get(j)? {
+            b'"' => return Some(j + 1),
+            b'\\' => return None,
+            c if c < 0x20 => return None,
+            _ => j += 1,
+        }
+    }
+}
+
+/// A number by JSON's grammar starting at `i`: the index just past it.
+fn number(b: &[u8], i: usize) -> Option<usize> {
+    let digits = |mut j: usize| {
+        let start = j;
+        while b.get(j).is_some_and(u8::is_ascii_digit) {
+            j += 1;
+        }
+        (j > start).then_some(j)
+    };
+    let mut j = i + usize::from(b.get(i) == Some(&b'-'));
+    j = match b.get(j)? {
+        b'0' => j + 1,
+        b'1'..=b'9' => digits(j)?,
+        _ => return None,
+    };
+    if b.get(j) == Some(&b'.') {
+        j = digits(j + 1)?;
+    }
+    if let Some(b'e' | b'E') = b.get(j) {
+        j += 1;
+        if let Some(b'+' | b'-') = b.get(j) {
+            j += 1;
+        }
+        j = digits(j)?;
+    }
+    Some(j)
+}
+
+/// A plain string, a number or `null` at `i`, into an empty slot.
+fn scalar<'a>(text: &'a str, i: usize, slot: &mut Option<&'a str>) -> Option<usize> {
+    if slot.is_some() {
+        return None;
+    }
+    let b = text.as_bytes();
+    let end = match b.get(i)? {
+        b'"' if starts_with(&b[i..], b"\"2.0\"") => i + 5,
+        b'"' => plain_string(b, i)?,
+        b'-' | b'0'..=b'9' => number(b, i)?,
+        b'n' if starts_with(&b[i..], b"null") => i + 4,
+        _ => return None,
+    };
+    *slot = Some(&text[i..end]);
+    Some(end)
+}
+
+/// `{}` and `[]` as raw values: a frame's own text cannot be made one
+/// without serde, but the same text from elsewhere reads the same.
+static EMPTY: std::sync::LazyLock<(&RawValue, &RawValue)> = std::sync::LazyLock::new(|| {
+    let raw = |text| serde_json::from_str::<&RawValue>(text).expect("`{}` and `[]` are JSON");
+    (raw("{}"), raw("[]"))
+});
+
+/// Any JSON value at `i`, read by serde (which checks it as the derive would:
+/// `ignore_value` has no depth limit either way), into an empty slot.
+fn any_value<'a>(text: &'a str, i: usize, slot: &mut Option<&'a RawValue>) -> Option<usize> {
+    if slot.is_some() {
+        return None;
+    }
+    let rest = &text[i..];
+    // `{}` and `[]`, the params of most calls that take none, without serde.
+    if let Some(pair @ (b"{}" | b"[]")) = rest.as_bytes().first_chunk::<2>() {
+        let (object, array) = *EMPTY;
+        *slot = Some(if pair == b"{}" { object } else { array });
+        return Some(i + 2);
+    }
+    let raw = <&RawValue>::deserialize(&mut serde_json::Deserializer::from_str(rest)).ok()?;
+    // The value is a slice of `rest`; serde skips no whitespace here, since
+    // the caller already did.
+    let start = raw.get().as_ptr().addr() - rest.as_ptr().addr();
+    *slot = Some(raw);
+    Some(i + start + raw.get().len())
+}

@@ -1,0 +1,271 @@
+//! The parser, the scanner and the writers, against the specification.
+
+use super::error::RpcError;
+use super::id::Id;
+use super::parse::{
+    Invalid, Message, Outcome, Parsed, check_id_kept, check_scanner, classify, members_by_serde, message_from, parse,
+    parse_object,
+};
+use super::scan::scan;
+use super::write::*;
+use serde_json::value::RawValue;
+
+fn single(text: &str) -> Result<Message<'_>, Invalid> {
+    match parse(text.as_bytes(), 1000) {
+        Parsed::Single(m) => m,
+        other => panic!("expected a single message, got {other:?}"),
+    }
+}
+
+fn rejected(text: &str) -> RpcError {
+    match parse(text.as_bytes(), 1000) {
+        Parsed::Rejected(e) => e,
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+#[test]
+fn request_with_positional_params() {
+    let Ok(Message::Request { id, method, params }) =
+        single(r#"{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":1}"#)
+    else {
+        panic!("not a request")
+    };
+    assert_eq!(id.to_string(), "1");
+    assert_eq!(method, "subtract");
+    assert_eq!(params.unwrap().get(), "[42,23]");
+}
+
+#[test]
+fn absent_id_is_a_notification_but_null_id_is_a_request() {
+    assert!(matches!(single(r#"{"jsonrpc":"2.0","method":"n"}"#), Ok(Message::Notification { .. })));
+    assert!(matches!(single(r#"{"jsonrpc":"2.0","method":"n","id":null}"#), Ok(Message::Request { id: Id::Null, .. })));
+}
+
+#[test]
+fn number_ids_keep_their_exact_text() {
+    for text in ["-7", "1.50", "1e400", "123456789012345678901234567890", "-0", "2.0E-3"] {
+        let msg = format!(r#"{{"jsonrpc":"2.0","method":"m","id":{text}}}"#);
+        let Ok(Message::Request { id, .. }) = single(&msg) else { panic!("{text}") };
+        let mut out = Vec::new();
+        id.write_json(&mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), text);
+    }
+}
+
+#[test]
+fn plain_integers_are_ints_and_everything_else_keeps_its_text() {
+    let id = |text: &str| Id::from_raw(&RawValue::from_string(text.to_owned()).unwrap()).unwrap();
+    assert_eq!(id("42"), Id::Int(42));
+    assert_eq!(id("0"), Id::Int(0));
+    assert!(matches!(id("18446744073709551616"), Id::Number(_)), "past u64::MAX");
+    assert!(matches!(id("-1"), Id::Number(_)));
+    assert!(matches!(id("1.0"), Id::Number(_)));
+    assert_ne!(id("1.0"), id("1"), "different texts are different ids");
+    assert_eq!(id("7").as_u64(), Some(7));
+    assert_eq!(id("7.0").as_u64(), None);
+}
+
+#[test]
+fn string_ids_are_decoded_and_reencoded() {
+    let Ok(Message::Request { id, .. }) = single(r#"{"jsonrpc":"2.0","method":"m","id":"a\"b\u00e9"}"#) else {
+        panic!()
+    };
+    assert_eq!(id, Id::from("a\"bé"));
+    let mut out = Vec::new();
+    id.write_json(&mut out);
+    assert_eq!(String::from_utf8(out).unwrap(), r#""a\"bé""#);
+}
+
+#[test]
+fn object_array_and_boolean_ids_are_invalid_with_null_id() {
+    for id in ["{}", "[1]", "true", "false"] {
+        let msg = format!(r#"{{"jsonrpc":"2.0","method":"m","id":{id}}}"#);
+        let Err(invalid) = single(&msg) else { panic!("{id} accepted") };
+        assert_eq!(invalid.id, Id::Null);
+        assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
+    }
+}
+
+#[test]
+fn jsonrpc_must_be_exactly_2_0() {
+    for v in [r#""1.0""#, "2.0", r#""2.0 ""#, "null"] {
+        let msg = format!(r#"{{"jsonrpc":{v},"method":"m","id":3}}"#);
+        let Err(invalid) = single(&msg) else { panic!("{v} accepted") };
+        assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
+        assert_eq!(invalid.id.to_string(), "3", "the readable id is kept");
+    }
+    let Err(invalid) = single(r#"{"method":"m","id":3}"#) else { panic!() };
+    assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
+    // An escaped spelling of "2.0" is still "2.0".
+    assert!(single(r#"{"jsonrpc":"2\u002e0","method":"m"}"#).is_ok());
+}
+
+#[test]
+fn method_must_be_a_string() {
+    let Err(invalid) = single(r#"{"jsonrpc":"2.0","method":1,"params":"bar"}"#) else { panic!() };
+    assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
+    assert_eq!(invalid.id, Id::Null);
+}
+
+#[test]
+fn params_must_be_structured_and_null_means_none() {
+    for p in ["1", r#""x""#, "true"] {
+        let msg = format!(r#"{{"jsonrpc":"2.0","method":"m","params":{p},"id":1}}"#);
+        assert_eq!(single(&msg).unwrap_err().error.code, RpcError::INVALID_REQUEST, "{p}");
+    }
+    let Ok(Message::Request { params, .. }) = single(r#"{"jsonrpc":"2.0","method":"m","params":null,"id":1}"#) else {
+        panic!()
+    };
+    assert!(params.is_none());
+}
+
+#[test]
+fn escaped_method_names_are_decoded() {
+    let Ok(Message::Notification { method, .. }) = single(r#"{"jsonrpc":"2.0","method":"to\u006fls/list"}"#) else {
+        panic!()
+    };
+    assert_eq!(method, "tools/list");
+}
+
+#[test]
+fn invalid_json_is_a_parse_error_even_after_a_shape_error() {
+    assert_eq!(rejected(r#"{"jsonrpc":"2.0","method":"foobar,"params":"bar","baz]"#).code, -32700);
+    assert_eq!(rejected(r#"{"id":1,"id":2,"#).code, -32700);
+    assert_eq!(rejected("\u{feff}").code, -32700);
+}
+
+#[test]
+fn duplicate_members_are_an_invalid_request() {
+    let Err(invalid) = single(r#"{"jsonrpc":"2.0","method":"a","method":"b","id":1}"#) else { panic!() };
+    assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
+}
+
+#[test]
+fn top_level_scalars_are_invalid_requests() {
+    assert_eq!(rejected("1").code, -32600);
+    assert_eq!(rejected(r#""x""#).code, -32600);
+    assert_eq!(rejected("nul").code, -32700);
+}
+
+#[test]
+fn batches_follow_the_spec() {
+    assert_eq!(rejected("[]").code, -32600);
+    let Parsed::Batch(items) = parse(b"[1,2,3]", 1000) else { panic!() };
+    assert_eq!(items.len(), 3);
+    assert!(items.iter().all(|i| i.as_ref().unwrap_err().error.code == -32600));
+    assert_eq!(rejected(r#"[{"jsonrpc":"2.0","method":"sum"},{"jsonrpc":"2.0""#).code, -32700);
+    assert_eq!(parse(b"[1,2,3]", 2).rejected_code(), Some(-32600));
+}
+
+#[test]
+fn responses_are_recognised_with_every_outcome() {
+    let Ok(Message::Response { id, outcome: Outcome::Result(r) }) = single(r#"{"jsonrpc":"2.0","result":19,"id":7}"#)
+    else {
+        panic!()
+    };
+    assert_eq!((id.as_u64(), r.get()), (Some(7), "19"));
+    let Ok(Message::Response { outcome: Outcome::Error(e), .. }) =
+        single(r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"x","data":[1]},"id":"a"}"#)
+    else {
+        panic!()
+    };
+    assert_eq!(e.data, Some(serde_json::json!([1])));
+    assert!(matches!(
+        single(r#"{"jsonrpc":"2.0","result":{},"error":{"code":1,"message":"m"},"id":1}"#),
+        Ok(Message::Response { outcome: Outcome::Both(..), .. })
+    ));
+    assert!(matches!(
+        single(r#"{"jsonrpc":"2.0","error":"bad","id":1}"#),
+        Ok(Message::Response { outcome: Outcome::Malformed(_), .. })
+    ));
+    assert!(single(r#"{"jsonrpc":"2.0","result":1}"#).is_err());
+}
+
+#[test]
+fn an_id_that_does_not_decode_is_refused_not_taken_for_a_notification() {
+    // Found by the `legacy` fuzz target: a lone surrogate in a string id.
+    for text in
+        [r#"{"jsonrpc":"2.0","id":"sr\udb1501e","method":"m"}"#, r#"{"jsonrpc":"2.0","id":"\ud800","method":"m"}"#]
+    {
+        let Err(invalid) = single(text) else { panic!("{text} was accepted") };
+        assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
+        check_id_kept(text);
+    }
+}
+
+#[test]
+fn the_scanner_reads_common_messages_and_leaves_the_rest_to_serde() {
+    let fast = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{}}"#,
+        " {\t\"jsonrpc\" : \"2.0\" ,\r\n\"method\":\"a/b\", \"id\": \"x-1\", \"params\": [1, {\"k\": [true, null]}] } ",
+        r#"{"jsonrpc":"2.0","id":-1.5e+3,"result":{"a":"\u00e9\n"}}"#,
+        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"no"}}"#,
+        r#"{"id":0,"jsonrpc":"2.0","method":"m","extra":{"method":1},"params":null}"#,
+        r#"{"jsonrpc":"2.0","method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"é"}"#,
+        r#"{}"#,
+        r#"{"jsonrpc":1,"id":2}"#,
+        r#"{"jsonrpc":"2.0","idx":5,"i":1,"methods":2,"method":"m","":1}"#,
+    ];
+    for text in fast {
+        assert!(scan(text).is_some(), "{text:?} should take the fast path");
+        check_scanner(text);
+    }
+    let slow = [
+        r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","params":[],"params":{},"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","method":"p\u0069ng"}"#,
+        r#"{"jsonrpc":"2.0","\u0069d":1,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","\"":0,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":true,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":[1],"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":01,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":1.,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":-,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":1e,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":nul,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":nullx,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","method":"m",}"#,
+        r#"{"jsonrpc":"2.0","method":"m"} x"#,
+        r#"{"jsonrpc":"2.0","method":"m","params":{"a":}}"#,
+        "{\"jsonrpc\":\"2.0\",\"method\":\"a\u{1}b\"}",
+        r#"{"jsonrpc":"2.0","method":"m""#,
+        r#"[{"jsonrpc":"2.0","method":"m"}]"#,
+        r#"{"jsonrpc" "2.0"}"#,
+        "",
+    ];
+    for text in slow {
+        assert!(scan(text).is_none(), "{text:?} should be left to serde");
+    }
+    // Whichever path a message takes, it reads the same.
+    for text in fast.iter().chain(&slow) {
+        let via_serde = match members_by_serde(text) {
+            Ok(members) => message_from(members),
+            Err(e) => Err(Invalid { id: Id::Null, error: Box::new(classify(text, e)), lacks_outcome: false }),
+        };
+        let (via_parse, via_serde) = (format!("{:?}", parse_object(text)), format!("{via_serde:?}"));
+        assert_eq!(via_parse, via_serde, "{text:?}");
+    }
+}
+
+#[test]
+fn serialised_messages_are_exact() {
+    let id = Id::from(5);
+    assert_eq!(response_ok(&id, b"{\"a\":1}"), br#"{"jsonrpc":"2.0","id":5,"result":{"a":1}}"#);
+    let err = response_err(&Id::Null, &RpcError::new(-32600, "Invalid Request"));
+    assert_eq!(err, br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request"}}"#);
+    let req = request(Some(&Id::from("x")), "ping", &()).unwrap();
+    assert_eq!(req, br#"{"jsonrpc":"2.0","id":"x","method":"ping"}"#);
+    let note = request(None, "event", &serde_json::json!({"a": 1})).unwrap();
+    assert_eq!(note, br#"{"jsonrpc":"2.0","method":"event","params":{"a":1}}"#);
+}
+
+impl Parsed<'_> {
+    fn rejected_code(&self) -> Option<i64> {
+        match self {
+            Parsed::Rejected(e) => Some(e.code),
+            _ => None,
+        }
+    }
+}

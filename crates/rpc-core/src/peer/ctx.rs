@@ -1,0 +1,65 @@
+//! What a handler gets besides its params: [`Ctx`].
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::handle::PeerHandle;
+use crate::message::Id;
+
+/// What a handler gets besides its params: the connection it serves, that
+/// connection's own state (`S`, e.g. "has said hello", "is the browser of X"),
+/// and the id of the request it answers. `ctx.peer` and `ctx.state` are the
+/// [`ConnCtx`]'s, shared by every call on the connection (one reference count
+/// a call, not two).
+pub struct Ctx<S> {
+    conn: Arc<ConnCtx<S>>,
+    call: Option<Id>,
+}
+
+/// The part of a [`Ctx`] that is the same for every call on a connection.
+pub struct ConnCtx<S> {
+    pub peer: PeerHandle,
+    pub state: Arc<S>,
+}
+
+impl<S> std::ops::Deref for Ctx<S> {
+    type Target = ConnCtx<S>;
+
+    fn deref(&self) -> &ConnCtx<S> {
+        &self.conn
+    }
+}
+
+impl<S> Clone for Ctx<S> {
+    fn clone(&self) -> Self {
+        Ctx { conn: self.conn.clone(), call: self.call.clone() }
+    }
+}
+
+impl<S> Ctx<S> {
+    pub fn new(peer: PeerHandle, state: Arc<S>, call: Option<Id>) -> Self {
+        Ctx { conn: Arc::new(ConnCtx { peer, state }), call }
+    }
+
+    /// A call's context on a connection whose [`ConnCtx`] already exists.
+    pub fn on(conn: &Arc<ConnCtx<S>>, call: Option<Id>) -> Self {
+        Ctx { conn: conn.clone(), call }
+    }
+
+    /// The id of the request being handled (`None` for a notification).
+    pub fn request_id(&self) -> Option<&Id> {
+        self.call.as_ref()
+    }
+
+    /// A token that fires when this call should be abandoned: its connection
+    /// closed, the call was cancelled ([`PeerHandle::cancel_call`]), or
+    /// shutdown gave up on it. Hand it to work the handler spawns or forwards
+    /// (a forwarded call, a dialog) so that work is abandoned, not leaked.
+    pub fn cancel_token(&self) -> CancellationToken {
+        match &self.call {
+            Some(id) => self.peer.call_token(id),
+            None => self.peer.close_token(),
+        }
+    }
+}

@@ -1,0 +1,462 @@
+//! From a frame to its handler, and from the handler to the reply: parsing,
+//! routing, admission (duplicate ids, a full backlog, a full outbox,
+//! shutdown), batches, answers to our own calls, and a panic turned into the
+//! error of that one request.
+//!
+//! Not async: a frame is handled in the connection task's poll, and a handler
+//! that finishes without waiting is polled once right there, so a message
+//! costs no future of its own.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+
+use futures_util::FutureExt;
+use futures_util::future::{BoxFuture, join_all};
+
+use super::ctx::{ConnCtx, Ctx};
+use super::handle::{CloseReason, PeerHandle, Shared};
+use super::incoming::{Done, Flooding, Incoming, Owed};
+use super::outbox::{Drain, Outbox};
+use super::outgoing::CallError;
+use crate::codec::{Frame, Outbound};
+use crate::message::{self, Id, Invalid, Kind, Message, Outcome, Parsed, RpcError};
+use crate::router::{HandlerFuture, Router};
+
+/// Everything the connection task does with what the other side sends.
+pub(crate) struct Dispatch<S> {
+    handle: PeerHandle,
+    router: Arc<Router<S>>,
+    /// What every call's `Ctx` shares.
+    conn: Arc<ConnCtx<S>>,
+    /// The write side: replies written here go straight to the transport
+    /// when nothing is queued ahead of them.
+    pub drain: Drain,
+    pub incoming: Incoming,
+    /// Shutdown began: new requests are refused.
+    pub draining: bool,
+}
+
+impl From<Flooding> for CloseReason {
+    fn from(Flooding(why): Flooding) -> CloseReason {
+        CloseReason::Failed(why)
+    }
+}
+
+impl<S: Send + Sync + 'static> Dispatch<S> {
+    pub fn new(handle: PeerHandle, router: Arc<Router<S>>, state: Arc<S>, drain: Drain) -> Self {
+        Dispatch {
+            conn: Arc::new(ConnCtx { peer: handle.clone(), state }),
+            incoming: Incoming::new(&handle.shared.config),
+            drain,
+            handle,
+            router,
+            draining: false,
+        }
+    }
+
+    fn outbox(&self) -> &Outbox {
+        &self.handle.shared.outbox
+    }
+
+    fn ctx(&self, call: Option<&Id>) -> Ctx<S> {
+        Ctx::on(&self.conn, call.cloned())
+    }
+
+    fn can_start(&self) -> bool {
+        may_start(&self.handle.shared, self.incoming.running())
+    }
+
+    /// Starts waiting requests, in arrival order, while they may.
+    pub fn start_waiting(&mut self) {
+        let shared = &self.handle.shared;
+        self.incoming.start_waiting(&shared.counters, |running| may_start(shared, running));
+    }
+
+    /// Writes a reply, or queues it behind what is queued already; either way
+    /// the connection task flushes it when it next drains.
+    pub fn write(&mut self, kind: Kind, json: Vec<u8>) -> Result<(), CloseReason> {
+        let outbox = &self.handle.shared.outbox;
+        match self.drain.write_now(outbox, Outbound::message(kind, json)) {
+            Ok(()) => Ok(()),
+            Err(item) => outbox.push_now(item).map_err(|_| CloseReason::Closed),
+        }
+    }
+
+    /// Answers a message the reader refused (unreadable, invalid, too large,
+    /// shutting down). While the outbox is full such answers go past its
+    /// budget, so they count towards the flood limit like refused requests.
+    fn write_error(&mut self, id: &Id, error: &RpcError) -> Result<(), CloseReason> {
+        let full = self.outbox().is_full();
+        self.write(Kind::Response, message::response_err(id, error))?;
+        if full {
+            self.incoming.refuse(self.handle.conn_id())?;
+        }
+        Ok(())
+    }
+
+    /// Answers the ids of `owed` with `error` (one array for a batch).
+    fn answer_owed(&mut self, owed: Owed, error: &RpcError) -> Result<(), CloseReason> {
+        let batch = matches!(owed, Owed::Batch(_));
+        let ids = self.incoming.settle(owed);
+        for id in &ids {
+            self.handle.cancel_call(id);
+        }
+        match (batch, ids.as_slice()) {
+            (_, []) => Ok(()),
+            (false, [id]) => self.write(Kind::Response, message::response_err(id, error)),
+            _ => {
+                let replies: Vec<Vec<u8>> = ids.iter().map(|id| message::response_err(id, error)).collect();
+                self.write(Kind::Response, message::batch(&replies))
+            }
+        }
+    }
+
+    /// A handler finished: its ids are answered, its reply goes out.
+    pub fn finish(&mut self, done: Done) -> Result<(), CloseReason> {
+        for id in self.incoming.settle(done.owed) {
+            self.handle.shared.tokens.forget(&id);
+        }
+        if let Some(reply) = done.reply {
+            self.write(Kind::Response, reply)?;
+        }
+        if self.handle.shared.close_after_reply.load(Ordering::Acquire) {
+            return Err(CloseReason::Closed);
+        }
+        Ok(())
+    }
+
+    /// Shutdown began: requests that have not started are answered now.
+    pub fn refuse_waiting(&mut self) -> Result<(), CloseReason> {
+        for waiting in self.incoming.take_waiting(&self.handle.shared.counters) {
+            self.answer_owed(waiting.owed, &shutting_down())?;
+        }
+        Ok(())
+    }
+
+    /// The grace period is over: everything still owed is answered and dropped.
+    pub fn abandon_all(&mut self) -> Result<(), CloseReason> {
+        self.refuse_waiting()?;
+        for owed in self.incoming.abandon(&self.handle.shared.counters) {
+            self.answer_owed(owed, &shutting_down())?;
+        }
+        Ok(())
+    }
+
+    /// Handles one frame, in the connection task's poll (`cx`).
+    pub fn on_frame(&mut self, frame: Frame, cx: &mut Context<'_>) -> Result<(), CloseReason> {
+        match frame {
+            Frame::Message(bytes) => self.on_message(&bytes, cx),
+            Frame::TooLarge(None) => self.write_error(&Id::Null, &too_large()),
+            Frame::TooLarge(Some(sniffed)) => match sniffed.id {
+                Some(id) if sniffed.has_method => self.write_error(&id, &too_large()),
+                Some(id) if sniffed.is_response => {
+                    self.handle.shared.calls.complete(&id, Err(CallError::Malformed("response too large".into())));
+                    Ok(())
+                }
+                _ => {
+                    tracing::warn!(conn = self.handle.conn_id(), "skipped an oversized message");
+                    Ok(())
+                }
+            },
+            Frame::Alive | Frame::Unsupported { .. } => Ok(()),
+        }
+    }
+
+    fn on_message(&mut self, bytes: &[u8], cx: &mut Context<'_>) -> Result<(), CloseReason> {
+        let size = bytes.len();
+        match message::parse(bytes, self.handle.shared.config.max_batch) {
+            Parsed::Rejected(error) => self.write_error(&Id::Null, &error),
+            Parsed::Single(Ok(message)) => self.on_single(message, size, cx),
+            Parsed::Single(Err(invalid)) if self.is_our_call(&invalid) => {
+                self.fail_malformed_answer(invalid.id);
+                Ok(())
+            }
+            Parsed::Single(Err(invalid)) => match self.router.rewrite_invalid(bytes) {
+                Some(rewritten) => match message::parse(&rewritten, 1) {
+                    Parsed::Single(Ok(message)) => self.on_single(message, size, cx),
+                    _ => self.write_error(&invalid.id, &invalid.error),
+                },
+                None => self.write_error(&invalid.id, &invalid.error),
+            },
+            Parsed::Batch(items) => self.on_batch(items, size),
+        }
+    }
+
+    fn on_single(&mut self, message: Message<'_>, size: usize, cx: &mut Context<'_>) -> Result<(), CloseReason> {
+        match message {
+            Message::Request { id, method, params } => self.on_request(id, &method, params, size, cx),
+            Message::Notification { method, params } => {
+                if !self.incoming.has_room(size) {
+                    let conn = self.handle.conn_id();
+                    self.incoming.dropped_notification(conn, &self.handle.shared.counters);
+                    self.incoming.refuse(conn)?;
+                    return Ok(());
+                }
+                match self.router.dispatch(self.ctx(None), &method, params) {
+                    Ok(handler) => {
+                        let run = Box::pin(run_notification(method.into_owned(), handler));
+                        self.incoming.queue_notification(run, size, &self.handle.shared.counters);
+                    }
+                    Err(error) => {
+                        tracing::debug!(conn = self.handle.conn_id(), %method, %error, "notification ignored")
+                    }
+                }
+                Ok(())
+            }
+            Message::Response { id, outcome } => {
+                self.on_response(id, outcome);
+                Ok(())
+            }
+        }
+    }
+
+    fn on_request(
+        &mut self,
+        id: Id,
+        method: &str,
+        params: Option<&serde_json::value::RawValue>,
+        size: usize,
+        cx: &mut Context<'_>,
+    ) -> Result<(), CloseReason> {
+        if let Err(error) = self.admit(&id) {
+            return self.write_error(&id, &error);
+        }
+        // In arrival order: nothing starts ahead of requests already waiting.
+        let start_now = !self.incoming.has_waiting() && self.can_start();
+        if !start_now && !self.incoming.has_room(size) {
+            return self.refuse_overloaded(&id);
+        }
+        let mut handler = match self.router.dispatch(self.ctx(Some(&id)), method, params) {
+            Ok(handler) => handler,
+            Err(error) => return self.write_error(&id, &error),
+        };
+        if !start_now {
+            let run = running_request(id.clone(), handler);
+            self.incoming.queue_request(id, run, size, &self.handle.shared.counters);
+            return Ok(());
+        }
+        // Most handlers finish without waiting for anything: poll once here,
+        // with this task's waker, and answer at once if so.
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| handler.as_mut().poll(cx)));
+        let outcome = match polled {
+            Ok(Poll::Pending) => None,
+            Ok(Poll::Ready(result)) => Some(Ok(result)),
+            Err(panic) => Some(Err(panic)),
+        };
+        if let Some(outcome) = outcome {
+            let reply = reply_from(&id, outcome);
+            self.handle.shared.tokens.forget(&id);
+            return self.finish(Done { owed: Owed::Nothing, reply: Some(reply) });
+        }
+        self.incoming.run_request(id.clone(), running_request(id, handler));
+        Ok(())
+    }
+
+    /// Refuses a request while draining, or when its id is already in flight.
+    fn admit(&self, id: &Id) -> Result<(), RpcError> {
+        if self.draining {
+            return Err(shutting_down());
+        }
+        if self.incoming.is_in_flight(id) {
+            return Err(RpcError::invalid_request(format!(
+                "duplicate id {id}: a request with this id is still in flight"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Answers `overloaded` at once, and cuts off a peer that keeps at it.
+    fn refuse_overloaded(&mut self, id: &Id) -> Result<(), CloseReason> {
+        self.handle.shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+        self.write(Kind::Response, message::response_err(id, &overloaded()))?;
+        Ok(self.incoming.refuse(self.handle.conn_id())?)
+    }
+
+    /// Whether an unreadable message is really a malformed answer to one of
+    /// our calls (an id, no method, no outcome): then it fails that call at
+    /// once instead of being bounced back as an invalid request while the
+    /// caller waits for its timeout.
+    fn is_our_call(&self, invalid: &Invalid) -> bool {
+        invalid.lacks_outcome && self.handle.shared.calls.contains(&invalid.id)
+    }
+
+    fn fail_malformed_answer(&self, id: Id) {
+        let problem = "the answer has neither result nor error".to_owned();
+        tracing::debug!(conn = self.handle.conn_id(), %id, "malformed answer to our call");
+        self.handle.shared.calls.complete(&id, Err(CallError::Malformed(problem)));
+    }
+
+    fn on_response(&self, id: Id, outcome: Outcome<'_>) {
+        let reply = match outcome {
+            Outcome::Result(result) => Ok(result.to_owned()),
+            Outcome::Error(error) => Err(CallError::Rpc(error)),
+            Outcome::Both(result, error) if self.router.accepts_result_with_error(result, &error) => {
+                Ok(result.to_owned())
+            }
+            Outcome::Both(..) => Err(CallError::Malformed("response has both result and error".into())),
+            Outcome::Malformed(problem) => Err(CallError::Malformed(problem)),
+        };
+        if id == Id::Null {
+            // The other side could not read something we sent.
+            if let Err(error) = reply {
+                tracing::warn!(conn = self.handle.conn_id(), %error, "peer reported an error without an id");
+            }
+            return;
+        }
+        if !self.handle.shared.calls.complete(&id, reply) {
+            tracing::debug!(conn = self.handle.conn_id(), %id, "response to no pending request (late or unknown); dropped")
+        }
+    }
+
+    fn on_batch(&mut self, items: Vec<Result<Message<'_>, Invalid>>, size: usize) -> Result<(), CloseReason> {
+        let start_now = !self.incoming.has_waiting() && self.can_start();
+        let has_requests = items.iter().any(|item| matches!(item, Ok(Message::Request { .. })));
+        if has_requests && !start_now && !self.incoming.has_room(size) {
+            return self.refuse_batch(items);
+        }
+        let mut ready = Vec::new();
+        let mut parts: Vec<BoxFuture<'static, Option<Vec<u8>>>> = Vec::new();
+        let mut ids = Vec::new();
+        for item in items {
+            match item {
+                Err(invalid) if self.is_our_call(&invalid) => self.fail_malformed_answer(invalid.id),
+                Err(invalid) => ready.push(message::response_err(&invalid.id, &invalid.error)),
+                Ok(Message::Request { id, method, params }) => {
+                    let admitted = self.admit(&id).and_then(|()| {
+                        if ids.contains(&id) {
+                            return Err(RpcError::invalid_request(format!("duplicate id {id} in batch")));
+                        }
+                        self.router.dispatch(self.ctx(Some(&id)), &method, params)
+                    });
+                    match admitted {
+                        Ok(handler) => {
+                            ids.push(id.clone());
+                            parts.push(Box::pin(async move { Some(reply_for(&id, handler).await) }));
+                        }
+                        Err(error) => ready.push(message::response_err(&id, &error)),
+                    }
+                }
+                Ok(Message::Notification { method, params }) => {
+                    if let Ok(handler) = self.router.dispatch(self.ctx(None), &method, params) {
+                        let method = method.into_owned();
+                        parts.push(Box::pin(async move {
+                            run_notification(method, handler).await;
+                            None
+                        }));
+                    }
+                }
+                Ok(Message::Response { id, outcome }) => self.on_response(id, outcome),
+            }
+        }
+        if parts.is_empty() {
+            // A batch of notifications (or responses) gets no reply at all, never `[]`.
+            return match ready.is_empty() {
+                true => Ok(()),
+                false => self.write(Kind::Response, message::batch(&ready)),
+            };
+        }
+        let n = self.incoming.open_batch(ids);
+        let run: BoxFuture<'static, Done> = Box::pin(async move {
+            ready.extend(join_all(parts).await.into_iter().flatten());
+            let reply = (!ready.is_empty()).then(|| message::batch(&ready));
+            Done { owed: Owed::Batch(n), reply }
+        });
+        if start_now {
+            self.incoming.run_batch(run);
+        } else {
+            self.incoming.queue_batch(n, run, size, &self.handle.shared.counters);
+        }
+        Ok(())
+    }
+
+    /// The whole batch is refused as one: each request gets `overloaded`.
+    fn refuse_batch(&mut self, items: Vec<Result<Message<'_>, Invalid>>) -> Result<(), CloseReason> {
+        self.handle.shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+        let mut replies = Vec::new();
+        for item in items {
+            match item {
+                Ok(Message::Request { id, .. }) => replies.push(message::response_err(&id, &overloaded())),
+                Ok(Message::Response { id, outcome }) => self.on_response(id, outcome),
+                Err(invalid) => replies.push(message::response_err(&invalid.id, &invalid.error)),
+                Ok(Message::Notification { .. }) => {}
+            }
+        }
+        self.write(Kind::Response, message::batch(&replies))?;
+        Ok(self.incoming.refuse(self.handle.conn_id())?)
+    }
+}
+
+/// Whether a request may start now, with `running` handlers running: a free
+/// handler slot and room in the outbox for its reply.
+///
+/// A handler waiting for an answer from this same peer does not hold a
+/// slot: each call we have pending here may be waiting on one of the peer's
+/// own requests (its handler calls back), and if those could not start, two
+/// peers flooding each other would each fill their slots with handlers
+/// waiting on requests queued behind them, until timeouts. Such waiting
+/// handlers are still bounded, by the backlog's count.
+fn may_start(shared: &Shared, running: usize) -> bool {
+    let config = &shared.config;
+    let waiting_on_peer = shared.calls.len().min(config.backlog);
+    let busy = running.saturating_sub(waiting_on_peer);
+    busy < config.max_concurrent && running < config.max_concurrent + config.backlog && !shared.outbox.is_full()
+}
+
+fn too_large() -> RpcError {
+    RpcError::invalid_request("message too large")
+}
+
+fn overloaded() -> RpcError {
+    RpcError::internal("too many requests waiting on this connection; retry later")
+        .with_data(serde_json::json!({"reason": "overloaded"}))
+}
+
+fn shutting_down() -> RpcError {
+    RpcError::internal("server is shutting down").with_data(serde_json::json!({"reason": "shutting_down"}))
+}
+
+/// A request whose handler has to wait: it runs in `running` (or waits in the backlog).
+fn running_request(id: Id, handler: HandlerFuture) -> BoxFuture<'static, Done> {
+    Box::pin(async move {
+        let reply = reply_for(&id, handler).await;
+        Done { owed: Owed::One(id), reply: Some(reply) }
+    })
+}
+
+/// Runs a handler, turning an error or a panic into the error response.
+async fn reply_for(id: &Id, handler: HandlerFuture) -> Vec<u8> {
+    reply_from(id, AssertUnwindSafe(handler).catch_unwind().await)
+}
+
+type Caught = Result<Result<Vec<u8>, RpcError>, Box<dyn std::any::Any + Send>>;
+
+fn reply_from(id: &Id, outcome: Caught) -> Vec<u8> {
+    match outcome {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => message::response_err(id, &error),
+        Err(panic) => {
+            tracing::error!(%id, panic = panic_message(&panic), "handler panicked");
+            message::response_err(id, &RpcError::internal("the handler failed unexpectedly"))
+        }
+    }
+}
+
+async fn run_notification(method: String, handler: HandlerFuture) {
+    match AssertUnwindSafe(handler).catch_unwind().await {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => tracing::debug!(%method, %error, "notification handler failed"),
+        Err(panic) => {
+            tracing::error!(%method, panic = panic_message(&panic), "notification handler panicked")
+        }
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(non-string panic)")
+}

@@ -1,0 +1,308 @@
+//! [`PeerHandle`], the cheap, cloneable side of a connection: send requests
+//! (with a timeout each, or none) and notifications, close it, read what it
+//! counted; and the state it shares with the connection's task.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::config::PeerConfig;
+use super::incoming::Counters;
+use super::outbox::{Outbox, PushError};
+use super::outgoing::{CallError, ForgetOnDrop, OutgoingCalls, Reply};
+use super::tokens::CallTokens;
+use crate::codec::Outbound;
+use crate::message::{self, Id, Kind};
+
+/// How to tell the other side that we abandoned a request: a notification
+/// naming its id. The dialects differ: MCP sends `notifications/cancelled`
+/// with `requestId`, LSP `$/cancelRequest` with `id`.
+#[derive(Clone, Copy, Debug)]
+pub struct CancelNotice {
+    pub method: &'static str,
+    /// The params field that carries the request's id.
+    pub id_field: &'static str,
+}
+
+impl CancelNotice {
+    /// MCP's (and BTCP's) `notifications/cancelled {requestId}`.
+    pub const MCP: CancelNotice = CancelNotice { method: "notifications/cancelled", id_field: "requestId" };
+}
+
+/// The connection was closed; nothing more can be sent on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("connection closed")]
+pub struct Closed;
+
+/// What the engine counted on one connection, for tests, metrics and logs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerStats {
+    /// Bytes waiting in the outbox.
+    pub queued_bytes: usize,
+    /// Replies owed and not yet flushed.
+    pub owed_replies: usize,
+    /// Messages and bytes in the incoming backlog.
+    pub backlog: usize,
+    pub backlog_bytes: usize,
+    /// Requests answered `overloaded`.
+    pub refused: u64,
+    /// Notifications dropped because the backlog was full.
+    pub dropped_notifications: u64,
+}
+
+/// How a connection ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The other side closed its end.
+    Eof,
+    /// Closed from our side (`PeerHandle::close`).
+    Closed,
+    /// The daemon shut down.
+    Shutdown,
+    /// Reading or writing failed, the other side stopped reading or answering
+    /// pings, missed the handshake deadline or flooded.
+    Failed(String),
+}
+
+/// What a connection's handles and its task share.
+pub(crate) struct Shared {
+    pub conn_id: u64,
+    pub outbox: Outbox,
+    pub calls: OutgoingCalls,
+    pub closing: CancellationToken,
+    /// Set by a handler that wants the connection closed once its reply is out.
+    pub close_after_reply: AtomicBool,
+    /// The other side completed the daemon's handshake.
+    pub handshaken: AtomicBool,
+    pub tokens: CallTokens,
+    pub counters: Counters,
+    pub config: PeerConfig,
+}
+
+/// The cloneable handle to a connection: send requests and notifications, close it.
+#[derive(Clone)]
+pub struct PeerHandle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for PeerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PeerHandle").field("conn", &self.shared.conn_id).finish()
+    }
+}
+
+static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
+
+impl PeerHandle {
+    pub(crate) fn new(config: PeerConfig) -> PeerHandle {
+        let shared = Shared {
+            conn_id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
+            outbox: Outbox::new(config.write_queue, config.write_budget),
+            calls: OutgoingCalls::new(config.unguessable_ids),
+            closing: CancellationToken::new(),
+            close_after_reply: AtomicBool::new(false),
+            handshaken: AtomicBool::new(config.handshake_deadline.is_none()),
+            tokens: CallTokens::default(),
+            counters: Counters::default(),
+            config,
+        };
+        PeerHandle { shared: Arc::new(shared) }
+    }
+
+    /// A process-wide unique number for this connection (for logs and registries).
+    pub fn conn_id(&self) -> u64 {
+        self.shared.conn_id
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.shared.closing.is_cancelled()
+    }
+
+    /// Resolves when the connection is closing or closed.
+    pub async fn closed(&self) {
+        self.shared.closing.cancelled().await
+    }
+
+    /// A token cancelled when the connection closes.
+    pub fn close_token(&self) -> CancellationToken {
+        self.shared.closing.clone()
+    }
+
+    /// Sends a request and waits for its result, at most the connection's
+    /// default request timeout.
+    pub async fn request<R: DeserializeOwned>(&self, method: &str, params: impl Serialize) -> Result<R, CallError> {
+        let raw = self.request_raw(method, &params, Some(self.shared.config.request_timeout)).await?;
+        serde_json::from_str(raw.get()).map_err(|e| CallError::Malformed(e.to_string()))
+    }
+
+    /// Sends a request and returns the raw result, for callers that pass it on
+    /// untouched. `timeout: None` waits as long as the connection lives (a call
+    /// that waits on a person); the time spent waiting for room in a full
+    /// outbox counts towards the timeout.
+    pub async fn request_raw<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: &P,
+        timeout: Option<Duration>,
+    ) -> Reply {
+        self.request_inner(method, params, timeout, None).await
+    }
+
+    /// [`request_raw`](Self::request_raw) that our caller may abandon: when
+    /// `cancel` fires first, the call is forgotten (a late answer is dropped),
+    /// `notice` tells the other side which request to stop, and the result is
+    /// [`CallError::Cancelled`].
+    pub async fn request_cancellable<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: &P,
+        timeout: Option<Duration>,
+        cancel: &CancellationToken,
+        notice: Option<CancelNotice>,
+    ) -> Reply {
+        self.request_inner(method, params, timeout, Some((cancel, notice))).await
+    }
+
+    async fn request_inner<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: &P,
+        timeout: Option<Duration>,
+        cancel: Option<(&CancellationToken, Option<CancelNotice>)>,
+    ) -> Reply {
+        let shared = &self.shared;
+        let deadline = timeout.map(|limit| Instant::now() + limit);
+        let call = shared.calls.register()?;
+        let mut forget = ForgetOnDrop { calls: &shared.calls, id: Some(call.id) };
+        let json = message::request(Some(&Id::from(call.id)), method, params)
+            .map_err(|e| CallError::Malformed(format!("params did not serialise: {e}")))?;
+        if call.first {
+            // The connection reads while calls are pending, however full its
+            // outbox: it must look again now, even if this request itself
+            // waits for room (and so wakes no one).
+            shared.outbox.wake_connection();
+        }
+        let exchange = async {
+            match shared.outbox.push(Outbound::message(Kind::Request, json), deadline).await {
+                Ok(()) => {}
+                Err(PushError::Closed) => return Err(CallError::Disconnected),
+                Err(PushError::TimedOut) => return Err(CallError::Timeout(timeout.unwrap_or_default())),
+            }
+            let answer = match deadline {
+                Some(deadline) => match tokio::time::timeout_at(deadline, call.answer).await {
+                    Ok(answer) => answer,
+                    Err(_) => return Err(CallError::Timeout(timeout.unwrap_or_default())),
+                },
+                None => call.answer.await,
+            };
+            answer.map_err(|_| CallError::Disconnected)
+        };
+        let answer = match cancel {
+            None => exchange.await,
+            Some((token, notice)) => tokio::select! {
+                answer = exchange => answer,
+                _ = token.cancelled() => {
+                    drop(forget);
+                    if let Some(notice) = notice {
+                        let params = serde_json::json!({ notice.id_field: call.id });
+                        let _ = self.notify(notice.method, params).await;
+                    }
+                    return Err(CallError::Cancelled);
+                }
+            },
+        };
+        match answer {
+            Ok(reply) => {
+                // Whoever answered already took the entry out of the map.
+                forget.id = None;
+                reply
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sends a notification, waiting for room in the outbox as long as the
+    /// connection lives.
+    pub async fn notify(&self, method: &str, params: impl Serialize) -> Result<(), Closed> {
+        let json = message::request(None, method, &params).map_err(|_| Closed)?;
+        self.send_raw(Kind::Notification, json.into()).await
+    }
+
+    /// Sends an already serialised message (fan-out serialises an event once for
+    /// all subscribers), waiting for room in the outbox as long as the
+    /// connection lives. Waiting never closes the connection: a paused reader
+    /// of events keeps it.
+    pub async fn send_raw(&self, kind: Kind, json: Bytes) -> Result<(), Closed> {
+        self.shared.outbox.push(Outbound::Message { kind, json }, None).await.map_err(|_| Closed)
+    }
+
+    /// Closes the connection after what is already queued has been written, with
+    /// this WebSocket close code and reason.
+    pub fn close(&self, code: u16, reason: &str) {
+        let _ = self.shared.outbox.push_now(Outbound::Close { code, reason: reason.to_owned() });
+        self.shared.closing.cancel();
+    }
+
+    /// Closes the connection once the reply of the request being handled has
+    /// been written (e.g. after too many failed authentication attempts).
+    pub fn close_after_reply(&self) {
+        self.shared.close_after_reply.store(true, Ordering::Release);
+    }
+
+    /// Records that the other side completed the daemon's handshake: the
+    /// handshake deadline no longer applies, and the listener stops counting
+    /// the connection among the unauthenticated ones.
+    pub fn handshake_done(&self) {
+        self.shared.handshaken.store(true, Ordering::Release);
+    }
+
+    pub fn is_handshaken(&self) -> bool {
+        self.shared.handshaken.load(Ordering::Acquire)
+    }
+
+    /// Cancels the token of an incoming call in progress (one whose handler
+    /// asked for it with [`Ctx::cancel_token`](super::ctx::Ctx::cancel_token)),
+    /// for a daemon's cancel message. Returns whether there was one.
+    pub fn cancel_call(&self, id: &Id) -> bool {
+        self.shared.tokens.cancel(id)
+    }
+
+    /// What the engine counted on this connection.
+    pub fn stats(&self) -> PeerStats {
+        let shared = &self.shared;
+        let counters = &shared.counters;
+        PeerStats {
+            queued_bytes: shared.outbox.bytes(),
+            owed_replies: shared.outbox.owed(),
+            backlog: counters.backlog.load(Ordering::Relaxed),
+            backlog_bytes: counters.backlog_bytes.load(Ordering::Relaxed),
+            refused: counters.refused.load(Ordering::Relaxed),
+            dropped_notifications: counters.dropped_notifications.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A token for the incoming call `id`, cancelled when the connection
+    /// closes, when the call is cancelled ([`PeerHandle::cancel_call`]) or
+    /// abandoned at shutdown.
+    pub(crate) fn call_token(&self, id: &Id) -> CancellationToken {
+        self.shared.tokens.token(id, &self.shared.closing)
+    }
+
+    /// The other side will send nothing more: our calls fail now rather than
+    /// at their timeouts, and every call token fires.
+    pub(crate) fn end_of_input(&self) {
+        self.shared.calls.fail_all();
+        self.shared.tokens.end_of_input();
+    }
+
+    pub(crate) fn has_pending_calls(&self) -> bool {
+        !self.shared.calls.is_empty()
+    }
+}

@@ -1,0 +1,278 @@
+//! The other side's requests and notifications on their way through a
+//! connection: one type keeps what runs, what waits and which ids are in
+//! flight (lsp-server's `req_queue.rs`, incoming half).
+//!
+//! One bound, in messages and bytes, for requests waiting for a handler slot
+//! (or for room in the outbox) and notifications waiting for their turn
+//! together, so a peer cannot grow it by switching from one to the other.
+//! Past it a request is refused and a notification dropped; a peer that keeps
+//! sending past it is judged to be flooding.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
+use tokio::time::Instant;
+
+use super::config::PeerConfig;
+use crate::message::Id;
+
+/// What the incoming side counted, read by [`PeerHandle::stats`](super::PeerHandle::stats).
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub backlog: AtomicUsize,
+    pub backlog_bytes: AtomicUsize,
+    pub refused: AtomicU64,
+    pub dropped_notifications: AtomicU64,
+}
+
+/// One finished unit of incoming work: the ids it held and the reply to write.
+pub(crate) struct Done {
+    pub owed: Owed,
+    pub reply: Option<Vec<u8>>,
+}
+
+/// The ids a unit of incoming work answers.
+pub(crate) enum Owed {
+    /// Nothing is in flight for it (answered on the spot, or notifications only).
+    Nothing,
+    One(Id),
+    /// A batch, by its number.
+    Batch(u64),
+}
+
+/// A request (or batch) read but not started.
+pub(crate) struct Waiting {
+    pub run: BoxFuture<'static, Done>,
+    pub owed: Owed,
+    pub size: usize,
+}
+
+pub(crate) struct Incoming {
+    /// Requests and batches whose handlers run, polled by the connection task.
+    running: FuturesUnordered<BoxFuture<'static, Done>>,
+    /// Requests read but not started, in arrival order.
+    waiting: VecDeque<Waiting>,
+    /// Notification handlers, run one at a time in arrival order; the front
+    /// one is running. Each with the size of its frame.
+    notifications: VecDeque<(BoxFuture<'static, ()>, usize)>,
+    /// Messages and bytes waiting (requests and notifications together).
+    len: usize,
+    bytes: usize,
+    max_len: usize,
+    max_bytes: usize,
+    /// Messages refused since the backlog last took one: a peer past
+    /// `flood_limit` is disconnected.
+    refused_in_a_row: usize,
+    flood_limit: usize,
+    /// Notifications dropped since the last warning, and when that was.
+    dropped_unreported: u64,
+    last_warning: Option<Instant>,
+    /// Ids of requests not yet answered, to refuse duplicates.
+    in_flight: HashSet<Id>,
+    /// The ids of each batch in flight, by number, to answer them together if
+    /// shutdown abandons the batch.
+    batches: HashMap<u64, Vec<Id>>,
+    next_batch: u64,
+}
+
+/// The peer keeps sending past the backlog.
+pub(crate) struct Flooding(pub String);
+
+impl Incoming {
+    pub fn new(config: &PeerConfig) -> Self {
+        Incoming {
+            running: FuturesUnordered::new(),
+            waiting: VecDeque::new(),
+            notifications: VecDeque::new(),
+            len: 0,
+            bytes: 0,
+            max_len: config.backlog.max(1),
+            max_bytes: config.backlog_bytes.max(1),
+            refused_in_a_row: 0,
+            flood_limit: config.flood_limit.max(1),
+            dropped_unreported: 0,
+            last_warning: None,
+            in_flight: HashSet::new(),
+            batches: HashMap::new(),
+            next_batch: 0,
+        }
+    }
+
+    /// Nothing runs and nothing waits.
+    pub fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.len == 0
+    }
+
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Requests read and not started.
+    pub fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    pub fn is_in_flight(&self, id: &Id) -> bool {
+        !self.in_flight.is_empty() && self.in_flight.contains(id)
+    }
+
+    /// Room for a message of `size` bytes. An empty backlog takes any one
+    /// message the framing let through, so a large request is not refused
+    /// just for being large.
+    pub fn has_room(&self, size: usize) -> bool {
+        self.len == 0 || (self.len < self.max_len && self.bytes + size <= self.max_bytes)
+    }
+
+    /// Runs request `id` now.
+    pub fn run_request(&mut self, id: Id, run: BoxFuture<'static, Done>) {
+        self.in_flight.insert(id);
+        self.running.push(run);
+    }
+
+    /// Keeps request `id` until a slot is free.
+    pub fn queue_request(&mut self, id: Id, run: BoxFuture<'static, Done>, size: usize, counters: &Counters) {
+        self.in_flight.insert(id.clone());
+        self.add(size, counters);
+        self.waiting.push_back(Waiting { run, owed: Owed::One(id), size });
+    }
+
+    /// A batch's ids, in flight from now; its number.
+    pub fn open_batch(&mut self, ids: Vec<Id>) -> u64 {
+        let n = self.next_batch;
+        self.next_batch += 1;
+        self.in_flight.extend(ids.iter().cloned());
+        self.batches.insert(n, ids);
+        n
+    }
+
+    pub fn run_batch(&mut self, run: BoxFuture<'static, Done>) {
+        self.running.push(run);
+    }
+
+    pub fn queue_batch(&mut self, n: u64, run: BoxFuture<'static, Done>, size: usize, counters: &Counters) {
+        self.add(size, counters);
+        self.waiting.push_back(Waiting { run, owed: Owed::Batch(n), size });
+    }
+
+    pub fn queue_notification(&mut self, run: BoxFuture<'static, ()>, size: usize, counters: &Counters) {
+        self.add(size, counters);
+        self.notifications.push_back((run, size));
+    }
+
+    /// Starts waiting requests, in arrival order, while `may_start` says so
+    /// (given how many run).
+    pub fn start_waiting(&mut self, counters: &Counters, may_start: impl Fn(usize) -> bool) {
+        while !self.waiting.is_empty() && may_start(self.running.len()) {
+            let waiting = self.waiting.pop_front().expect("not empty");
+            self.remove(waiting.size, counters);
+            self.running.push(waiting.run);
+        }
+    }
+
+    /// A handler that finished, if one has.
+    pub fn poll_finished(&mut self, cx: &mut Context<'_>) -> Poll<Option<Done>> {
+        if self.running.is_empty() {
+            return Poll::Ready(None);
+        }
+        self.running.poll_next_unpin(cx)
+    }
+
+    /// The ids `owed` held are answered: no longer in flight. Returns them.
+    pub fn settle(&mut self, owed: Owed) -> Vec<Id> {
+        let ids = match owed {
+            Owed::Nothing => Vec::new(),
+            Owed::One(id) => vec![id],
+            Owed::Batch(n) => self.batches.remove(&n).unwrap_or_default(),
+        };
+        for id in &ids {
+            self.in_flight.remove(id);
+        }
+        ids
+    }
+
+    /// Every request not started, taken out of the backlog (shutdown refuses them).
+    pub fn take_waiting(&mut self, counters: &Counters) -> Vec<Waiting> {
+        let waiting: Vec<Waiting> = self.waiting.drain(..).collect();
+        for w in &waiting {
+            self.remove(w.size, counters);
+        }
+        waiting
+    }
+
+    /// Drops every handler that runs and every notification that waits (the
+    /// grace period is over); the batches and single requests then still
+    /// owed, for their `shutting_down` answers.
+    pub fn abandon(&mut self, counters: &Counters) -> Vec<Owed> {
+        self.running = FuturesUnordered::new();
+        while !self.notifications.is_empty() {
+            self.finish_front_notification(counters);
+        }
+        let mut owed: Vec<Owed> = self.batches.keys().copied().map(Owed::Batch).collect();
+        let in_batches: HashSet<&Id> = self.batches.values().flatten().collect();
+        owed.extend(self.in_flight.iter().filter(|id| !in_batches.contains(id)).cloned().map(Owed::One));
+        owed
+    }
+
+    /// Runs the notification at the front of the queue (one at a time, in order).
+    pub fn poll_front_notification(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        match self.notifications.front_mut() {
+            Some((handler, _)) => handler.as_mut().poll(cx),
+            None => Poll::Pending,
+        }
+    }
+
+    pub fn finish_front_notification(&mut self, counters: &Counters) {
+        if let Some((_, size)) = self.notifications.pop_front() {
+            self.remove(size, counters);
+        }
+    }
+
+    /// Counts a refused message; `Err` once the peer is flooding.
+    pub fn refuse(&mut self, conn: u64) -> Result<(), Flooding> {
+        self.refused_in_a_row += 1;
+        if self.refused_in_a_row > self.flood_limit {
+            tracing::warn!(
+                conn,
+                refused = self.refused_in_a_row,
+                "the peer keeps sending past the incoming backlog; disconnecting it"
+            );
+            return Err(Flooding(format!("flooding: {} messages refused in a row", self.refused_in_a_row)));
+        }
+        Ok(())
+    }
+
+    /// Counts a dropped notification, with a warning per second at most.
+    pub fn dropped_notification(&mut self, conn: u64, counters: &Counters) {
+        counters.dropped_notifications.fetch_add(1, Ordering::Relaxed);
+        self.dropped_unreported += 1;
+        let now = Instant::now();
+        if self.last_warning.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1)) {
+            tracing::warn!(conn, dropped = self.dropped_unreported, "incoming backlog full: notifications dropped");
+            self.dropped_unreported = 0;
+            self.last_warning = Some(now);
+        }
+    }
+
+    fn add(&mut self, size: usize, counters: &Counters) {
+        self.len += 1;
+        self.bytes += size;
+        self.refused_in_a_row = 0;
+        self.publish(counters);
+    }
+
+    fn remove(&mut self, size: usize, counters: &Counters) {
+        self.len -= 1;
+        self.bytes -= size;
+        self.publish(counters);
+    }
+
+    fn publish(&self, counters: &Counters) {
+        counters.backlog.store(self.len, Ordering::Relaxed);
+        counters.backlog_bytes.store(self.bytes, Ordering::Relaxed);
+    }
+}
