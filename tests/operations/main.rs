@@ -2,9 +2,11 @@
 //! in its example env file, the demo page the README's main job points at
 //! (`demo_page`; the main job itself: tests/run_all), the install (`install`),
 //! socket activation as shipped (`service`), what every binary answers
-//! besides its own commands (`conventions`), and the shape of the tree
+//! besides its own commands (`conventions`), one daemon built alone as the
+//! four together (`builds`), and the shape of the tree
 //! (`layout`: no import circles, no overlong files).
 
+mod builds;
 mod conventions;
 mod demo_page;
 mod install;
