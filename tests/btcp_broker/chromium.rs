@@ -75,6 +75,9 @@ async fn exercise_the_demo_page(transport: &str) {
     assert_eq!(info["clicks"], 2);
     assert_eq!(info["items"], json!(["apples", "pears", "plums"]));
     assert!(info["url"].as_str().unwrap().contains(&session));
+    // The README's fill, on the page's input.
+    let filled = call_text(&mut agent, 9, "fill", json!({"selector": "#note", "value": "from the agent"})).await;
+    assert_eq!(filled, ("Filled: #note".to_owned(), false));
     let (text, is_error) = call_text(&mut agent, 8, "query_text", json!({"selector": "#missing"})).await;
     assert!(is_error && text.contains("no element matches #missing"), "{text}");
 

@@ -33,8 +33,8 @@ pub fn run(args: McpArgs) -> ExitCode {
         Err(e) => return rpc_core::cli::bad_configuration(&ConfigError::new("--workspace", e)),
     };
     let bridge = Bridge {
-        addr: address(&args.host, args.port),
-        token: args.token,
+        addr: address(&args.bridge.host, args.bridge.port),
+        token: args.bridge.auth.auth_token,
         workspace,
         client: Mutex::new(Caller::default()),
     };
