@@ -39,7 +39,7 @@ fuzz seconds="60" *targets:
 run:
     ./scripts/run-all
 
-# Install the daemons for you: binaries (cargo install), man pages, completions,
+# Install the daemons for you: binaries (run-all's release build), man pages, completions,
 # env files and user services (systemd units; launchd agents on macOS).
 # Arguments go to scripts/install, e.g. `just install --prefix ~/.local`.
 install *args:

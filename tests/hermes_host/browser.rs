@@ -1,20 +1,19 @@
 //! Headless Chromium driven through the DevTools protocol (a WebSocket, one
 //! JSON message a frame), for the editor page's tests: navigate, evaluate,
 //! click with the mouse, type with the keyboard, wait for the DOM, take
-//! screenshots. Chromium runs with its own temporary profile, in its own
-//! process group, killed with all its helpers when the driver is dropped.
+//! screenshots. Chromium itself is the tests' shared one
+//! (`integration_tests::browser`: its own profile and temporary directory,
+//! its own process group, killed with all its helpers when dropped).
 //!
 //! Waiting is always for a state the page shows (the DOM polled), never a
 //! sleep: the machine's load changes how long things take, not whether.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use integration_tests::bin_path;
+use integration_tests::browser::Chromium;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::{self, Message, WebSocket, stream::MaybeTlsStream};
 
@@ -22,47 +21,19 @@ pub const WIDTH: u32 = 1280;
 pub const HEIGHT: u32 = 800;
 
 pub struct Browser {
-    child: Child,
     ws: WebSocket<MaybeTlsStream<TcpStream>>,
     next: u64,
-    /// Dropped after the process group is killed.
-    _profile: tempfile::TempDir,
+    /// Dropped last: its process group killed, its profile removed.
+    _chromium: Chromium,
 }
 
 impl Browser {
     /// Starts Chromium on `about:blank` and connects to its page.
     pub fn launch() -> Browser {
-        let profile = tempfile::tempdir().unwrap();
-        let child = Command::new("chromium")
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--no-default-browser-check",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--disable-extensions",
-                "--disable-dev-shm-usage",
-                "--remote-debugging-port=0",
-                &format!("--window-size={WIDTH},{HEIGHT}"),
-                &format!("--user-data-dir={}", profile.path().display()),
-                "about:blank",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("starting chromium");
-        let mut browser_pending = Pending { child: Some(child) };
-        let port = devtools_port(profile.path());
-        let page = page_socket(port);
+        let chromium = Chromium::with_devtools("about:blank");
+        let page = chromium.page_socket("about:blank");
         let (ws, _) = tungstenite::connect(page.as_str()).unwrap_or_else(|e| panic!("{page}: {e}"));
-        let child = browser_pending.child.take().unwrap();
-        let mut browser = Browser { child, ws, next: 1, _profile: profile };
+        let mut browser = Browser { ws, next: 1, _chromium: chromium };
         browser.call(
             "Emulation.setDeviceMetricsOverride",
             json!({"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": false}),
@@ -179,88 +150,10 @@ impl Browser {
     }
 }
 
-impl Drop for Browser {
-    fn drop(&mut self) {
-        kill_group(&mut self.child);
-    }
-}
-
-/// Chromium started but not yet owned by a [`Browser`]: killed if the set-up panics.
-struct Pending {
-    child: Option<Child>,
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            kill_group(child);
-        }
-    }
-}
-
-fn kill_group(child: &mut Child) {
-    let group = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-    let _ = child.wait();
-}
-
 /// `target/screenshots/hermes-web/`, beside the binaries under test.
 pub fn screenshot_dir() -> PathBuf {
     let profile = bin_path("hermes-host").parent().unwrap().to_owned();
     profile.parent().unwrap().join("screenshots/hermes-web")
-}
-
-/// The port Chromium chose, from the `DevToolsActivePort` file it writes in its profile.
-fn devtools_port(profile: &Path) -> u16 {
-    let file = profile.join("DevToolsActivePort");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(port) = std::fs::read_to_string(&file).ok().and_then(|t| t.lines().next()?.trim().parse().ok()) {
-            return port;
-        }
-        assert!(Instant::now() < deadline, "chromium wrote no {} within 60 s", file.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The WebSocket of the browser's first page (`/json/list`), once it has one.
-fn page_socket(port: u16) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let targets = json_list(port);
-        let page = targets.as_array().and_then(|all| all.iter().find(|t| t["type"] == "page").cloned());
-        if let Some(socket) = page.as_ref().and_then(|p| p["webSocketDebuggerUrl"].as_str()) {
-            return socket.to_owned();
-        }
-        assert!(Instant::now() < deadline, "chromium shows no page: {targets}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn json_list(port: u16) -> Value {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else { return Value::Null };
-    let request = format!("GET /json/list HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return Value::Null;
-    }
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut reader = BufReader::new(stream);
-    // Chromium keeps the connection open: the body is read by its length.
-    let mut length = 0;
-    let mut line = String::new();
-    while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
-        if let Some((name, value)) = line.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().unwrap_or(0);
-        }
-        line.clear();
-    }
-    let mut body = vec![0; length];
-    if reader.read_exact(&mut body).is_err() {
-        return Value::Null;
-    }
-    serde_json::from_slice(&body).unwrap_or(Value::Null)
 }
 
 /// Standard base64, as DevTools sends screenshots.
