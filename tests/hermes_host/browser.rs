@@ -80,7 +80,10 @@ impl Browser {
                 return value;
             }
             if Instant::now() > deadline {
-                let body = self.eval("document.body ? document.body.innerText.slice(0, 3000) : '(no body)'");
+                // What is on top (a dialog, a window), else the start of the page.
+                let body = self.eval(
+                    "(document.querySelector('.backdrop, .window, #toasts:not(:empty)') || document.body)?.innerText.slice(0, 3000)",
+                );
                 panic!("not within {timeout:?}: {expression}\nthe page shows:\n{}", body.as_str().unwrap_or(""));
             }
             std::thread::sleep(Duration::from_millis(5));

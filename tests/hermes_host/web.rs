@@ -22,11 +22,16 @@ const LONG: Duration = Duration::from_secs(30);
 /// A schema in Hermes' field-list shape: the page names PID.5 and PID.5.1.
 const SCHEMA: &str = r#"{"segments": {"PID": {"fields": [{"field": 5, "name": "Patient Name"}, {"field": 5, "component": 1, "name": "Family Name"}]}}}"#;
 
-/// A host with ext.py (`py`) serving the page on a port of its own; the page's URL.
+/// A host with ext.py (`py`) serving the page on a port of its own, its
+/// file picker rooted in the fixture's directory; the page's URL.
 fn page_host() -> (Host, String) {
+    let extension = py_extension("py", &[("EXT_CALL_FILE", "call.json"), ("EXT_SCHEMA", SCHEMA)]);
+    host_with_page(&format!("[ui]\nfile_roots = [\".\"]\n\n{extension}"))
+}
+
+fn host_with_page(config: &str) -> (Host, String) {
     let port = free_port();
-    let config = py_extension("py", &[("EXT_CALL_FILE", "call.json"), ("EXT_SCHEMA", SCHEMA)]);
-    let host = Host::start_with(&config, &["--http", &format!("127.0.0.1:{port}")]);
+    let host = Host::start_with(config, &["--http", &format!("127.0.0.1:{port}")]);
     let url_file = host.socket.with_extension("url");
     assert!(eventually(LONG, || url_file.exists()), "no {}:\n{}", url_file.display(), host.daemon.stderr());
     let url = std::fs::read_to_string(&url_file).unwrap().trim().to_owned();
@@ -48,6 +53,21 @@ fn open_page() -> (Host, String, Browser, std::path::PathBuf) {
         LONG,
     );
     (host, url, browser, file)
+}
+
+/// Has `py` send `method` to the host without waiting for the answer (a
+/// person answers it in the page); the number of answers it logged before,
+/// for [`answer_to`].
+fn ext_sends(host: &Host, method: &str, params: Value) -> usize {
+    let before = host.logs("py").iter().filter(|l| l.starts_with("RESULT ")).count();
+    std::fs::write(host.call_file(), json!({"method": method, "params": params}).to_string()).unwrap();
+    host.result("command/execute", json!({"command": "test/call"}));
+    before
+}
+
+/// The whole response `py` got to what it sent after `before` answers.
+fn answer_to(host: &Host, before: usize) -> Value {
+    serde_json::from_str(&host.wait_log("py", "RESULT ", before, LONG)).unwrap()
 }
 
 fn value_of(path: &str) -> String {
@@ -149,18 +169,13 @@ fn a_toolbar_button_s_confirm_is_answered_in_the_page_and_its_window_closes_for_
     page.wait_for("document.querySelector('#elsewhere').hidden", LONG);
     drop(newest);
 
-    // The newest tab gone, the first answers again: a window opens in it as a frame.
-    std::fs::write(
-        host.call_file(),
-        json!({"method": "ui/openWindow", "params": {"url": "http://127.0.0.1:9/wizard", "title": "Wizard", "width": 520, "height": 320, "modal": true}})
-            .to_string(),
-    )
-    .unwrap();
+    // The newest tab gone, the first answers again (once the host has seen
+    // the other's connection close): a window opens in it as a frame.
+    let params =
+        json!({"url": "http://127.0.0.1:9/wizard", "title": "Wizard", "width": 520, "height": 320, "modal": true});
     let deadline = Instant::now() + LONG;
     let opened = loop {
-        host.result("command/execute", json!({"command": "test/call"}));
-        let result: Value = serde_json::from_str(&host.wait_log("py", "RESULT ", 0, LONG)).unwrap();
-        // Until the closed tab's connection is noticed, the host may still ask it.
+        let result = answer_to(&host, ext_sends(&host, "ui/openWindow", params.clone()));
         if result.get("result").is_some() || Instant::now() > deadline {
             break result;
         }
@@ -173,10 +188,82 @@ fn a_toolbar_button_s_confirm_is_answered_in_the_page_and_its_window_closes_for_
     page.screenshot("window");
     page.click(".close-window");
     page.wait_for("document.querySelector('.window') === null", LONG);
-    let closed = eventually(LONG, || {
-        host.logs("py").iter().any(|l| l.contains("\"window/closed\"") && l.contains(&window) && l.contains("\"user\""))
-    });
-    assert!(closed, "no window/closed from the user: {:?}", host.logs("py"));
+    let closed_by = |window: &str, reason: &str| {
+        let (window, reason) = (window.to_owned(), format!("\"reason\": \"{reason}\""));
+        eventually(LONG, || {
+            host.logs("py")
+                .iter()
+                .any(|l| l.contains("\"window/closed\"") && l.contains(&window) && l.contains(&reason))
+        })
+    };
+    assert!(closed_by(&window, "user"), "no window/closed from the user: {:?}", host.logs("py"));
+
+    // One the extension closes itself.
+    let second =
+        answer_to(&host, ext_sends(&host, "ui/openWindow", json!({"url": "http://127.0.0.1:9/x", "title": "Second"})));
+    let second = second["result"]["windowId"].as_str().unwrap_or_else(|| panic!("{second}")).to_owned();
+    page.wait_for(&format!("document.querySelector('.window[data-window-id=\"{second}\"]')"), LONG);
+    assert_eq!(host.ext_call("py", "ui/closeWindow", json!({"windowId": second}))["result"]["success"], true);
+    page.wait_for("document.querySelector('.window') === null", LONG);
+    assert!(closed_by(&second, "extension"), "no window/closed from the extension: {:?}", host.logs("py"));
+
+    // A file dialog browses the host's files (within [ui] file_roots), filtered.
+    let asked = ext_sends(
+        &host,
+        "ui/openFile",
+        json!({"title": "Pick a message", "filters": [{"name": "HL7", "extensions": ["hl7"]}]}),
+    );
+    page.wait_for("[...document.querySelectorAll('.picker-entry')].some(e => e.textContent === 'adt.hl7')", LONG);
+    assert_eq!(
+        page.eval("[...document.querySelectorAll('.picker-entry')].some(e => e.textContent === 'config.toml')"),
+        false
+    );
+    page.screenshot("file-dialog");
+    page.click(".picker-entry[data-path$='/adt.hl7']");
+    page.click(".modal button[data-answer=\"Open\"]");
+    let picked = answer_to(&host, asked);
+    let expected = host.dir.path().canonicalize().unwrap().join("adt.hl7");
+    assert_eq!(picked["result"]["path"], expected.display().to_string(), "{picked}");
+
+    // The extension's log, live and coloured by level.
+    host.result("command/execute", json!({"command": "test/stderr"}));
+    page.wait_for("document.querySelector('#log .level-error')?.textContent.includes('an error')", LONG);
+    page.wait_for("document.querySelector('#log .level-warn')?.textContent.includes('a warning')", LONG);
+}
+
+#[test]
+fn the_shipped_example_runs_from_its_button_and_its_confirm_is_answered_in_the_page() {
+    if !require_tool("chromium") || !require_tool("python3") {
+        return;
+    }
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned();
+    let example = repo.join("config/examples/hermes");
+    let config = format!(
+        "[[extensions]]\nname = \"uppercase-names\"\ncommand = {}\n",
+        json!(format!("python3 {}", example.join("uppercase-names.py").display()))
+    );
+    let (host, url) = host_with_page(&config);
+    host.wait_state("uppercase-names", "running", LONG);
+    let file = host.dir.path().join("adt-a01.hl7");
+    std::fs::copy(example.join("adt-a01.hl7"), &file).unwrap();
+    host.result("message/open", json!({"path": file}));
+    let mut page = Browser::launch();
+    page.navigate(&url);
+    page.wait_for("document.body.dataset.ready === 'yes' && document.querySelector('[data-path=\"PID.5.1\"] .name')?.textContent === 'Family Name'", LONG);
+
+    page.click("[data-path=\"PID.5.1\"] .value");
+    page.wait_for("document.activeElement.classList.contains('edit')", LONG);
+    page.type_text("Everyman");
+    page.press("Enter", false);
+    page.wait_for(&raw_view_has("Everyman^ADAM"), LONG);
+
+    page.click("button.tool[data-command=\"names/uppercase\"]");
+    page.wait_for("document.querySelector('.modal .dialog-message')?.textContent === 'Change Everyman, ADAM?'", LONG);
+    page.screenshot("example-confirm");
+    page.click(".modal button[data-answer=\"Yes\"]");
+    page.wait_for(&format!("{} === 'EVERYMAN'", value_of("PID.5.1")), LONG);
+    assert!(ctl_get(&host).contains("EVERYMAN^ADAM^A^III"), "{}", ctl_get(&host));
+    page.screenshot("example-done");
 }
 
 /// `hermes-host mcp` on stdio, spoken to directly (newline-delimited JSON-RPC).

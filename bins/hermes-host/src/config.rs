@@ -351,7 +351,8 @@ pub struct UiPolicy {
     #[serde(default)]
     pub headless_confirm: bool,
     /// The directories a UI may browse on the host (`files/list`, the page's
-    /// file picker) [default: the home directory]. `~/` is the home directory.
+    /// file picker) [default: the home directory]. `~/` is the home directory;
+    /// a relative path starts in the config file's directory.
     #[serde(default)]
     pub file_roots: Vec<PathBuf>,
 }

@@ -111,6 +111,27 @@ impl DialogRoute {
         cancel: CancellationToken,
     ) -> Result<Box<RawValue>, Unanswered> {
         let peer = self.answering().ok_or(Unanswered::Headless)?;
+        Self::ask_peer(peer, method, params, cancel).await
+    }
+
+    /// Takes a window away: the UI that shows it is told `ui/closeWindow`
+    /// (not the newest UI, if another tab showed it). `None` for no such window.
+    pub async fn close_window(&self, id: &str, params: &Value, cancel: CancellationToken) -> Option<String> {
+        let window = self.windows.lock().remove(id)?;
+        let showing = self.attached.lock().iter().find(|p| Some(p.conn_id()) == window.shown_by).cloned();
+        if let Some(peer) = showing.filter(|p| !p.is_closed()) {
+            // Its answer does not matter: the window is gone for the host.
+            let _ = Self::ask_peer(peer, "ui/closeWindow", params, cancel).await;
+        }
+        Some(window.owner)
+    }
+
+    async fn ask_peer(
+        peer: PeerHandle,
+        method: &str,
+        params: &Value,
+        cancel: CancellationToken,
+    ) -> Result<Box<RawValue>, Unanswered> {
         let answer = tokio::select! {
             answer = peer.request_raw(method, params, None) => answer,
             () = cancel.cancelled() => return Err(Unanswered::Failed(RpcError::new(errors::DIALOG_ERROR, "the request was abandoned"))),

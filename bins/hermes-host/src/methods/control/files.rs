@@ -39,15 +39,17 @@ pub struct Listing {
 }
 
 pub async fn list(ctx: Ctx<ControlSession>, params: ListParams) -> Result<Listing, RpcError> {
-    let roots = browsable_roots(&ctx.state.host.settings().ui.file_roots);
+    let settings = ctx.state.host.settings();
+    let roots = browsable_roots(&settings.ui.file_roots, settings.base_dir.as_deref());
     tokio::task::spawn_blocking(move || list_within(&roots, params.path))
         .await
         .map_err(|e| RpcError::internal(e.to_string()))?
 }
 
-/// `[ui] file_roots` as real directories (`~/` the home directory; none
-/// given: the home directory); those that do not exist are left out.
-fn browsable_roots(file_roots: &[PathBuf]) -> Vec<PathBuf> {
+/// `[ui] file_roots` as real directories (`~/` the home directory, a
+/// relative path from the config file's directory; none given: the home
+/// directory); those that do not exist are left out.
+fn browsable_roots(file_roots: &[PathBuf], base: Option<&Path>) -> Vec<PathBuf> {
     let home = dirs::home_dir();
     let roots: Vec<PathBuf> = if file_roots.is_empty() {
         home.into_iter().collect()
@@ -57,7 +59,7 @@ fn browsable_roots(file_roots: &[PathBuf]) -> Vec<PathBuf> {
             .filter_map(|root| match (root.strip_prefix("~"), &home) {
                 (Ok(rest), Some(home)) => Some(home.join(rest)),
                 (Ok(_), None) => None,
-                (Err(_), _) => Some(root.clone()),
+                (Err(_), _) => Some(base.map_or_else(|| root.clone(), |base| base.join(root))),
             })
             .collect()
     };

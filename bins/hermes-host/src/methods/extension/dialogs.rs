@@ -211,9 +211,7 @@ pub async fn close_window(ctx: Ctx<ExtensionSession>, params: Value) -> Answer {
         }
         Some(_) => {}
     }
-    ui.forget_window(&p.window_id);
-    // The UI closes it; its answer does not matter, the window is gone for us.
-    let _ = ui.ask("ui/closeWindow", &for_ui(&ctx, &json!({"windowId": p.window_id})), ctx.cancel_token()).await;
+    ui.close_window(&p.window_id, &for_ui(&ctx, &json!({"windowId": p.window_id})), ctx.cancel_token()).await;
     if let Some(peer) = ctx.state.extension.running_peer() {
         let id = p.window_id.clone();
         tokio::spawn(async move {
