@@ -147,6 +147,61 @@ fn a_field_typed_in_the_tree_reaches_the_raw_view_and_ctl_get() {
 }
 
 #[test]
+fn files_are_made_uploaded_saved_as_opened_and_downloaded_from_the_page() {
+    if !require_tool("chromium") || !require_tool("python3") {
+        return;
+    }
+    let (host, _url, mut page, _) = open_page();
+    let dir = host.dir.path().canonicalize().unwrap();
+    page.click("button[data-action=\"new\"]");
+    page.wait_for("document.querySelector('.file-name').textContent.startsWith('new message')", LONG);
+
+    // A file from this computer becomes a new message with no file.
+    page.eval(
+        "(() => { const input = document.querySelector('input.upload'); const files = new DataTransfer(); \
+         files.items.add(new File(['MSH|^~\\\\&|UP\\rPID|1||77||UPLOADED^ONE'], 'up.hl7')); \
+         input.files = files.files; input.dispatchEvent(new Event('change')); return true; })()",
+    );
+    page.wait_for(&raw_view_has("UPLOADED^ONE"), LONG);
+    page.wait_for("document.querySelector('.dirty').textContent === '●'", LONG);
+
+    // Save as…: a name typed in the host's file picker.
+    page.click("button[data-action=\"save-as\"]");
+    page.wait_for(
+        &format!("document.querySelector('.picker-where code')?.textContent === {}", json!(dir.display().to_string())),
+        LONG,
+    );
+    page.eval("(() => { const name = document.querySelector('.picker-name'); name.value = ''; name.focus(); return true; })()");
+    page.type_text("saved.hl7");
+    page.press("Enter", false);
+    let saved = dir.join("saved.hl7");
+    page.wait_for(
+        &format!("document.querySelector('.file-name').textContent === {}", json!(saved.display().to_string())),
+        LONG,
+    );
+    page.wait_for("document.querySelector('.dirty').textContent === ''", LONG);
+    assert!(std::fs::read_to_string(&saved).unwrap().contains("UPLOADED^ONE"));
+
+    // Open…: a file on the host, picked in the page.
+    page.click("button[data-action=\"open\"]");
+    page.click(".picker-entry[data-path$='/adt.hl7']");
+    page.click(".modal button[data-answer=\"Open\"]");
+    page.wait_for(&raw_view_has("DOE^JOHN"), LONG);
+
+    // Download: the message as this browser's file.
+    let downloads = tempfile::tempdir().unwrap();
+    page.call("Page.setDownloadBehavior", json!({"behavior": "allow", "downloadPath": downloads.path()}));
+    page.click("button[data-action=\"download\"]");
+    let downloaded = downloads.path().join("adt.hl7");
+    assert!(eventually(LONG, || std::fs::read_to_string(&downloaded).is_ok_and(|t| t == ADT)), "no download");
+
+    // A segment removed with its ×.
+    page.click("[data-path=\"PID\"] button.icon");
+    page.wait_for("document.querySelector('[data-path=\"PID\"]') === null", LONG);
+    assert!(!ctl_get(&host).contains("PID|"), "{}", ctl_get(&host));
+}
+
+#[test]
 fn a_toolbar_button_s_confirm_is_answered_in_the_page_and_its_window_closes_for_it() {
     if !require_tool("chromium") || !require_tool("python3") {
         return;

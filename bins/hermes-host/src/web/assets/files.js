@@ -12,16 +12,16 @@ export class Files {
     this.state = state; // {message, hasFile, filePath, dirty}
     this.name = h('span', { class: 'file-name' });
     this.dirty = h('span', { class: 'dirty', title: 'unsaved changes' });
-    const upload = h('input', { type: 'file', hidden: true, onchange: () => this.upload(upload) });
-    const button = (label, title, fn) => h('button', { title, dataset: { action: label.toLowerCase() }, onclick: fn }, label);
+    const upload = h('input', { type: 'file', class: 'upload', hidden: true, onchange: () => this.upload(upload) });
+    const button = (action, label, title, fn) => h('button', { title, dataset: { action }, onclick: fn }, label);
     bar.append(
-      button('New', 'a new message', () => this.run(() => rpc.call('message/new'))),
-      button('Open…', 'open a file on the host', () => this.open()),
-      button('Upload…', 'open a file from this computer', () => upload.click()),
+      button('new', 'New', 'a new message', () => this.run(() => rpc.call('message/new'))),
+      button('open', 'Open…', 'open a file on the host', () => this.open()),
+      button('upload', 'Upload…', 'open a file from this computer', () => upload.click()),
       upload,
-      button('Save', 'save (Ctrl-S)', () => this.save()),
-      button('Save as…', 'save to another file on the host', () => this.saveAs()),
-      button('Download', 'download the message', () => this.download()),
+      button('save', 'Save', 'save (Ctrl-S)', () => this.save()),
+      button('save-as', 'Save as…', 'save to another file on the host', () => this.saveAs()),
+      button('download', 'Download', 'download the message', () => this.download()),
       h('span', { class: 'file' }, this.dirty, this.name),
     );
   }
@@ -123,7 +123,7 @@ export function pickHostPath(rpc, { mode, title, defaultPath, defaultName, filte
       for (const b of list.children) b.classList.toggle('chosen', chosen.has(b.dataset.path));
     },
     ondblclick: () => { if (!isDir) modal.current?.close(answer()); },
-  }, isDir ? `📁 ${label}` : label);
+  }, isDir ? `${label}/` : label);
   const answer = () => {
     const typed = name.value.trim();
     if (!typed) return null;

@@ -113,8 +113,21 @@ rpc.onstatus = (status) => {
   if (status === 'offline') {
     dialogs.reset();
     windows.reset();
+    explainRefusal();
   }
 };
+
+/** A live channel refused (not just closed): the host restarted with a new token. Said at most every 30 s. */
+let explained = 0;
+async function explainRefusal() {
+  if (Date.now() - explained < 30000) return;
+  try {
+    const probe = await fetch('/assets/style.css', { cache: 'no-store' });
+    if (probe.status !== 401) return;
+    explained = Date.now();
+    toast('The host no longer takes this page\'s token (it restarted?): open the URL `hermes-host ctl web` prints.', 'error');
+  } catch { /* the host is down: the page reconnects when it is back */ }
+}
 rpc.onopen = async () => {
   try {
     await rpc.call('subscribe', { events: ['*'] });
