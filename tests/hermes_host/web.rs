@@ -534,3 +534,39 @@ fn a_page_beyond_loopback_needs_a_token_set_and_off_serves_none() {
     let host = Host::start_with("", &["--http", "off"]);
     assert!(!host.socket.with_extension("url").exists());
 }
+
+#[test]
+fn a_large_message_opens_with_its_segments_closed_and_follows_edits() {
+    if !require_tool("chromium") || !require_tool("python3") {
+        return;
+    }
+    let (host, url) = page_host();
+    let mut text = String::from("MSH|^~\\&|APP|FAC|||20231215120000||ORU^R01|1|P|2.5.1\rPID|1||12345||DOE^JOHN");
+    for i in 1..=20_000 {
+        text += &format!("\rOBX|{i}|NM|GLU^Glucose||{}|mg/dL", 80 + i % 40);
+    }
+    host.result("message/new", json!({"message": text}));
+    let mut page = Browser::launch();
+    let started = Instant::now();
+    page.navigate(&url);
+    page.wait_for("document.querySelector('[data-path=\"OBX[2998]\"]')", LONG);
+    let shown = started.elapsed();
+    // Drawn 3000 rows at a time.
+    assert_eq!(page.eval("document.querySelector('[data-path=\"OBX[2999]\"]') === null"), true);
+    page.click("button.show-more");
+    page.wait_for("document.querySelector('[data-path=\"OBX[5998]\"]')", LONG);
+    // Closed: a row a segment, not one a field.
+    assert_eq!(page.eval("document.querySelector('[data-path=\"OBX[20].5\"]') === null"), true);
+    page.click("[data-path=\"PID\"] .toggle");
+    page.wait_for(&format!("{} === 'DOE'", value_of("PID.5.1")), LONG);
+    let started = Instant::now();
+    host.result("message/patch", json!({"patches": [{"path": "OBX[2000].5", "value": "123"}]}));
+    page.wait_for(&raw_view_has("OBX|2000|NM|GLU^Glucose||123|"), LONG);
+    let line = format!(
+        "a 20 000-segment message: shown {shown:?} after navigating (drawing it: {} ms); an edit redrawn in {:?}\n",
+        page.eval("document.body.dataset.drawMs"),
+        started.elapsed()
+    );
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    page.screenshot("large");
+}

@@ -66,7 +66,7 @@ impl Access {
         Access { token, cookie: format!("hermes-host-{port}"), hosts }
     }
 
-    /// The whole check of a request; `Ok` with whether the token came in the query.
+    /// The whole check of a request, in the order above.
     pub fn check(&self, headers: &HeaderMap, uri: &Uri) -> Result<(), Refusal> {
         let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
         if !self.host_allowed(host) {

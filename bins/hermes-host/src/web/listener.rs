@@ -34,6 +34,9 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP connections served at once (a live channel, once upgraded, no longer counts).
 const MAX_CONNECTIONS: usize = 64;
 
+/// Live channels open at once, as many as the control socket's connections.
+const MAX_LIVE_CHANNELS: usize = 64;
+
 /// The file holding the page's URL, removed when the daemon stops.
 pub struct UrlFile(PathBuf);
 
@@ -70,6 +73,7 @@ pub fn start(
         control,
         peer,
         max_message: config.max_message,
+        live_slots: Arc::new(tokio::sync::Semaphore::new(MAX_LIVE_CHANNELS)),
         shutdown: daemon.shutdown().clone(),
     });
     let app = routes::router(site);

@@ -26,9 +26,13 @@ pub async fn upgrade(State(site): State<Arc<Site>>, mut request: Request) -> Res
         Ok(key) => key,
         Err(refusal) => return refusal.into_response(),
     };
+    let Ok(slot) = site.live_slots.clone().try_acquire_owned() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "too many pages are open").into_response();
+    };
     let on_upgrade = hyper::upgrade::on(&mut request);
     let serving = site.clone();
     site.shutdown.spawn(async move {
+        let _slot = slot;
         let upgraded = match on_upgrade.await {
             Ok(upgraded) => upgraded,
             Err(e) => return tracing::debug!(error = %e, "websocket upgrade did not complete"),

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use rpc_core::{PeerConfig, Router, Shutdown};
+use tokio::sync::Semaphore;
 
 use super::access::Access;
 use crate::state::{ControlSession, Host};
@@ -16,5 +17,7 @@ pub struct Site {
     /// A live channel's budgets: a control connection's.
     pub peer: PeerConfig,
     pub max_message: usize,
+    /// Live channels open at once (a tab each): as many as control connections.
+    pub live_slots: Arc<Semaphore>,
     pub shutdown: Shutdown,
 }

@@ -82,10 +82,17 @@ async function snapshot() {
 }
 
 function render() {
+  const started = performance.now();
   files.show();
-  tree.show(parse(state.message ?? ''), names);
+  const t1 = performance.now();
+  const parsed = parse(state.message ?? '');
+  const t15 = performance.now();
+  tree.show(parsed, names);
+  const t2 = performance.now();
   views.show(state.message);
+  const t3 = performance.now();
   document.body.dataset.renders = String(++renders);
+  document.body.dataset.drawMs = `parse ${Math.round(t15 - t1)} tree ${Math.round(t2 - t15)} raw ${Math.round(t3 - t2)} total ${Math.round(t3 - started)}`;
 }
 
 async function loadSchema() {

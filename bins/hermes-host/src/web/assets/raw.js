@@ -5,6 +5,9 @@
 import { h, clear } from './dom.js';
 import { delimiters, segmentLines } from './hl7.js';
 
+/** The raw view colours at most this many characters of a message; Download gives all. */
+const SHOWN = 300000;
+
 export class TextViews {
   constructor(root, actions) {
     this.root = root;
@@ -43,7 +46,11 @@ export class TextViews {
       return;
     }
     if (this.format === 'hl7') {
-      clear(this.body).append(coloured(text));
+      const shown = text.length > SHOWN ? text.slice(0, text.lastIndexOf('\r', SHOWN) + 1 || SHOWN) : text;
+      clear(this.body).append(coloured(shown));
+      if (shown.length < text.length) {
+        this.body.append(h('p', { class: 'muted' }, `The first ${SHOWN / 1000} kB of ${Math.round(text.length / 1000)} kB; Download for all of it.`));
+      }
       return;
     }
     const format = this.format;
@@ -80,26 +87,31 @@ export class TextViews {
   }
 }
 
-/** Raw HL7 with its delimiters in spans of their own kind. */
+/** Raw HL7 with its delimiters in spans of their own kind (drawn as markup: a message may have many). */
 function coloured(text) {
   const d = delimiters(text);
   const kinds = new Map([[d.field, 'd-field'], [d.component, 'd-component'], [d.repetition, 'd-repetition'],
     [d.subcomponent, 'd-subcomponent'], [d.escape, 'd-escape']]);
-  const pre = h('pre', { class: 'raw', 'aria-label': 'raw HL7' });
+  const html = [];
   for (const line of segmentLines(text)) {
-    const el = h('div', { class: 'raw-line' }, h('span', { class: 'seg-name' }, line.slice(0, 3)));
+    html.push(`<div class="raw-line"><span class="seg-name">${esc(line.slice(0, 3))}</span>`);
     let plain = '';
-    const flush = () => { if (plain) { el.append(plain); plain = ''; } };
     for (let i = 3; i < line.length; i++) {
       // MSH-2 is the delimiters themselves, shown as they are.
       const kind = line.startsWith('MSH') && i > 3 && i < 8 ? null : kinds.get(line[i]);
       if (kind) {
-        flush();
-        el.append(h('span', { class: kind }, line[i]));
+        html.push(esc(plain), `<span class="${kind}">${esc(line[i])}</span>`);
+        plain = '';
       } else plain += line[i];
     }
-    flush();
-    pre.append(el);
+    html.push(esc(plain), '</div>');
   }
+  const pre = h('pre', { class: 'raw', 'aria-label': 'raw HL7' });
+  pre.innerHTML = html.join('');
   return pre;
+}
+
+/** Text for markup: the message's values are data, never markup. */
+function esc(text) {
+  return String(text).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }

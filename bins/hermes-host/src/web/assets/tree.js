@@ -7,18 +7,32 @@
 // A change from elsewhere while a value is being edited waits until the
 // edit ends, so typing is never lost under a re-render.
 
-import { h, clear } from './dom.js';
+import { h } from './dom.js';
 import { nameKey } from './hl7.js';
+
+/** Past this many segments, segments start closed: the tree stays quick to draw. */
+const LARGE = 200;
+
+/** Rows drawn at once; "Show more" draws as many again. */
+const ROWS_AT_ONCE = 3000;
 
 export class MessageTree {
   constructor(root, actions) {
     this.root = root;
-    this.actions = actions; // {patch(path, value), addSegment(name), removeSegment(path)}
+    this.actions = actions; // {patch(path, value), addSegment(name), removeSegment(path), rerender()}
+    // What the person opened or closed; a large message starts with its segments closed.
     this.closed = new Set();
+    this.opened = new Set();
+    this.large = false;
+    this.limit = ROWS_AT_ONCE;
     this.focusPath = null;
     this.editing = null;
     this.deferred = null;
-    this.root.addEventListener('keydown', (e) => this.key(e));
+    this.list = h('div', { class: 'rows', role: 'tree', 'aria-label': 'message' });
+    root.append(this.list, this.adder());
+    // One listener each for every row: rows are drawn as markup, many at once.
+    this.list.addEventListener('click', (e) => this.click(e));
+    root.addEventListener('keydown', (e) => this.key(e));
   }
 
   /** Shows `segments` (from hl7.parse) with `names` (from hl7.fieldNames). */
@@ -28,13 +42,17 @@ export class MessageTree {
       return;
     }
     this.deferred = null;
-    const hadFocus = this.root.contains(document.activeElement);
-    clear(this.root);
-    const list = h('div', { class: 'rows', role: 'tree', 'aria-label': 'message' });
-    for (const segment of segments) this.segmentRows(list, segment, names);
-    this.root.append(list, this.adder());
-    const rows = this.rows();
-    let focus = rows.find((r) => r.dataset.path === this.focusPath) || rows[0];
+    this.large = segments.length > LARGE;
+    const hadFocus = this.root.contains(document.activeElement) && document.activeElement.classList.contains('row');
+    const html = [];
+    let drawn = 0;
+    for (; drawn < segments.length && html.length < this.limit; drawn++) this.segmentRows(html, segments[drawn], names);
+    if (drawn < segments.length) {
+      html.push(`<button class="show-more">Show more (${segments.length - drawn} segments not drawn)</button>`);
+    }
+    this.list.innerHTML = html.join('');
+    const focus = (this.focusPath !== null && this.list.querySelector(`.row[data-path="${CSS.escape(this.focusPath)}"]`))
+      || this.list.querySelector('.row');
     if (focus) {
       focus.tabIndex = 0;
       this.focusPath = focus.dataset.path;
@@ -42,61 +60,58 @@ export class MessageTree {
     }
   }
 
-  segmentRows(list, segment, names) {
-    const open = !this.closed.has(segment.path);
-    const remove = segment.name === 'MSH' ? null : h('button', {
-      class: 'icon', title: `remove ${segment.path}`, 'aria-label': `remove ${segment.path}`,
-      onclick: (e) => { e.stopPropagation(); this.actions.removeSegment(segment.path); },
-    }, '×');
-    list.append(this.row(1, segment.path, names.get(segment.name), null, open, 'segment', remove));
+  isOpen(path, level) {
+    return this.large && level === 1 ? this.opened.has(path) : !this.closed.has(path);
+  }
+
+  segmentRows(html, segment, names) {
+    const open = this.isOpen(segment.path, 1);
+    const remove = segment.name === 'MSH' ? ''
+      : `<button class="icon remove" title="remove ${esc(segment.path)}" aria-label="remove ${esc(segment.path)}">×</button>`;
+    html.push(row(1, segment.path, names.get(segment.name), null, open, 'segment', remove));
     if (!open) return;
     for (const field of segment.fields) {
       const nested = field.reps.length > 1 || field.reps[0]?.components.length > 0;
       const fieldOpen = nested && !this.closed.has(field.path);
       const leaf = nested ? null : { value: field.value, fixed: field.fixed };
-      list.append(this.row(2, field.path, names.get(nameKey(field.path)), leaf, nested ? fieldOpen : null, 'field', null, nested ? field.value : null));
+      html.push(row(2, field.path, names.get(nameKey(field.path)), leaf, nested ? fieldOpen : null, 'field', '', nested ? field.value : null));
       if (!fieldOpen) continue;
       if (field.reps.length > 1) {
         for (const rep of field.reps) {
-          const repOpen = rep.components.length > 0 && !this.closed.has(rep.path);
-          const repLeaf = rep.components.length ? null : { value: rep.value };
-          list.append(this.row(3, rep.path, null, repLeaf, rep.components.length ? repOpen : null, 'repetition', null, rep.components.length ? rep.value : null));
-          if (repOpen) this.componentRows(list, rep, names, 4);
+          const nestedRep = rep.components.length > 0;
+          const repOpen = nestedRep && !this.closed.has(rep.path);
+          html.push(row(3, rep.path, null, nestedRep ? null : { value: rep.value }, nestedRep ? repOpen : null, 'repetition', '', nestedRep ? rep.value : null));
+          if (repOpen) this.componentRows(html, rep, names, 4);
         }
-      } else this.componentRows(list, field.reps[0], names, 3);
+      } else this.componentRows(html, field.reps[0], names, 3);
     }
   }
 
-  componentRows(list, rep, names, level) {
+  componentRows(html, rep, names, level) {
     for (const comp of rep.components) {
-      const subOpen = comp.subs.length > 0 && !this.closed.has(comp.path);
-      list.append(this.row(level, comp.path, names.get(nameKey(comp.path)), comp.subs.length ? null : { value: comp.value },
-        comp.subs.length ? subOpen : null, 'component', null, comp.subs.length ? comp.value : null));
+      const nested = comp.subs.length > 0;
+      const subOpen = nested && !this.closed.has(comp.path);
+      html.push(row(level, comp.path, names.get(nameKey(comp.path)), nested ? null : { value: comp.value },
+        nested ? subOpen : null, 'component', '', nested ? comp.value : null));
       if (subOpen) {
-        for (const sub of comp.subs) list.append(this.row(level + 1, sub.path, null, { value: sub.value }, null, 'subcomponent'));
+        for (const sub of comp.subs) html.push(row(level + 1, sub.path, null, { value: sub.value }, null, 'subcomponent', ''));
       }
     }
   }
 
-  /** One row; `open` is null for a row with no children; `leaf` {value, fixed} for an editable value. */
-  row(level, path, name, leaf, open, kind, extra, summary) {
-    const toggle = open === null ? h('span', { class: 'toggle' }) : h('span', {
-      class: 'toggle', onclick: (e) => { e.stopPropagation(); this.flip(path); },
-    }, open ? '▾' : '▸');
-    const value = leaf
-      ? h('span', {
-        class: `value${leaf.fixed ? ' fixed' : ''}${leaf.value === '' ? ' empty' : ''}`,
-        onclick: leaf.fixed ? null : (e) => { e.stopPropagation(); this.edit(e.target.closest('.row')); },
-      }, leaf.value)
-      : h('span', { class: 'summary' }, summary ?? '');
-    const row = h('div', {
-      class: `row ${kind}`, role: 'treeitem', tabindex: -1, 'aria-level': level,
-      'aria-expanded': open === null ? null : String(open),
-      dataset: { path, editable: leaf && !leaf.fixed ? 'yes' : 'no' },
-      style: { paddingLeft: `${(level - 1) * 1.2 + 0.3}em` },
-      onclick: () => this.focus(row),
-    }, toggle, h('code', { class: 'path' }, path), name ? h('span', { class: 'name' }, name) : null, value, extra);
-    return row;
+  click(e) {
+    if (e.target.closest('.show-more')) {
+      this.limit += ROWS_AT_ONCE;
+      this.actions.rerender();
+      return;
+    }
+    const target = e.target.closest('.row');
+    if (!target) return;
+    const path = target.dataset.path;
+    if (e.target.closest('.toggle') && target.hasAttribute('aria-expanded')) this.flip(path);
+    else if (e.target.closest('button.remove')) this.actions.removeSegment(path);
+    else if (e.target.closest('.value') && target.dataset.editable === 'yes') this.edit(target);
+    else this.focus(target);
   }
 
   adder() {
@@ -111,7 +126,7 @@ export class MessageTree {
   }
 
   rows() {
-    return [...this.root.querySelectorAll('.row')];
+    return [...this.list.querySelectorAll('.row')];
   }
 
   focus(row) {
@@ -123,8 +138,9 @@ export class MessageTree {
   }
 
   flip(path) {
-    if (this.closed.has(path)) this.closed.delete(path);
-    else this.closed.add(path);
+    const set = this.large && !path.includes('.') ? this.opened : this.closed;
+    if (set.has(path)) set.delete(path);
+    else set.add(path);
     this.focusPath = path;
     this.actions.rerender();
   }
@@ -192,4 +208,21 @@ export class MessageTree {
       default:
     }
   }
+}
+
+/** Text for markup: the message's values are data, never markup. */
+function esc(text) {
+  return String(text).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+/** One row's markup; `open` is null for a row with no children; `leaf` {value, fixed} for an editable value. */
+function row(level, path, name, leaf, open, kind, extra, summary) {
+  const toggle = open === null ? '<span class="toggle"></span>' : `<span class="toggle">${open ? '▾' : '▸'}</span>`;
+  const value = leaf
+    ? `<span class="value${leaf.fixed ? ' fixed' : ''}${leaf.value === '' ? ' empty' : ''}">${esc(leaf.value)}</span>`
+    : `<span class="summary">${esc(summary ?? '')}</span>`;
+  const expanded = open === null ? '' : ` aria-expanded="${open}"`;
+  const editable = leaf && !leaf.fixed ? 'yes' : 'no';
+  return `<div class="row ${kind} level-${level}" role="treeitem" tabindex="-1" aria-level="${level}"${expanded} data-path="${esc(path)}" data-editable="${editable}">`
+    + `${toggle}<code class="path">${esc(path)}</code>${name ? `<span class="name">${esc(name)}</span>` : ''}${value}${extra}</div>`;
 }
