@@ -24,6 +24,8 @@ Commands it understands (the test drives it through `command/execute`):
   `BURST <ok count>` when all are answered.
 - test/garbage: writes malformed frames, then a valid request.
 - test/stderr: logs lines at every level.
+- test/button (its toolbar button's command): asks ui/showConfirm and logs
+  `CONFIRMED <the whole response>`.
 - test/edit (declared only through EXT_COMMANDS): reads the message, patches
   PID.5.1 and logs `EDITED <n> ok` (or `EDITED <n> <what came back>`), n
   counting edits since the start.
@@ -163,6 +165,9 @@ def run_command(command):
         patched = request("editor/patchMessage", {"patches": [{"path": "PID.5.1", "value": "EDIT%d" % n}]})
         fine = "result" in got and patched.get("result", {}).get("success") is True
         log("EDITED %d %s" % (n, "ok" if fine else json.dumps([got, patched])[:500]))
+    elif command == "test/button":
+        answer = request("ui/showConfirm", {"title": "Test confirm", "message": "Proceed with the test?", "buttons": "yesNo"})
+        log("CONFIRMED " + json.dumps(answer))
     elif command == "test/exit":
         os._exit(3)
     else:

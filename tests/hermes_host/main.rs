@@ -1,12 +1,15 @@
 //! hermes-host over real processes and sockets: a Python test extension
 //! speaking raw Content-Length (ext.py), one on Node's vscode-jsonrpc
 //! (node-ext/, in [`node`]), the daemon, its control socket and its client
-//! commands, and `hermes-host mcp` in front of it ([`mcp`]).
+//! commands, `hermes-host mcp` in front of it ([`mcp`]), and the editor page
+//! in headless Chromium ([`web`], driven by [`browser`]).
 
+mod browser;
 mod mcp;
 mod memory;
 mod node;
 mod support;
+mod web;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

@@ -60,6 +60,11 @@ impl Host {
             "--data-dir".into(),
             data.display().to_string(),
         ];
+        // The page's default port is one for the whole machine: a test that
+        // wants the page gives its own (`--http`).
+        if !args.contains(&"--http") {
+            all.extend(["--http".into(), "off".into()]);
+        }
         all.extend(args.iter().map(|a| a.to_string()));
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
         let daemon = Daemon::start("hermes-host", &all, env);

@@ -8,6 +8,7 @@
 //! file then keeps the running configuration and says why.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -97,6 +98,14 @@ pub struct ServeArgs {
     /// (seconds, or `500ms`). Events alone never disconnect a subscriber.
     #[arg(long, env = "HERMES_HOST_WRITE_STALL", default_value = "30", value_parser = rpc_core::config::seconds)]
     pub write_stall: Duration,
+    /// Where the editor page is served, HOST:PORT, or `off` [default: 127.0.0.1:8767; if that port
+    /// is taken, the host runs without the page and says so].
+    #[arg(long, env = "HERMES_HOST_HTTP")]
+    pub http: Option<String>,
+    /// The token the page asks for [default: a new one at each start]. Needed to serve the page
+    /// beyond loopback.
+    #[arg(long, env = "HERMES_HOST_HTTP_TOKEN", hide_env_values = true)]
+    pub http_token: Option<String>,
 }
 
 /// Flags of `hermes-host ctl`.
@@ -163,6 +172,12 @@ pub enum CtlCommand {
     Subscribe { events: Vec<String> },
     /// Be the UI: answer the extensions' dialogs at this terminal.
     Ui,
+    /// Print the editor page's URL (with its token), or open it in your browser.
+    Web {
+        /// Open the page with the desktop's browser (xdg-open, or open on macOS).
+        #[arg(long)]
+        open: bool,
+    },
     /// Call any control method with --arg key=value params.
     Call {
         method: String,
@@ -213,6 +228,47 @@ pub struct Config {
     pub write_stall: Duration,
     /// What the file said at start.
     pub file: FileConfig,
+    /// The editor page, unless `HERMES_HOST_HTTP=off`.
+    pub web: Option<WebSettings>,
+}
+
+/// Where the editor page is served, and the token it asks for.
+#[derive(Clone, Debug)]
+pub struct WebSettings {
+    pub listen: SocketAddr,
+    pub token: String,
+    /// Whether the address was given: a given address that cannot be bound
+    /// stops the daemon; the default one taken (a second host) only loses the page.
+    pub given: bool,
+}
+
+/// The page's port when `HERMES_HOST_HTTP` is not set.
+pub const DEFAULT_HTTP: &str = "127.0.0.1:8767";
+
+impl WebSettings {
+    fn from_args(http: Option<&str>, token: Option<String>) -> Result<Option<WebSettings>, ConfigError> {
+        const SETTING: &str = "HERMES_HOST_HTTP";
+        let text = http.map(str::trim).unwrap_or(DEFAULT_HTTP);
+        if text.eq_ignore_ascii_case("off") {
+            return Ok(None);
+        }
+        let (host, port) = text
+            .rsplit_once(':')
+            .ok_or_else(|| ConfigError::new(SETTING, format!("{text:?}: expected HOST:PORT or off")))?;
+        let port = port.parse().map_err(|_| ConfigError::new(SETTING, format!("{port:?} is not a port")))?;
+        let listen = rpc_core::config::bind_address(SETTING, host, port)?;
+        let token = token.filter(|t| !t.is_empty());
+        rpc_core::config::check_exposure(SETTING, listen.ip(), "HERMES_HOST_HTTP_TOKEN", token.as_deref())?;
+        let token = token.unwrap_or_else(new_token);
+        Ok(Some(WebSettings { listen, token, given: http.is_some() }))
+    }
+}
+
+/// 128 bits from the operating system's random source, as hex.
+fn new_token() -> String {
+    let mut bits = [0u8; 16];
+    getrandom::fill(&mut bits).expect("the operating system's random source");
+    bits.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Config {
@@ -247,6 +303,7 @@ impl Config {
             max_elements: args.max_elements,
             write_stall: args.write_stall,
             file,
+            web: WebSettings::from_args(args.http.as_deref(), args.http_token)?,
         })
     }
 }
@@ -258,6 +315,12 @@ pub fn default_socket(data_dir: &Path) -> PathBuf {
         Some(dir) => PathBuf::from(dir).join("hermes-host.sock"),
         None => data_dir.join("hermes-host.sock"),
     }
+}
+
+/// The file beside the control socket (`hermes-host.sock` → `hermes-host.url`,
+/// 0600) that holds the editor page's URL with its token, for `ctl web`.
+pub fn url_file(socket: &Path) -> PathBuf {
+    socket.with_extension("url")
 }
 
 /// The TOML file.
@@ -287,6 +350,11 @@ pub struct UiPolicy {
     /// The answer to `ui/showConfirm`.
     #[serde(default)]
     pub headless_confirm: bool,
+    /// The directories a UI may browse on the host (`files/list`, the page's
+    /// file picker) [default: the home directory]. `~/` is the home directory;
+    /// a relative path starts in the config file's directory.
+    #[serde(default)]
+    pub file_roots: Vec<PathBuf>,
 }
 
 /// One `[[extensions]]` entry.

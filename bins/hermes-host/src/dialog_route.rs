@@ -31,11 +31,19 @@ use crate::config::UiPolicy;
 use crate::errors;
 
 pub struct DialogRoute {
-    attached: Mutex<Option<PeerHandle>>,
+    /// The attached UIs, most recent last: the last one still open answers.
+    /// Only a UI that asked to take over (`ui/attach {takeover: true}`, what
+    /// the page does, so that the newest tab answers) joins one already attached.
+    attached: Mutex<Vec<PeerHandle>>,
     policy: Mutex<UiPolicy>,
-    /// Open windows and the extension that opened each.
-    windows: Mutex<HashMap<String, String>>,
+    /// Open windows: the extension that opened each, and the UI connection showing it.
+    windows: Mutex<HashMap<String, Window>>,
     next_window: AtomicU64,
+}
+
+struct Window {
+    owner: String,
+    shown_by: Option<u64>,
 }
 
 /// The attached UI did not answer.
@@ -48,7 +56,7 @@ pub enum Unanswered {
 impl DialogRoute {
     pub fn new(policy: UiPolicy) -> DialogRoute {
         DialogRoute {
-            attached: Mutex::new(None),
+            attached: Mutex::default(),
             policy: Mutex::new(policy),
             windows: Mutex::default(),
             next_window: AtomicU64::new(1),
@@ -63,33 +71,35 @@ impl DialogRoute {
         self.policy.lock().headless_confirm
     }
 
-    /// Makes `peer` the UI; -32000 while another one is attached.
-    pub fn attach(&self, peer: PeerHandle) -> Result<(), RpcError> {
+    /// Makes `peer` the UI; -32000 while another one is attached, unless
+    /// it takes over (then it answers until it goes, and the one before it again after).
+    pub fn attach(&self, peer: PeerHandle, takeover: bool) -> Result<(), RpcError> {
         let mut attached = self.attached.lock();
-        match attached.as_ref() {
-            Some(current) if !current.is_closed() && current.conn_id() != peer.conn_id() => {
-                Err(RpcError::new(errors::GENERAL, "another UI is attached"))
-            }
-            _ => {
-                *attached = Some(peer);
-                Ok(())
-            }
+        attached.retain(|p| !p.is_closed() && p.conn_id() != peer.conn_id());
+        if !takeover && !attached.is_empty() {
+            return Err(RpcError::new(errors::GENERAL, "another UI is attached"));
         }
+        attached.push(peer);
+        Ok(())
     }
 
-    /// Forgets the UI of connection `conn_id` if it is the attached one, and
-    /// returns the windows it had open (window, owner): they are gone with it.
+    /// Forgets the UI of connection `conn_id`, and returns the windows it
+    /// showed (window, owner): they are gone with it.
     pub fn detach(&self, conn_id: u64) -> Vec<(String, String)> {
-        let mut attached = self.attached.lock();
-        if attached.as_ref().is_none_or(|p| p.conn_id() != conn_id) {
-            return Vec::new();
-        }
-        *attached = None;
-        self.windows.lock().drain().collect()
+        self.attached.lock().retain(|p| p.conn_id() != conn_id);
+        let mut windows = self.windows.lock();
+        let gone: Vec<String> =
+            windows.iter().filter(|(_, w)| w.shown_by == Some(conn_id)).map(|(id, _)| id.clone()).collect();
+        gone.into_iter().filter_map(|id| windows.remove(&id).map(|w| (id, w.owner))).collect()
+    }
+
+    /// The UI that answers now: the most recent attached one still open.
+    fn answering(&self) -> Option<PeerHandle> {
+        self.attached.lock().iter().rev().find(|p| !p.is_closed()).cloned()
     }
 
     pub fn is_attached(&self) -> bool {
-        self.attached.lock().as_ref().is_some_and(|p| !p.is_closed())
+        self.answering().is_some()
     }
 
     /// Asks the attached UI, waiting as long as a person takes (no timeout),
@@ -100,7 +110,28 @@ impl DialogRoute {
         params: &Value,
         cancel: CancellationToken,
     ) -> Result<Box<RawValue>, Unanswered> {
-        let peer = self.attached.lock().clone().filter(|p| !p.is_closed()).ok_or(Unanswered::Headless)?;
+        let peer = self.answering().ok_or(Unanswered::Headless)?;
+        Self::ask_peer(peer, method, params, cancel).await
+    }
+
+    /// Takes a window away: the UI that shows it is told `ui/closeWindow`
+    /// (not the newest UI, if another tab showed it). `None` for no such window.
+    pub async fn close_window(&self, id: &str, params: &Value, cancel: CancellationToken) -> Option<String> {
+        let window = self.windows.lock().remove(id)?;
+        let showing = self.attached.lock().iter().find(|p| Some(p.conn_id()) == window.shown_by).cloned();
+        if let Some(peer) = showing.filter(|p| !p.is_closed()) {
+            // Its answer does not matter: the window is gone for the host.
+            let _ = Self::ask_peer(peer, "ui/closeWindow", params, cancel).await;
+        }
+        Some(window.owner)
+    }
+
+    async fn ask_peer(
+        peer: PeerHandle,
+        method: &str,
+        params: &Value,
+        cancel: CancellationToken,
+    ) -> Result<Box<RawValue>, Unanswered> {
         let answer = tokio::select! {
             answer = peer.request_raw(method, params, None) => answer,
             () = cancel.cancelled() => return Err(Unanswered::Failed(RpcError::new(errors::DIALOG_ERROR, "the request was abandoned"))),
@@ -116,15 +147,16 @@ impl DialogRoute {
 
     pub fn new_window(&self, owner: &str) -> String {
         let id = format!("{owner}-window-{}", self.next_window.fetch_add(1, Ordering::Relaxed));
-        self.windows.lock().insert(id.clone(), owner.to_owned());
+        let shown_by = self.answering().map(|p| p.conn_id());
+        self.windows.lock().insert(id.clone(), Window { owner: owner.to_owned(), shown_by });
         id
     }
 
     pub fn forget_window(&self, id: &str) -> Option<String> {
-        self.windows.lock().remove(id)
+        self.windows.lock().remove(id).map(|w| w.owner)
     }
 
     pub fn owner_of(&self, id: &str) -> Option<String> {
-        self.windows.lock().get(id).cloned()
+        self.windows.lock().get(id).map(|w| w.owner.clone())
     }
 }

@@ -42,6 +42,9 @@ struct Held {
     /// makes the new message whole, then takes its place here.
     message: Option<Arc<Hl7Message>>,
     file: Option<PathBuf>,
+    /// Edited since it was opened or saved (a new message given content is
+    /// dirty too: it is in no file yet).
+    dirty: bool,
 }
 
 /// The message as text in some format: in hl7, the held message's own
@@ -123,6 +126,11 @@ impl Document {
         self.held.lock().file.clone()
     }
 
+    /// Whether the message has changes no file holds.
+    pub fn is_dirty(&self) -> bool {
+        self.held.lock().dirty
+    }
+
     /// The message held (shared) and its file, if one is open.
     pub fn current(&self) -> Option<(Arc<Hl7Message>, Option<PathBuf>)> {
         let held = self.held.lock();
@@ -144,7 +152,10 @@ impl Document {
     /// is not a message in `format` or the message is past the bounds.
     pub fn set(&self, text: String, format: Format, by: &str) -> Result<(), RpcError> {
         let message = self.read(text, format)?;
-        self.held.lock().message = Some(Arc::new(message));
+        let mut held = self.held.lock();
+        held.message = Some(Arc::new(message));
+        held.dirty = true;
+        drop(held);
         self.changed(Change::Edited { by: by.to_owned() });
         Ok(())
     }
@@ -188,6 +199,7 @@ impl Document {
         let changed = edit(&mut message);
         if changed {
             held.message = Some(Arc::new(message));
+            held.dirty = true;
         }
         Ok(changed)
     }
@@ -196,11 +208,12 @@ impl Document {
     /// `content` (text in a format). -32004 when the content is not a
     /// message or is past the bounds; the message held before is then kept.
     pub fn new_message(&self, content: Option<(String, Format)>) -> Result<(), RpcError> {
+        let dirty = content.is_some();
         let message = match content {
             Some((text, format)) => self.read(text, format)?,
             None => Hl7Message::new_empty(),
         };
-        *self.held.lock() = Held { message: Some(Arc::new(message)), file: None };
+        *self.held.lock() = Held { message: Some(Arc::new(message)), file: None, dirty };
         self.changed(Change::Opened { file: None, is_new: true });
         Ok(())
     }
@@ -220,7 +233,7 @@ impl Document {
         let text = String::from_utf8(bytes)
             .map_err(|_| RpcError::new(errors::INVALID_MESSAGE, format!("{}: not UTF-8 text", path.display())))?;
         let message = self.read(text, Format::Hl7)?;
-        *self.held.lock() = Held { message: Some(Arc::new(message)), file: Some(path.clone()) };
+        *self.held.lock() = Held { message: Some(Arc::new(message)), file: Some(path.clone()), dirty: false };
         self.changed(Change::Opened { file: Some(path.clone()), is_new: false });
         Ok(path)
     }
@@ -257,13 +270,17 @@ impl Document {
                 return Err(RpcError::new(errors::INVALID_PATH, "the message has no file yet: give a path"));
             }
         };
-        let write_to = target.clone();
-        tokio::task::spawn_blocking(move || write_atomically(&write_to, message.as_str().as_bytes()))
+        let (write_to, written) = (target.clone(), message.clone());
+        tokio::task::spawn_blocking(move || write_atomically(&write_to, written.as_str().as_bytes()))
             .await
             .map_err(|e| RpcError::internal(e.to_string()))?
             .map_err(|e| RpcError::new(errors::GENERAL, format!("{}: {e}", target.display())))?;
         let save_as = current.as_deref() != Some(target.as_path());
-        self.held.lock().file = Some(target.clone());
+        let mut held = self.held.lock();
+        held.file = Some(target.clone());
+        // An edit made while the file was written is not in it.
+        held.dirty = !held.message.as_ref().is_some_and(|m| Arc::ptr_eq(m, &message));
+        drop(held);
         self.changed(Change::Saved { file: target.clone(), save_as });
         Ok(target)
     }

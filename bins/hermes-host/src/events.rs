@@ -84,7 +84,10 @@ fn announce(host: &Host, change: &Change) {
             );
         }
         Change::Edited { by } => {
-            host.publish(TOPIC_MESSAGE_CHANGED, json!({"change": "edited", "by": by, "filePath": path_text(&file)}));
+            host.publish(
+                TOPIC_MESSAGE_CHANGED,
+                json!({"change": "edited", "by": by, "filePath": path_text(&file), "dirty": host.document.is_dirty()}),
+            );
         }
     }
 }

@@ -7,7 +7,8 @@
 //! (`state`). Above the state: what runs the extensions' processes
 //! (`extension::supervisor`, `extension::lineup`), what tells them and
 //! subscribers of changes (`events`), and the method tables extensions and
-//! control clients call (`methods`). On top, the wiring (`server`). Beside
+//! control clients call (`methods`). On top, the wiring (`server`, and the
+//! editor page it serves, `web`). Beside
 //! them: the command line and settings (`config`), the error codes
 //! (`errors`), the client subcommands (`client`).
 //!
@@ -25,6 +26,7 @@ pub mod hl7;
 mod methods;
 mod server;
 mod state;
+mod web;
 
 #[doc(hidden)]
 pub mod fuzzing;

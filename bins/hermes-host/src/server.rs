@@ -1,6 +1,6 @@
 //! The daemon, wiring only: the host state with its method tables, its
-//! extensions, the control socket, on rpc-core's start-up path (signals, the
-//! socket file, READY=1, drain).
+//! extensions, the control socket and the editor page (`web`), on rpc-core's
+//! start-up path (signals, the socket file, READY=1, drain).
 //!
 //! SIGTERM/SIGINT: the control socket drains while every extension is told
 //! `shutdown {reason: "closing"}` (5 s to answer and exit, then SIGKILL to
@@ -21,6 +21,7 @@ use crate::extension::lineup;
 use crate::extension::supervisor::SHUTDOWN_LIMIT;
 use crate::methods;
 use crate::state::{ControlSession, Host};
+use crate::web;
 
 pub async fn run(config: Config) -> Result<Stopped, StartError> {
     // Extensions get their 5 s for `shutdown` even when the drain of the
@@ -42,10 +43,11 @@ pub async fn run(config: Config) -> Result<Stopped, StartError> {
         closing.close().await;
     });
 
+    let limits = control_limits(&config);
+    let control = methods::control_router();
+    let _url_file = web::listener::start(&mut daemon, &host, &config, control.clone(), limits.peer.clone())?;
     let for_connections = host.clone();
-    daemon.serve_ndjson(listener, "control", control_limits(&config), methods::control_router(), move || {
-        ControlSession::new(for_connections.clone())
-    });
+    daemon.serve_ndjson(listener, "control", limits, control, move || ControlSession::new(for_connections.clone()));
     tracing::info!(socket = %config.socket.display(), "hermes-host listening");
 
     let stopped = daemon.run().await;

@@ -33,7 +33,10 @@ use crate::hl7::Bounds;
 pub const TOPIC_EXTENSION_STATE: &str = "extension_state";
 pub const TOPIC_LOG: &str = "log";
 pub const TOPIC_MESSAGE_CHANGED: &str = "message_changed";
-pub const TOPICS: [&str; 3] = [TOPIC_EXTENSION_STATE, TOPIC_LOG, TOPIC_MESSAGE_CHANGED];
+/// A dialog sent to the attached UI, and its end: every other UI (another
+/// tab of the page) shows it as pending elsewhere.
+pub const TOPIC_DIALOG: &str = "dialog";
+pub const TOPICS: [&str; 4] = [TOPIC_EXTENSION_STATE, TOPIC_LOG, TOPIC_MESSAGE_CHANGED, TOPIC_DIALOG];
 
 /// The daemon's shared state: one per process, behind an `Arc` in every
 /// connection's session and every extension's supervisor.

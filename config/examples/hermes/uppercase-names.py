@@ -11,6 +11,9 @@ import json
 import sys
 
 stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+# The toolbar button's icon: an "Aa" in SVG.
+ICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><text x="0" y="13" font-size="13" '
+        'font-family="sans-serif" font-weight="bold">Aa</text></svg>')
 next_id = 0
 
 
@@ -83,8 +86,17 @@ def handle(message):
             "name": "Upper-case names",
             "version": "1.0.0",
             "description": "Upper-cases the patient's names",
-            "capabilities": {"commands": ["names/uppercase"], "events": [{"name": "message/opened"}]},
-            "toolbarButtons": [{"id": "uppercase", "label": "NAMES", "icon": "<svg/>", "command": "names/uppercase"}],
+            "capabilities": {"commands": ["names/uppercase"], "schemaProvider": True, "events": [{"name": "message/opened"}]},
+            "toolbarButtons": [{"id": "uppercase", "label": "NAMES", "icon": ICON, "command": "names/uppercase"}],
+            # Names for the fields it knows, shown beside their paths in the editor page.
+            "schema": {"segments": {"PID": {"fields": [
+                {"field": 3, "name": "Patient Identifier List"},
+                {"field": 5, "name": "Patient Name"},
+                {"field": 5, "component": 1, "name": "Family Name"},
+                {"field": 5, "component": 2, "name": "Given Name"},
+                {"field": 7, "name": "Date of Birth"},
+                {"field": 8, "name": "Administrative Sex"},
+            ]}}},
         }})
     elif method == "shutdown":
         log(f"shutting down ({params.get('reason')})")

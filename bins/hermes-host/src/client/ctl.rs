@@ -10,7 +10,7 @@ use std::time::Duration;
 use rpc_core::{CallError, PeerHandle};
 use serde_json::{Value, json};
 
-use super::terminal_ui;
+use super::{terminal_ui, web_page};
 use crate::config::{CtlArgs, CtlCommand, ExtCommand, client_socket};
 
 /// Runs one `ctl` command: its exit code, or why it could not run.
@@ -19,6 +19,7 @@ pub async fn run(args: CtlArgs) -> Result<ExitCode, String> {
     // These two keep the connection open, in a shape of their own.
     match &args.command {
         CtlCommand::Ui => return terminal_ui::run(&socket).await,
+        CtlCommand::Web { open } => return web_page::run(&socket, *open),
         CtlCommand::Subscribe { events } => {
             let events = if events.is_empty() { vec!["*".to_owned()] } else { events.clone() };
             return subscribe_raw(&socket, &json!({"events": events})).await;
@@ -70,7 +71,7 @@ fn request(command: &CtlCommand) -> Result<(&str, Value), String> {
             let params: serde_json::Map<String, Value> = args.iter().cloned().collect();
             (method.as_str(), Value::Object(params))
         }
-        CtlCommand::Ui | CtlCommand::Subscribe { .. } => unreachable!("handled by run"),
+        CtlCommand::Ui | CtlCommand::Subscribe { .. } | CtlCommand::Web { .. } => unreachable!("handled by run"),
     })
 }
 

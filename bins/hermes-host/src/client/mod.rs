@@ -1,12 +1,13 @@
 //! The client subcommands, each a client of a running host's control
 //! socket: `hermes-host ctl ...` ([`ctl`]), one command per control method;
 //! `ctl ui` ([`terminal_ui`]), a terminal that answers the extensions'
-//! dialogs; `hermes-host mcp` ([`mcp`]), the same methods as an MCP server
-//! for agents.
+//! dialogs; `ctl web` ([`web_page`]), the editor page's URL; `hermes-host
+//! mcp` ([`mcp`]), the same methods as an MCP server for agents.
 
 pub mod ctl;
 pub mod mcp;
 mod terminal_ui;
+mod web_page;
 
 /// Why a client could not connect to the host's control socket at `socket`:
 /// for a host that is not running, where it looked and how to start one.

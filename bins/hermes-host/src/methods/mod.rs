@@ -43,7 +43,7 @@ pub fn extension_router() -> Arc<Router<ExtensionSession>> {
 /// scripts and UI front ends: the message, extensions and commands, and what
 /// a connection can become, the UI or a subscriber.
 pub fn control_router() -> Arc<Router<ControlSession>> {
-    use control::{attached_ui, extensions, message, status, subscribe};
+    use control::{attached_ui, extensions, files, message, status, subscribe};
     Router::new()
         .method("message/new", message::new)
         .method("message/open", message::open)
@@ -56,6 +56,7 @@ pub fn control_router() -> Arc<Router<ControlSession>> {
         .method("extensions/logs", extensions::logs)
         .method("command/execute", extensions::execute)
         .method("schema/get", extensions::schema)
+        .method("files/list", files::list)
         .method("ui/attach", attached_ui::attach)
         .method("window/closed", attached_ui::window_closed)
         .method("subscribe", subscribe::subscribe)

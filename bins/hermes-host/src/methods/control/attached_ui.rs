@@ -1,9 +1,10 @@
-//! A control client becoming the UI: `ui/attach` (one at a time; the host
-//! then sends it the extensions' `ui/*` requests, `crate::dialog_route`, and
-//! it answers them), and `window/closed` (a person closed a window). When
-//! the UI goes, the windows it had open are closed for their extensions.
+//! A control client becoming the UI: `ui/attach` (one at a time, unless it
+//! takes over, as each tab of the editor page does: the newest answers; the
+//! host then sends it the extensions' `ui/*` requests, `crate::dialog_route`,
+//! and it answers them), and `window/closed` (a person closed a window).
+//! When the UI goes, the windows it had open are closed for their extensions.
 
-use rpc_core::{Ctx, NoParams, RpcError};
+use rpc_core::{Ctx, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -15,9 +16,17 @@ pub struct Attached {
     attached: bool,
 }
 
-pub async fn attach(ctx: Ctx<ControlSession>, _: NoParams) -> Result<Attached, RpcError> {
+#[derive(Deserialize)]
+pub struct AttachParams {
+    /// Answer from now on even if another UI is attached (it answers again
+    /// once this one goes). Without it, a second UI is refused.
+    #[serde(default)]
+    takeover: bool,
+}
+
+pub async fn attach(ctx: Ctx<ControlSession>, params: AttachParams) -> Result<Attached, RpcError> {
     let host = ctx.state.host.clone();
-    host.dialogs.attach(ctx.peer.clone())?;
+    host.dialogs.attach(ctx.peer.clone(), params.takeover)?;
     tracing::info!(conn = ctx.peer.conn_id(), "UI attached");
     let peer = ctx.peer.clone();
     tokio::spawn(async move {

@@ -44,8 +44,18 @@ pub async fn open(ctx: Ctx<ControlSession>, params: OpenParams) -> Result<Opened
     Ok(Opened { has_file: true, file_path: Some(path.display().to_string()) })
 }
 
-pub async fn get(ctx: Ctx<ControlSession>, params: GetParams) -> Result<Message, RpcError> {
-    editor::message_in(&ctx.state.host.document, params)
+/// What `editor/getMessage` answers, and whether it has unsaved changes.
+#[derive(Serialize)]
+pub struct Snapshot {
+    #[serde(flatten)]
+    message: Message,
+    dirty: bool,
+}
+
+pub async fn get(ctx: Ctx<ControlSession>, params: GetParams) -> Result<Snapshot, RpcError> {
+    let document = &ctx.state.host.document;
+    let dirty = document.is_dirty();
+    Ok(Snapshot { message: editor::message_in(document, params)?, dirty })
 }
 
 #[derive(Deserialize)]

@@ -3,6 +3,8 @@
 //! `crate::dialog_route`). The UI receives the extension's params
 //! as they came, plus `extension` (who asks) and, for windows, `windowId`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use rpc_core::{Ctx, RpcError};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -11,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::dialog_route::Unanswered;
 use crate::errors;
-use crate::state::ExtensionSession;
+use crate::state::{ExtensionSession, TOPIC_DIALOG};
 
 type Answer = Result<Box<RawValue>, RpcError>;
 
@@ -37,12 +39,32 @@ fn for_ui(ctx: &Ctx<ExtensionSession>, params: &Value) -> Value {
 
 /// Forwards to the UI, or answers with `headless`.
 async fn ask(ctx: &Ctx<ExtensionSession>, method: &str, params: &Value, headless: impl FnOnce() -> Answer) -> Answer {
-    let ui = &ctx.state.host.dialogs;
-    match ui.ask(method, &for_ui(ctx, params), ctx.cancel_token()).await {
+    match ask_ui(ctx, method, for_ui(ctx, params)).await {
         Ok(answer) => Ok(answer),
         Err(Unanswered::Headless) => headless(),
         Err(Unanswered::Failed(error)) => Err(error),
     }
+}
+
+static NEXT_DIALOG: AtomicU64 = AtomicU64::new(1);
+
+/// Asks the attached UI with a `dialogId` added, and tells the `dialog`
+/// subscribers (the other UIs) that it is pending and then that it is done.
+async fn ask_ui(ctx: &Ctx<ExtensionSession>, method: &str, mut params: Value) -> Result<Box<RawValue>, Unanswered> {
+    let host = &ctx.state.host;
+    if !host.dialogs.is_attached() {
+        return Err(Unanswered::Headless);
+    }
+    let id = format!("dialog-{}", NEXT_DIALOG.fetch_add(1, Ordering::Relaxed));
+    params["dialogId"] = json!(id);
+    host.publish(
+        TOPIC_DIALOG,
+        json!({"dialogId": id, "state": "pending", "method": method, "extension": params["extension"],
+               "title": params.get("title"), "message": params.get("message")}),
+    );
+    let answer = host.dialogs.ask(method, &params, ctx.cancel_token()).await;
+    host.publish(TOPIC_DIALOG, json!({"dialogId": id, "state": "done", "method": method}));
+    answer
 }
 
 #[derive(Deserialize)]
@@ -155,7 +177,7 @@ pub async fn open_window(ctx: Ctx<ExtensionSession>, params: Value) -> Answer {
     if let Value::Object(map) = &mut forwarded {
         map.insert("windowId".into(), json!(window_id));
     }
-    match ui.ask("ui/openWindow", &for_ui(&ctx, &forwarded), ctx.cancel_token()).await {
+    match ask_ui(&ctx, "ui/openWindow", for_ui(&ctx, &forwarded)).await {
         Ok(_) => Ok(raw(json!({"windowId": window_id}))),
         Err(failure) => {
             ui.forget_window(&window_id);
@@ -189,9 +211,7 @@ pub async fn close_window(ctx: Ctx<ExtensionSession>, params: Value) -> Answer {
         }
         Some(_) => {}
     }
-    ui.forget_window(&p.window_id);
-    // The UI closes it; its answer does not matter, the window is gone for us.
-    let _ = ui.ask("ui/closeWindow", &for_ui(&ctx, &json!({"windowId": p.window_id})), ctx.cancel_token()).await;
+    ui.close_window(&p.window_id, &for_ui(&ctx, &json!({"windowId": p.window_id})), ctx.cancel_token()).await;
     if let Some(peer) = ctx.state.extension.running_peer() {
         let id = p.window_id.clone();
         tokio::spawn(async move {
