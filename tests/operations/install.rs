@@ -11,8 +11,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
-use integration_tests::{bin_path, require_tool};
+use integration_tests::{Daemon, bin_path, eventually, require_tool, run};
 
 use crate::{DAEMONS, repo};
 
@@ -313,4 +314,42 @@ fn without_from_install_builds_as_run_all_does_and_stops_when_the_build_fails() 
     let packages = DAEMONS.iter().map(|d| format!("-p {d}")).collect::<Vec<_>>().join(" ");
     assert_eq!(builds[0], format!("build --release --locked {packages}"), "install's build");
     assert_eq!(builds[1], format!("build --release --locked {packages}"), "run-all's build");
+}
+
+/// The hermes-host config install writes runs the example as installed (its
+/// paths are relative to the config file, which install puts the example
+/// beside), and the example's command does its work with no page open.
+#[test]
+fn the_installed_hermes_config_runs_the_example_and_its_command_changes_the_names() {
+    if !require_tool("python3") {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let out = sandbox.install(&["--service-manager", "none"]);
+    assert!(out.status.success(), "install failed:\n{}", text(&out));
+    let dir = sandbox.config().join("hermes-host");
+    assert!(text(&out).contains("config.toml and the example extension beside it"), "{}", text(&out));
+
+    let socket = sandbox.dir.path().join("hermes-host.sock");
+    let (config_home, socket) = (sandbox.config().display().to_string(), socket.display().to_string());
+    let env = [("XDG_CONFIG_HOME", config_home.as_str()), ("HERMES_HOST_SOCKET", &socket), ("HERMES_HOST_HTTP", "off")];
+    let host = Daemon::start("hermes-host", &[], &env);
+    let ctl = |args: &[&str]| {
+        let all: Vec<&str> = ["ctl"].into_iter().chain(args.iter().copied()).collect();
+        run("hermes-host", &all, &env)
+    };
+    let running = eventually(Duration::from_secs(30), || ctl(&["ext", "list"]).1.contains("running"));
+    assert!(running, "the example extension does not run: {:?}\n{}", ctl(&["ext", "list"]), host.stderr());
+    let sample = dir.join("examples/hermes/adt-a01.hl7").display().to_string();
+    assert!(ctl(&["open", &sample]).0.success(), "{}", host.stderr());
+    assert!(ctl(&["get"]).1.contains("|Everyman^Adam^A^III|"), "{:?}", ctl(&["get"]));
+    let ran = ctl(&["run", "names/uppercase"]);
+    assert!(ran.0.success(), "{ran:?}");
+    let changed = eventually(Duration::from_secs(30), || ctl(&["get"]).1.contains("|EVERYMAN^ADAM^A^III|"));
+    assert!(changed, "the names did not change: {:?}\n{}", ctl(&["get"]), host.stderr());
+    drop(host);
+
+    let out = sandbox.install(&["--service-manager", "none", "--uninstall"]);
+    assert!(out.status.success(), "uninstall failed:\n{}", text(&out));
+    assert!(!dir.join("config.toml").exists() && !dir.join("examples").exists(), "{}", text(&out));
 }
