@@ -29,8 +29,9 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
 }
 
-/// The default TCP ports: supex-bridge's bridge and REPL, btcp-broker's.
-const DEFAULT_PORTS: [u16; 3] = [9876, 4433, 8765];
+/// The default TCP ports: supex-bridge's bridge and REPL, btcp-broker's,
+/// hermes-host's editor page.
+const DEFAULT_PORTS: [u16; 4] = [9876, 4433, 8765, 8767];
 
 /// One run-all at a time: they all want the default ports.
 static DEFAULT_PORTS_IN_USE: Mutex<()> = Mutex::new(());
