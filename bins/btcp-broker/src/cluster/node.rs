@@ -68,11 +68,17 @@ impl Cluster {
         let (rewatch_tx, mut rewatch) = mpsc::unbounded_channel::<()>();
         tokio::spawn(async move {
             loop {
-                if let Err(e) = watcher.watch(&changes).await {
-                    tracing::debug!(error = %e, "cluster: directory watch ended");
+                // A watch may outlive the server it watched (NATS restarted):
+                // a reconnection starts it again, with the history.
+                tokio::select! {
+                    watched = watcher.watch(&changes) => {
+                        if let Err(e) = watched {
+                            tracing::debug!(error = %e, "cluster: directory watch ended");
+                        }
+                        let _ = tokio::time::timeout(Duration::from_secs(1), rewatch.recv()).await;
+                    }
+                    Some(()) = rewatch.recv() => {}
                 }
-                // Again when NATS is back (or after a pause, if it never left).
-                let _ = tokio::time::timeout(Duration::from_secs(5), rewatch.recv()).await;
             }
         });
         let reannounce = cluster.clone();

@@ -118,7 +118,7 @@ impl LinkTask {
             }
             Command::Removed => {
                 if !matches!(self.link.owner(), Owner::Here { .. }) {
-                    self.set_owner(Owner::Nobody);
+                    self.lose_owner();
                 } else if self.link.session.has_browser() || self.link.session.agent_count() > 0 {
                     // Our entry went (we were taken for lost): say it again.
                     self.claim().await;
@@ -176,11 +176,14 @@ impl LinkTask {
         }
         let id = &session.id;
         let tools = session.tools();
-        for (method, params) in [
-            ("session/browserConnected", serde_json::json!({ "sessionId": id })),
-            ("tools/updated", serde_json::json!({ "sessionId": id, "tools": tools.json() })),
-            ("notifications/tools/list_changed", serde_json::json!({})),
-        ] {
+        let mut events = vec![("session/browserConnected", serde_json::json!({ "sessionId": id }))];
+        // An empty list is a browser that has not registered yet: the copies
+        // elsewhere stay until it does, as a returning browser's would.
+        if tools.len() > 0 {
+            events.push(("tools/updated", serde_json::json!({ "sessionId": id, "tools": tools.json() })));
+            events.push(("notifications/tools/list_changed", serde_json::json!({})));
+        }
+        for (method, params) in events {
             if let Ok(json) = rpc_core::message::request(None, method, &params) {
                 self.publish_event(Bytes::from(json)).await;
             }
@@ -266,17 +269,22 @@ impl LinkTask {
         self.link.session.relay_to_agents(message.payload);
     }
 
-    fn on_node_lost(&mut self, node: &str) {
-        match self.link.owner() {
-            Owner::There { node: owner, has_browser } if *owner == *node => {
-                self.set_owner(Owner::Nobody);
-                let session = &self.link.session;
-                if has_browser {
-                    session
-                        .notify_agents("session/browserDisconnected", &serde_json::json!({ "sessionId": session.id }));
-                }
+    /// The owner elsewhere is gone (its node lost, or its entry removed);
+    /// if it had a browser, the agents here hear that it left.
+    fn lose_owner(&self) {
+        if let Owner::There { has_browser, .. } = self.link.owner() {
+            self.set_owner(Owner::Nobody);
+            let session = &self.link.session;
+            if has_browser {
+                let event = serde_json::json!({ "sessionId": session.id });
+                session.notify_agents("session/browserDisconnected", &event);
             }
-            _ => {}
+        }
+    }
+
+    fn on_node_lost(&mut self, node: &str) {
+        if matches!(self.link.owner(), Owner::There { node: owner, .. } if *owner == *node) {
+            self.lose_owner();
         }
         if let Some(owned) = &mut self.owned
             && owned.remote_agents.remove(node).is_some()
