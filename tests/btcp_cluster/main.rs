@@ -10,7 +10,9 @@ mod support;
 
 mod cluster;
 mod hostile_ids;
+mod limits;
 mod loss;
+mod mcp;
 mod nats_faults;
 mod routing;
 mod settings;

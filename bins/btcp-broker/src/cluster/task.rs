@@ -113,7 +113,7 @@ impl LinkTask {
             }
             Command::Owned { node, revision } => {
                 if node != self.links.node {
-                    self.learn_owner(node, revision, None);
+                    self.learn_owner(node, revision, None).await;
                 }
             }
             Command::Removed => {
@@ -212,7 +212,7 @@ impl LinkTask {
 
     /// Another node owns the session since `revision`: this node's browser,
     /// if any, was replaced, and this node becomes a replica.
-    fn learn_owner(&mut self, node: Arc<str>, revision: u64, has_browser: Option<bool>) -> bool {
+    async fn learn_owner(&mut self, node: Arc<str>, revision: u64, has_browser: Option<bool>) -> bool {
         if revision < self.seen_revision {
             return false;
         }
@@ -230,7 +230,12 @@ impl LinkTask {
                 old.dismiss(session.id.clone(), "another browser connected with this session id (on another node)");
             }
         }
+        let known = matches!(self.link.owner(), Owner::There { node: ref owner, .. } if *owner == node);
         self.set_owner(Owner::There { node, has_browser });
+        if !known && self.link.session.agent_count() > 0 {
+            // A new owner counts this node's agents against the session's limit.
+            self.tell_owner_agents().await;
+        }
         true
     }
 
@@ -257,7 +262,7 @@ impl LinkTask {
             "session/browserDisconnected" => Some(false),
             _ => None,
         };
-        if !self.learn_owner(node.into(), revision, browser) {
+        if !self.learn_owner(node.into(), revision, browser).await {
             return;
         }
         if notification.method == "tools/updated"
@@ -335,7 +340,7 @@ impl LinkTask {
                 if let Some(listed) = self.links.directory.get(&self.link.key)
                     && let Some(node) = listed.info.node.filter(|n| *n != self.links.node)
                 {
-                    self.learn_owner(node, listed.revision, Some(listed.info.has_browser));
+                    self.learn_owner(node, listed.revision, Some(listed.info.has_browser)).await;
                 } else {
                     self.claim().await;
                 }
