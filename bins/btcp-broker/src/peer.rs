@@ -102,6 +102,12 @@ pub async fn open_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpec
         }
     };
     welcome(&broker, &state, &peer, session.as_ref()).await;
+    // In a cluster a browser's node takes its session before the browser is
+    // served (its messages wait): welcomed first, so that a browser losing a
+    // race with one on another node hears `welcome`, then `session/replaced`.
+    if let (ClientType::Browser, Some(cluster), Some(session)) = (client_type, &broker.cluster, &session) {
+        cluster.claim(session).await;
+    }
     broker.metrics.peer_opened(client_type, transport_kind);
     tracing::info!(
         conn = peer.conn_id(),
@@ -118,8 +124,7 @@ pub async fn open_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpec
 
 /// A browser takes its session (a new one when it named none); an agent that
 /// named a session joins it, waiting for its browser if need be. In a
-/// cluster the browser's node becomes the session's owner, and an agent
-/// follows a session owned elsewhere.
+/// cluster an agent follows a session owned elsewhere.
 async fn attach(
     broker: &Broker,
     state: &ConnState,
@@ -134,9 +139,6 @@ async fn attach(
             let session = attach_browser(broker, state, peer, &id)?;
             if chosen && transport_kind == TransportKind::Sse {
                 warn_if_guessable(broker, &session);
-            }
-            if let Some(cluster) = &broker.cluster {
-                cluster.claim(&session).await;
             }
             Ok(Some(session))
         }
