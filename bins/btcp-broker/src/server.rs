@@ -43,15 +43,16 @@ impl Failure for StartFailure {
 pub async fn run(config: Config) -> Result<Stopped, StartFailure> {
     let mut daemon = Daemon::start("btcp-broker", config.shutdown_grace)?;
     daemon.require_token_beyond_loopback("BTCP_AUTH_TOKEN", config.auth_token.as_deref());
-    let listener = daemon.listen_tcp(None, config.listen, "BTCP_HOST/BTCP_PORT")?;
-    let address = listener.local_addr();
-    raise_fd_limit(config.max_connections);
-    // Joined before serving: a broker that cannot reach its cluster says so
-    // and exits rather than serve as a node nobody else can see.
+    // Joined before listening: a broker that cannot reach its cluster says
+    // so and exits rather than serve as a node nobody else can see, and an
+    // open port means a node that is in its cluster.
     let cluster = match &config.cluster {
         Some(settings) => Some(Cluster::join(settings, config.max_agents_per_session).await?),
         None => None,
     };
+    let listener = daemon.listen_tcp(None, config.listen, "BTCP_HOST/BTCP_PORT")?;
+    let address = listener.local_addr();
+    raise_fd_limit(config.max_connections);
     let broker = Broker::new(config, daemon.shutdown().clone(), methods::router(), cluster);
     let mcp_doors = HttpDoors::new(broker.clone());
     let app = http::router(broker.clone(), mcp_doors.clone());

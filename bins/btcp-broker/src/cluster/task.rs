@@ -150,6 +150,12 @@ impl LinkTask {
     /// Writes the directory entry for this node, whoever had it, and serves
     /// the session. Without NATS it serves anyway and writes when it is back.
     async fn claim(&mut self) {
+        // Calls are answered before the directory names this node: whoever
+        // reads the entry finds a responder (NATS keeps one connection's
+        // SUB before its PUB).
+        if self.owned.is_none() {
+            self.owned = Owned::serve(&self.links, &self.link).await;
+        }
         let info = self.entry();
         let revision = match self.links.directory.claim(&self.link.key, &info).await {
             Ok(revision) => revision,
@@ -160,9 +166,6 @@ impl LinkTask {
         };
         self.seen_revision = self.seen_revision.max(revision);
         self.set_owner(Owner::Here { revision });
-        if self.owned.is_none() {
-            self.owned = Owned::serve(&self.links, &self.link).await;
-        }
         // Replicas learn the browser and its tools from the new owner.
         self.announce().await;
     }
