@@ -9,6 +9,7 @@
 mod support;
 
 mod cluster;
+mod figures;
 mod hostile_ids;
 mod limits;
 mod loss;
