@@ -44,7 +44,7 @@ run:
 cluster:
     ./scripts/cluster
 
-# Install the daemons for you: binaries (cargo install), man pages, completions,
+# Install the daemons for you: binaries (run-all's release build), man pages, completions,
 # env files and user services (systemd units; launchd agents on macOS).
 # Arguments go to scripts/install, e.g. `just install --prefix ~/.local`.
 install *args:

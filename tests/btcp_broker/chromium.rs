@@ -2,58 +2,13 @@
 //! which connects as the session's browser and registers DOM tools; the test
 //! is the agent, and the answers must reflect the real page.
 
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use integration_tests::browser::Chromium;
 use integration_tests::require_tool;
 use serde_json::{Value, json};
 
 use crate::support::{Broker, Ws};
-
-/// Headless Chromium with its own profile, in its own process group so that
-/// all its helper processes can be killed together.
-struct Chromium {
-    child: Child,
-    _profile: tempfile::TempDir,
-}
-
-impl Chromium {
-    fn open(url: &str) -> Chromium {
-        let profile = tempfile::tempdir().unwrap();
-        let child = Command::new("chromium")
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--no-default-browser-check",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--disable-extensions",
-                "--disable-dev-shm-usage",
-                &format!("--user-data-dir={}", profile.path().display()),
-                url,
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("starting chromium");
-        Chromium { child, _profile: profile }
-    }
-}
-
-impl Drop for Chromium {
-    fn drop(&mut self) {
-        let group = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-        let _ = self.child.wait();
-    }
-}
 
 /// Joins `session` as an agent and waits until the page registered its tools.
 async fn agent_with_page_tools(broker: &Broker, session: &str) -> Ws {
@@ -120,6 +75,9 @@ async fn exercise_the_demo_page(transport: &str) {
     assert_eq!(info["clicks"], 2);
     assert_eq!(info["items"], json!(["apples", "pears", "plums"]));
     assert!(info["url"].as_str().unwrap().contains(&session));
+    // The README's fill, on the page's input.
+    let filled = call_text(&mut agent, 9, "fill", json!({"selector": "#note", "value": "from the agent"})).await;
+    assert_eq!(filled, ("Filled: #note".to_owned(), false));
     let (text, is_error) = call_text(&mut agent, 8, "query_text", json!({"selector": "#missing"})).await;
     assert!(is_error && text.contains("no element matches #missing"), "{text}");
 

@@ -166,6 +166,10 @@ async fn mcp_over_http_on_the_broker_port_with_its_token_and_origin_rules() {
             assert_eq!(tool_names(&mut mcp), ["echo", "slow", "fail", "bad", "silent"], "{mode}");
             let echoed = call(&mut mcp, "echo", json!({"over": "http"}));
             assert_eq!(McpClient::text(&echoed), r#"{"over":"http"}"#, "{echoed}");
+            // The SDK ends its session (DELETE in the 2025 era) and takes
+            // the answer as it expects (it logs a warning otherwise).
+            let closed = mcp.ok(json!({"op": "close"}));
+            assert_eq!(closed["warnings"], json!([]), "{mode}: closing the session");
         });
     }
 

@@ -13,7 +13,7 @@ and reads one JSON answer per line on stdout:
     {"op": "read_resource", "uri": ...}
     {"op": "subscribe", "uri": ...}              (initialize-era sessions)
     {"op": "next_change", "timeout": seconds}    -> {"change": "tools" | "resource", "uri"?} or {"change": null}
-    {"op": "close"}
+    {"op": "close"}                               -> {"warnings": [what the SDK logged at WARNING or above]}
 
 Answers: {"ok": <result as JSON>} or {"error": "<type>: <message>", "code": <int>?}.
 Change notifications (tools/list_changed, resources/updated) are collected
@@ -23,12 +23,27 @@ from the session (initialize era) or from a `subscriptions/listen` stream
 
 import asyncio
 import json
+import logging
 import sys
+import warnings
 from contextlib import AsyncExitStack
 
 import mcp_types
 from mcp import Client, StdioServerParameters
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+
+
+class Collected(logging.Handler):
+    """What the SDK logs at WARNING or above (still printed on stderr too), so
+    that a test can see, for instance, that closing a session went cleanly."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+        print(record.getMessage(), file=sys.stderr, flush=True)
 
 
 class Driver:
@@ -36,6 +51,8 @@ class Driver:
         self.stack = AsyncExitStack()
         self.client = None
         self.changes = asyncio.Queue()
+        self.logged = Collected()
+        logging.getLogger("mcp").addHandler(self.logged)
 
     async def on_message(self, message):
         # Initialize-era notifications arrive here (and exceptions, which we ignore).
@@ -96,7 +113,11 @@ class Driver:
         if op == "read_resource":
             return (await c.read_resource(cmd["uri"])).model_dump(exclude_none=True, by_alias=True)
         if op == "subscribe":
-            return (await c.subscribe_resource(cmd["uri"])).model_dump(exclude_none=True, by_alias=True)
+            # For initialize-era sessions, where resources/subscribe is the
+            # way; the SDK warns that the 2026-07-28 era removed it.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                return (await c.subscribe_resource(cmd["uri"])).model_dump(exclude_none=True, by_alias=True)
         if op == "next_change":
             try:
                 return await asyncio.wait_for(self.changes.get(), cmd.get("timeout", 5))
@@ -104,7 +125,7 @@ class Driver:
                 return {"change": None}
         if op == "close":
             await self.stack.aclose()
-            return {}
+            return {"warnings": self.logged.messages}
         raise ValueError(f"unknown op {op}")
 
 

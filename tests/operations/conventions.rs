@@ -4,7 +4,7 @@
 
 use integration_tests::run;
 
-use crate::DAEMONS;
+use crate::{DAEMONS, helps};
 
 #[test]
 fn every_daemon_prints_its_version() {
@@ -60,20 +60,7 @@ fn help_gives_the_unit_of_every_duration_and_size() {
     let duration = ["timeout", "ttl", "keepalive", "grace", "delay", "interval"];
     let size = ["max-message", "budget", "backlog-bytes"];
     for daemon in DAEMONS {
-        let (_, top, _) = run(daemon, &["--help"], &[]);
-        let subcommands: Vec<String> = top
-            .split("Commands:")
-            .nth(1)
-            .unwrap_or("")
-            .lines()
-            .skip(1)
-            .take_while(|l| l.starts_with("  "))
-            .filter_map(|l| l.split_whitespace().next())
-            .filter(|name| *name != "help")
-            .map(str::to_owned)
-            .collect();
-        let helps = std::iter::once(top).chain(subcommands.iter().map(|s| run(daemon, &[s, "--help"], &[]).1));
-        for help in helps {
+        for help in helps(daemon, &[]) {
             // An option's block: from its `--name` line to the next blank-separated option.
             for block in help.split("\n      --").skip(1) {
                 let name: String = block.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
@@ -175,4 +162,18 @@ fn the_same_spelling_means_the_same_thing_in_every_daemon() {
     same_everywhere(&sizes, "1000", Err("must be at least"));
     same_everywhere(&counts, "7", Ok(()));
     same_everywhere(&counts, "0", Err("must be at least 1"));
+}
+
+#[test]
+fn help_spells_out_the_data_directory() {
+    let data = "/srv/some-data-home";
+    for daemon in DAEMONS {
+        for help in helps(daemon, &[("XDG_DATA_HOME", data)]) {
+            assert!(!help.contains("<data dir>"), "{daemon} leaves <data dir> unsaid:\n{help}");
+        }
+    }
+    let (_, help, _) = run("hermes-host", &["ctl", "--help"], &[("XDG_DATA_HOME", data), ("XDG_RUNTIME_DIR", "")]);
+    assert!(help.contains(&format!("{data}/hermes-host/hermes-host.sock")), "{help}");
+    let (_, page, _) = run("ralph-server", &["man"], &[]);
+    assert!(page.contains("XDG_DATA_HOME") && page.contains(".SH \"EXIT STATUS\""), "{page}");
 }

@@ -3,125 +3,13 @@
 //! hiding their ends behind a scrollbar. Headless Chromium lays the page out;
 //! the test reads the layout over the DevTools protocol.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
+use integration_tests::browser::Chromium;
 use integration_tests::{Daemon, free_port, require_tool};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
-
-/// Headless Chromium at 1280x800 with DevTools on a port of its choosing, in
-/// its own process group (killed with its helpers when dropped).
-struct Chromium {
-    child: Child,
-    devtools_port: u16,
-    _profile: tempfile::TempDir,
-}
-
-impl Chromium {
-    fn open(url: &str) -> Chromium {
-        let profile = tempfile::tempdir().unwrap();
-        let mut child = Command::new("chromium")
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--no-default-browser-check",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--disable-extensions",
-                "--disable-dev-shm-usage",
-                "--hide-scrollbars",
-                "--window-size=1280,800",
-                "--remote-debugging-port=0",
-                &format!("--user-data-dir={}", profile.path().display()),
-                url,
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .expect("starting chromium");
-        // "DevTools listening on ws://127.0.0.1:PORT/devtools/browser/..."
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        let (found, port) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("ws://127.0.0.1:").nth(1) {
-                    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                    let _ = found.send(digits.parse::<u16>().ok());
-                }
-            }
-        });
-        let devtools_port = port.recv_timeout(Duration::from_secs(30)).ok().flatten();
-        let chromium = Chromium { child, devtools_port: devtools_port.unwrap_or(0), _profile: profile };
-        assert!(devtools_port.is_some(), "chromium did not open DevTools within 30 s");
-        chromium
-    }
-
-    /// The DevTools WebSocket of the page showing `url_part`.
-    fn page_socket(&self, url_part: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let targets = self.get_json("/json/list");
-            let page = targets
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|t| t["type"] == "page" && t["url"].as_str().is_some_and(|u| u.contains(url_part)));
-            if let Some(socket) = page.and_then(|p| p["webSocketDebuggerUrl"].as_str()) {
-                return socket.to_owned();
-            }
-            assert!(Instant::now() < deadline, "no page for {url_part} in {targets}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Chromium {
-    /// GET from DevTools' HTTP server, which keeps HTTP/1.1 connections open:
-    /// the body is read by its Content-Length.
-    fn get_json(&self, path: &str) -> Value {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.devtools_port)).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        // DevTools names its WebSocket URLs after the Host header.
-        let host = format!("127.0.0.1:{}", self.devtools_port);
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
-        let mut reader = BufReader::new(stream);
-        let mut length = 0;
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = line.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                length = value.trim().parse().unwrap();
-            }
-        }
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).unwrap();
-        serde_json::from_slice(&body).unwrap_or(json!([]))
-    }
-}
-
-impl Drop for Chromium {
-    fn drop(&mut self) {
-        let group = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-        let _ = self.child.wait();
-    }
-}
 
 /// What the page shows in its "try it" box, and whether it overflows.
 const LAYOUT: &str = r#"(() => {
@@ -145,7 +33,7 @@ async fn the_demo_page_shows_whole_commands_with_a_long_session_id_at_1280_px() 
     broker.wait_for_port(format!("127.0.0.1:{port}").parse().unwrap());
     let session = "5f0c6a1e-9b2d-4c7a-8e31-d4b2a9f07c65";
     assert_eq!(session.len(), 36);
-    let chromium = Chromium::open(&format!("http://127.0.0.1:{port}/?sessionId={session}"));
+    let chromium = Chromium::with_devtools(&format!("http://127.0.0.1:{port}/?sessionId={session}"));
     let socket = chromium.page_socket(session);
     let (mut devtools, _) = tokio_tungstenite::connect_async(&socket).await.unwrap_or_else(|e| panic!("{socket}: {e}"));
 

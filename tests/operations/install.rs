@@ -3,8 +3,10 @@
 //! the installed systemd user units pass `systemd-analyze verify`, an env file
 //! of yours is kept, and `--uninstall` takes it all away again.
 //!
-//! The binaries come from this test's build (`--from`): `cargo install` would
-//! build them all again, in release, for minutes.
+//! The binaries come from this test's build (`--from`). Without it, install
+//! makes the release build run-all makes (the same command, so a finished
+//! one is used as it is): checked with a `cargo` that fails, which also shows
+//! that install stops at the first failure.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -35,17 +37,43 @@ impl Sandbox {
     /// Runs `scripts/install ARGS` with this home, where no user manager can
     /// be reached (so nothing on this machine is reloaded or stopped).
     fn install(&self, args: &[&str]) -> Output {
-        std::fs::create_dir_all(self.home()).unwrap();
         let from = bin_path("supex-bridge").parent().unwrap().to_owned();
-        let mut command = Command::new(repo().join("scripts/install"));
-        command.arg("--prefix").arg(self.prefix()).arg("--from").arg(&from).args(args);
+        self.script("install").arg("--from").arg(&from).args(args).output().unwrap()
+    }
+
+    /// `scripts/NAME --prefix PREFIX` (for install) with this home.
+    fn script(&self, name: &str) -> Command {
+        std::fs::create_dir_all(self.home()).unwrap();
+        let mut command = Command::new(repo().join("scripts").join(name));
+        if name == "install" {
+            command.arg("--prefix").arg(self.prefix());
+        }
         command
             .env("HOME", self.home())
             .env_remove("XDG_CONFIG_HOME")
             .env_remove("XDG_DATA_HOME")
             .env_remove("XDG_RUNTIME_DIR")
             .env_remove("DBUS_SESSION_BUS_ADDRESS");
-        command.output().unwrap()
+        command
+    }
+
+    /// Everything installed under the home and the prefix, as relative paths.
+    fn installed(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        for root in [self.home(), self.prefix()] {
+            let mut dirs = vec![root.clone()];
+            while let Some(dir) = dirs.pop() {
+                for entry in std::fs::read_dir(&dir).into_iter().flatten().map(Result::unwrap) {
+                    if entry.file_type().unwrap().is_dir() {
+                        dirs.push(entry.path());
+                    } else {
+                        found.push(entry.path().strip_prefix(self.dir.path()).unwrap().display().to_string());
+                    }
+                }
+            }
+        }
+        found.sort();
+        found
     }
 
     fn config(&self) -> PathBuf {
@@ -226,4 +254,63 @@ fn install_refuses_bad_arguments_with_exit_code_2() {
         assert!(text(&out).starts_with("install: "), "{args:?}: {}", text(&out));
     }
     assert!(!sandbox.prefix().join("bin").exists(), "installed despite bad arguments");
+}
+
+#[test]
+fn a_step_that_fails_stops_the_install_which_says_what_it_had_done() {
+    let sandbox = Sandbox::new();
+    // Binaries for two of the four: the third cannot be installed.
+    let from = sandbox.dir.path().join("from");
+    std::fs::create_dir_all(&from).unwrap();
+    for daemon in &DAEMONS[..2] {
+        std::fs::copy(bin_path(daemon), from.join(daemon)).unwrap();
+    }
+    let out = sandbox.script("install").arg("--from").arg(&from).output().unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains(&format!("install: failed: install -m 0755 {}", from.join(DAEMONS[2]).display())), "{said}");
+    let report = said.split("install: stopped; what was done before it:").nth(1).expect(&said);
+    for daemon in &DAEMONS[..2] {
+        assert!(
+            report.contains(&format!("installed {}", sandbox.prefix().join("bin").join(daemon).display())),
+            "{said}"
+        );
+    }
+    assert!(!said.contains("man pages"), "nothing past the failure is done or claimed: {said}");
+    let installed = sandbox.installed();
+    assert_eq!(installed, ["prefix/bin/btcp-broker", "prefix/bin/supex-bridge"], "{said}");
+}
+
+/// A `cargo` that says what it was asked and fails, first on PATH.
+fn failing_cargo(dir: &Path) -> std::ffi::OsString {
+    let bin = dir.join("fake-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let cargo = bin.join("cargo");
+    std::fs::write(&cargo, format!("#!/bin/sh\necho \"$*\" >> {}/cargo-args\nexit 101\n", dir.display())).unwrap();
+    std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut path = bin.into_os_string();
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap_or_default());
+    path
+}
+
+#[test]
+fn without_from_install_builds_as_run_all_does_and_stops_when_the_build_fails() {
+    let sandbox = Sandbox::new();
+    let path = failing_cargo(sandbox.dir.path());
+    let out = sandbox.script("install").env("PATH", &path).output().unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("install: stopped; nothing was installed"), "{said}");
+    assert!(sandbox.installed().is_empty(), "installed after a failed build: {:?}", sandbox.installed());
+    // run-all's build, with the same fake cargo: the same packages and
+    // profile, so that a finished run-all build is used as it is.
+    let out = sandbox.script("run-all").env("PATH", &path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let asked = std::fs::read_to_string(sandbox.dir.path().join("cargo-args")).unwrap();
+    let builds: Vec<&str> = asked.lines().filter(|l| l.starts_with("build")).collect();
+    assert_eq!(builds.len(), 2, "{asked}");
+    let packages = DAEMONS.iter().map(|d| format!("-p {d}")).collect::<Vec<_>>().join(" ");
+    assert_eq!(builds[0], format!("build --release --locked {packages}"), "install's build");
+    assert_eq!(builds[1], format!("build --release --locked {packages}"), "run-all's build");
 }

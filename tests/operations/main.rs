@@ -2,9 +2,11 @@
 //! in its example env file, the demo page the README's main job points at
 //! (`demo_page`; the main job itself: tests/run_all), the install (`install`),
 //! socket activation as shipped (`service`), what every binary answers
-//! besides its own commands (`conventions`), and the shape of the tree
+//! besides its own commands (`conventions`), one daemon built alone as the
+//! four together (`builds`), and the shape of the tree
 //! (`layout`: no import circles, no overlong files).
 
+mod builds;
 mod conventions;
 mod demo_page;
 mod install;
@@ -24,11 +26,11 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
 }
 
-/// The environment variables named by a daemon's `--help` and by the help of
-/// each of its subcommands, with the default the help shows (if any).
-fn env_vars_in_help(daemon: &str) -> BTreeMap<String, Option<String>> {
+/// A daemon's `--help` and the help of each of its subcommands, run with
+/// extra `env`.
+fn helps(daemon: &str, env: &[(&str, &str)]) -> Vec<String> {
     let help = |args: &[&str]| {
-        let (status, out, _) = run(daemon, args, &[]);
+        let (status, out, _) = run(daemon, args, env);
         assert!(status.success(), "{daemon} {args:?} failed");
         out
     };
@@ -44,8 +46,14 @@ fn env_vars_in_help(daemon: &str) -> BTreeMap<String, Option<String>> {
         .filter(|name| *name != "help")
         .map(str::to_owned)
         .collect();
+    std::iter::once(top).chain(subcommands.iter().map(|sub| help(&[sub, "--help"]))).collect()
+}
+
+/// The environment variables named by a daemon's `--help` and by the help of
+/// each of its subcommands, with the default the help shows (if any).
+fn env_vars_in_help(daemon: &str) -> BTreeMap<String, Option<String>> {
     let mut vars = BTreeMap::new();
-    for text in std::iter::once(top).chain(subcommands.iter().map(|sub| help(&[sub, "--help"]))) {
+    for text in helps(daemon, &[]) {
         for piece in text.split("[env: ").skip(1) {
             let name: String = piece.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
             // clap prints `[default: X]` right after the env name, before the next option.
@@ -179,4 +187,18 @@ fn every_daemon_binary_answers_help() {
         let (status, out, _) = run(daemon, &["--help"], &[]);
         assert!(status.success() && out.contains("Usage:"), "{daemon} --help");
     }
+}
+
+/// The README's `nc` example shows `read_file` of Cargo.toml with its size:
+/// the size it has.
+#[test]
+fn the_readme_shows_the_size_cargo_toml_has() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let shown = readme
+        .split(r#""path":"/home/me/rpc-daemons/Cargo.toml","content":"[workspace]","size":"#)
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .expect("the README's read_file example");
+    let size = std::fs::metadata(repo().join("Cargo.toml")).unwrap().len();
+    assert_eq!(shown, size.to_string(), "README.md's nc example: update the size to Cargo.toml's");
 }

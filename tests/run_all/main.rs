@@ -220,6 +220,11 @@ fn run_all_starts_every_daemon_each_try_it_works_and_ctrl_c_leaves_nothing_behin
         let (code, output) = run_pasted(command);
         assert!(try_it_succeeded(daemon, code, &output), "{daemon}'s try-it `{command}` gave {code:?}:\n{output}");
     }
+    // The demo page's hint, pasted as printed, runs the broker's client (no
+    // browser has opened the page here, so it says the session has none).
+    let hint = log.split("then: ").nth(1).and_then(|rest| rest.split(')').next()).expect("the demo page's hint");
+    let (code, output) = run_pasted(hint);
+    assert!(code.is_some_and(|c| c != 127) && output.contains("demo"), "`{hint}` gave {code:?}:\n{output}");
     let (status, log) = run_all.interrupt();
     assert!(status.success(), "run-all exited with {status}:\n{log}");
     for daemon in DAEMONS {

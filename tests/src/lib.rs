@@ -5,6 +5,8 @@
 //! (`target/<profile>/`). Each daemon package has an integration test of its own,
 //! which makes `cargo test` (and nextest) build its binary first.
 
+pub mod browser;
+
 use parking_lot::Mutex;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -106,24 +108,26 @@ pub struct Daemon {
     /// a mutex so that a `Daemon` can be shared with load threads).
     stderr_done: Mutex<std::sync::mpsc::Receiver<()>>,
     pub name: String,
+    /// Where the daemon's data and configuration directories are ([`command`]).
+    home: tempfile::TempDir,
 }
 
 impl Daemon {
+    /// The daemon's data directory (`XDG_DATA_HOME`), of its own.
+    pub fn data_dir(&self) -> PathBuf {
+        self.home.path().join("data")
+    }
+
     /// Starts `bin` with `args` and extra `env`, capturing stderr for diagnostics.
     pub fn start(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         Self::start_in(bin, args, env, None)
     }
 
     pub fn start_in(bin: &str, args: &[&str], env: &[(&str, &str)], cwd: Option<&Path>) -> Daemon {
-        let mut cmd = Command::new(bin_path(bin));
-        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        cmd.env("RUST_LOG", std::env::var("TEST_DAEMON_LOG").unwrap_or_else(|_| "info".into()));
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        if let Some(dir) = cwd {
-            cmd.current_dir(dir);
-        }
+        let home = tempfile::tempdir().unwrap();
+        let log_level = std::env::var("TEST_DAEMON_LOG").unwrap_or_else(|_| "info".into());
+        let mut cmd = command(bin, args, &[&[("RUST_LOG", log_level.as_str())][..], env].concat(), cwd, home.path());
+        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("starting {bin}: {e}"));
         let stderr = Arc::new(Mutex::new(String::new()));
         let mut pipe = child.stderr.take().unwrap();
@@ -145,6 +149,7 @@ impl Daemon {
             stderr,
             stderr_done: Mutex::new(stderr_done),
             name: bin.to_owned(),
+            home,
         }
     }
 
@@ -161,15 +166,9 @@ impl Daemon {
         // The smallest pipe the kernel makes (a page): a stalled reader's pipe
         // is full after a few lines, not after 64 KiB of them.
         let _ = nix::fcntl::fcntl(&write_end, nix::fcntl::FcntlArg::F_SETPIPE_SZ(4096));
-        let mut cmd = Command::new(bin_path(bin));
-        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(write_end));
-        cmd.env("RUST_LOG", "debug");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        if let Some(dir) = cwd {
-            cmd.current_dir(dir);
-        }
+        let home = tempfile::tempdir().unwrap();
+        let mut cmd = command(bin, args, &[&[("RUST_LOG", "debug")][..], env].concat(), cwd, home.path());
+        cmd.stdout(Stdio::null()).stderr(Stdio::from(write_end));
         let child = cmd.spawn().unwrap_or_else(|e| panic!("starting {bin}: {e}"));
         drop(cmd);
         let unread = match log {
@@ -184,6 +183,7 @@ impl Daemon {
             stderr: Arc::default(),
             stderr_done: Mutex::new(stderr_done),
             name: bin.to_owned(),
+            home,
         }
     }
 
@@ -257,6 +257,23 @@ impl Daemon {
     }
 }
 
+/// `bin ARGS` with `env` (after the defaults here), in `cwd`, with data and
+/// configuration directories of its own under `home` (`XDG_DATA_HOME`,
+/// `XDG_CONFIG_HOME`, unless `env` sets them): a test never writes to the
+/// real home (supex-bridge's logs) nor reads its settings from it.
+fn command(bin: &str, args: &[&str], env: &[(&str, &str)], cwd: Option<&Path>, home: &Path) -> Command {
+    let mut cmd = Command::new(bin_path(bin));
+    cmd.args(args).stdin(Stdio::null());
+    cmd.env("XDG_DATA_HOME", home.join("data")).env("XDG_CONFIG_HOME", home.join("config"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    cmd
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -271,12 +288,9 @@ impl Drop for Daemon {
 
 /// Runs a binary to completion (client subcommands), returning status, stdout, stderr.
 pub fn run(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String, String) {
-    let mut cmd = Command::new(bin_path(bin));
-    cmd.args(args).stdin(Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap_or_else(|e| panic!("running {bin}: {e}"));
+    let home = tempfile::tempdir().unwrap();
+    let out = command(bin, args, env, None, home.path()).output();
+    let out = out.unwrap_or_else(|e| panic!("running {bin}: {e}"));
     (out.status, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 

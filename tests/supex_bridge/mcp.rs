@@ -104,6 +104,11 @@ fn mcp_reports_a_stopped_bridge_and_reconnects_when_it_is_back() {
     let (port, repl_port) = (free_port(), free_port());
     open(&mut mcp, port, &[], &[], "auto");
 
+    // With the bridge down the agent still sees its tools (and a call says
+    // how to start the bridge), as the README promises.
+    let listed = mcp.ok(json!({"op": "list_tools"}));
+    let names: Vec<&str> = listed["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(names.contains(&"eval_ruby") && names.contains(&"read_file"), "{listed}");
     let down = call(&mut mcp, "eval_ruby", json!({"code": "1"}));
     assert_eq!(down["isError"], true, "{down}");
     let text = McpClient::text(&down);

@@ -25,14 +25,17 @@ use crate::cluster::settings::{ClusterArgs, ClusterSettings};
 )]
 pub struct Cli {
     #[command(flatten)]
-    pub log: LogArgs,
-    #[command(flatten)]
     pub endpoint: EndpointArgs,
     #[command(flatten)]
     pub serve: ServeArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
+
+/// The man pages' EXIT STATUS section (`man btcp-broker`), a paragraph per block.
+pub const EXIT_STATUS: &str = "0: the broker stopped cleanly (SIGTERM or SIGINT: calls in flight answered, connections closed with 1001), or a client command (call, sessions, tools, mcp) succeeded.\n\n1: a failure at run time (a port in use), a second signal (stop at once), or a client command that failed: the broker could not be reached, the session or tool does not exist, the call failed, or the tool reported an error.\n\n2: bad configuration or usage, one line naming the setting (BTCP_PORT (--port): ...).";
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -87,8 +90,10 @@ fn parse_tool_arg(text: &str) -> Result<(String, serde_json::Value), String> {
     rpc_core::cli::parse_arg(text)
 }
 
-/// Where the broker listens (serve) or where the client commands find it.
+/// Where the broker listens (serve) or where the client commands find it
+/// (under their own heading, after a subcommand's own options).
 #[derive(Clone, Debug, Args)]
+#[command(next_help_heading = "Broker")]
 pub struct EndpointArgs {
     /// Address to listen on (serve) or connect to (client commands).
     #[arg(long, env = "BTCP_HOST", default_value = "127.0.0.1", global = true)]
@@ -96,8 +101,9 @@ pub struct EndpointArgs {
     /// Port to listen on or connect to.
     #[arg(long, env = "BTCP_PORT", default_value_t = 8765, global = true)]
     pub port: u16,
-    /// Shared secret every client must present (`Authorization: Bearer` or
-    /// `token=` query). Required to listen on a non-loopback address.
+    /// The broker's shared secret (`Authorization: Bearer` or `token=`): a
+    /// client presents it; serve asks it of every client, and needs one to
+    /// listen on a non-loopback address.
     #[arg(long, env = "BTCP_AUTH_TOKEN", hide_env_values = true, global = true)]
     pub auth_token: Option<String>,
 }

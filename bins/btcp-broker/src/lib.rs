@@ -39,7 +39,7 @@ pub fn main() -> ExitCode {
         Err(failure) => return failure.report(),
     };
     if let Some(Command::Common(common)) = &cli.command {
-        return common.run(Cli::command());
+        return common.run(Cli::command(), config::EXIT_STATUS);
     }
     if let Err(e) = cli.log.init() {
         return cli::bad_configuration(&e);

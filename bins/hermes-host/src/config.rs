@@ -34,6 +34,9 @@ pub struct Cli {
     pub log: LogArgs,
 }
 
+/// The man pages' EXIT STATUS section (`man hermes-host`), a paragraph per block.
+pub const EXIT_STATUS: &str = "0: the host stopped cleanly (SIGTERM or SIGINT: extensions shut down, the socket removed), or a ctl or mcp command succeeded.\n\n1: a failure at run time (the control socket in use), a second signal (stop at once), or a ctl command that failed: the host is not running or could not be reached, the method failed, or a patch was not applied in full (ctl patch).\n\n2: bad configuration or usage, one line naming the setting or the config file's key.";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the host and its extensions (the default).
@@ -71,7 +74,7 @@ pub struct ServeArgs {
     /// missing default file means no extensions].
     #[arg(long, env = "HERMES_HOST_CONFIG")]
     pub config: Option<PathBuf>,
-    /// The control socket [default: $XDG_RUNTIME_DIR/hermes-host.sock, else <data dir>/hermes-host.sock].
+    /// The control socket [default: $XDG_RUNTIME_DIR/hermes-host.sock, else hermes-host.sock in the data directory (--data-dir)].
     #[arg(long, env = "HERMES_HOST_SOCKET")]
     pub socket: Option<PathBuf>,
     /// Where extension data directories and logs go [default: <data dir>/hermes-host].
@@ -121,6 +124,9 @@ pub enum CtlCommand {
     Open { file: PathBuf },
     /// Print the message (hl7 segments one per line, or the json/yaml/toml tree).
     Get {
+        /// hl7: the message as it is, one segment per line; json, yaml, toml:
+        /// its tree (segments, fields by number, components...), as
+        /// `message/get` returns it.
         #[arg(long, default_value = "hl7", value_parser = ["hl7", "json", "yaml", "toml"])]
         format: String,
     },

@@ -48,7 +48,7 @@ pub fn main() -> ExitCode {
         Some(Command::Serve(args)) => serve(args, &cli.log),
         Some(Command::Ctl(args)) => cli::run_client(client::ctl::run(args)),
         Some(Command::Mcp(args)) => cli::run_client(client::mcp::run(args)),
-        Some(Command::Common(common)) => common.run(Cli::command()),
+        Some(Command::Common(common)) => common.run(Cli::command(), config::EXIT_STATUS),
     }
 }
 

@@ -44,5 +44,6 @@ fn ctl_without_a_host_says_where_it_looked() {
         Command::new(BIN).args(["ctl", "--socket", &socket.display().to_string(), "ext", "list"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("cannot reach hermes-host") && stderr.contains("none.sock"), "{stderr}");
+    assert!(stderr.starts_with("hermes-host: hermes-host is not running: no host listens at "), "{stderr}");
+    assert!(stderr.contains("none.sock") && stderr.contains("Start it with `hermes-host`"), "{stderr}");
 }

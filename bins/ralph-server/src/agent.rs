@@ -81,6 +81,28 @@ impl AgentCommand {
         Ok(AgentCommand { name, words })
     }
 
+    /// Whether the agent's program is there to run, from `cwd` (the project
+    /// root, where it runs): a path is checked as it is, a bare name on
+    /// `PATH`, as exec would find it. The error names the program.
+    pub fn check_program(&self, cwd: &Path) -> Result<(), String> {
+        let program = self.words.first().map(String::as_str).unwrap_or_default();
+        let found = if program.contains('/') {
+            executable(&cwd.join(program))
+        } else {
+            std::env::var_os("PATH")
+                .is_some_and(|path| std::env::split_paths(&path).any(|dir| executable(&dir.join(program))))
+        };
+        if found {
+            return Ok(());
+        }
+        let place = if program.contains('/') {
+            format!("{program} is not an executable file")
+        } else {
+            format!("no {program} on PATH")
+        };
+        Err(format!("the agent `{}` cannot run: {place}", self.name))
+    }
+
     fn delivery(&self) -> Delivery {
         if self.words.iter().any(|w| w.contains("{PROMPT_FILE}")) {
             Delivery::File
@@ -121,6 +143,11 @@ impl AgentCommand {
             .map(|w| if w == "{PROMPT}" { prompt.to_owned() } else { w.replace("{PROMPT_FILE}", &file) })
             .collect()
     }
+}
+
+/// An executable file (not a directory) at `path`.
+fn executable(path: &Path) -> bool {
+    path.is_file() && nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok()
 }
 
 /// What the loop needs to start one run.

@@ -149,7 +149,7 @@ impl AgentLoop {
     /// The iteration begins: its agent, number and story in the state (one
     /// `state_change`), its ITERATION block in progress.txt.
     fn announce(&self, prd: &Prd, story: &Story, iteration: u32) -> AgentCommand {
-        let command = self.agent_for(prd, story);
+        let command = agent_for(&self.config.agent, prd, story);
         self.session.set_agent(&command.name);
         self.session.change(|f| {
             f.iteration = iteration;
@@ -330,33 +330,35 @@ impl AgentLoop {
         }
     }
 
-    fn agent_for(&self, prd: &Prd, story: &Story) -> AgentCommand {
-        if let AgentChoice::Command(command) = &self.config.agent {
-            return command.clone();
-        }
-        let preset = match &self.config.agent {
-            AgentChoice::Preset(name, true) => Some(name.as_str()),
-            _ => None,
-        };
-        let from_files = [story.agent.as_deref(), prd.agent.as_deref()].into_iter().flatten().find(|name| {
-            let known = AgentCommand::preset(name).is_some();
-            if !known {
-                tracing::warn!(agent = name, "unknown agent in prd.json; ignored");
-            }
-            known
-        });
-        let name = preset.or(from_files).unwrap_or(match &self.config.agent {
-            AgentChoice::Preset(name, _) => name,
-            AgentChoice::Command(_) => "claude",
-        });
-        AgentCommand::preset(name).unwrap_or_else(|| AgentCommand::preset("claude").expect("a preset"))
-    }
-
     fn log(&self, block: &str) {
         if let Err(e) = progress::append(&self.session.task_dir, block) {
             tracing::warn!(error = %e, "cannot append to progress.txt");
         }
     }
+}
+
+/// The agent that runs `story`: the command given, else the preset given,
+/// else the story's or the PRD's `agent` (a known preset), else claude.
+pub fn agent_for(choice: &AgentChoice, prd: &Prd, story: &Story) -> AgentCommand {
+    if let AgentChoice::Command(command) = choice {
+        return command.clone();
+    }
+    let preset = match choice {
+        AgentChoice::Preset(name, true) => Some(name.as_str()),
+        _ => None,
+    };
+    let from_files = [story.agent.as_deref(), prd.agent.as_deref()].into_iter().flatten().find(|name| {
+        let known = AgentCommand::preset(name).is_some();
+        if !known {
+            tracing::warn!(agent = name, "unknown agent in prd.json; ignored");
+        }
+        known
+    });
+    let name = preset.or(from_files).unwrap_or(match choice {
+        AgentChoice::Preset(name, _) => name,
+        AgentChoice::Command(_) => "claude",
+    });
+    AgentCommand::preset(name).unwrap_or_else(|| AgentCommand::preset("claude").expect("a preset"))
 }
 
 /// Why a finished run failed, if it did: a non-zero exit the loop did not

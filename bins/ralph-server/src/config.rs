@@ -31,6 +31,9 @@ pub struct Cli {
     pub log: LogArgs,
 }
 
+/// The man pages' EXIT STATUS section (`man ralph-server`), a paragraph per block.
+pub const EXIT_STATUS: &str = "run: 0 completed (or interrupted by SIGTERM or SIGINT, the state checkpointed for the next run); 1 failed (too many failed iterations in a row) or a second signal; 2 bad configuration (prd.json unreadable, an agent that is not there to run) or the task already running; 3 stopped or checkpointed (by request or at --max-iterations).\n\nstatus: 0 completed, 1 running, 2 failed or not running, 3 stopped or checkpointed (of any task when several are listed: 1 if one runs).\n\nOther client commands: 0 done; 1 the task is not running or the request failed; 2 bad usage.";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the loop for one task directory, in the foreground.

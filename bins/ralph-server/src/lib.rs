@@ -61,7 +61,7 @@ pub fn main() -> ExitCode {
         Command::Inject(args) => run_client(client::control::inject(args, sockets)),
         Command::Tail(args) => run_client(client::control::tail(args, sockets)),
         Command::Mcp(args) => run_client(client::mcp::run(args, sockets)),
-        Command::Common(common) => common.run(Cli::command()),
+        Command::Common(common) => common.run(Cli::command(), config::EXIT_STATUS),
     }
 }
 

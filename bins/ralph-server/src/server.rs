@@ -20,7 +20,7 @@ use rpc_core::listen::{self, NdjsonLimits};
 use rpc_core::shutdown::{DEFAULT_GRACE, Stopped};
 
 use crate::agent;
-use crate::agent_loop::{AgentLoop, Outcome};
+use crate::agent_loop::{AgentLoop, Outcome, agent_for};
 use crate::config::{AgentChoice, Config};
 use crate::errors::RunError;
 use crate::injected::PendingPrompts;
@@ -72,6 +72,7 @@ pub async fn run(config: Config) -> Result<ExitCode, RunError> {
 fn open_task(config: &Config) -> Result<(Arc<Session>, TaskLock), RunError> {
     // Checked before anything else: a bad PRD is bad configuration.
     let prd = Prd::load(&config.task_dir).map_err(|e| RunError::Refused(e.to_string()))?;
+    check_agents(config, &prd)?;
     // Locked before the state is read: another loop on the directory may be writing it.
     let lock = TaskLock::acquire(&config.task_dir, &config.socket_dir, &config.task_name).map_err(|e| match e {
         LockError::Held { .. } | LockError::Directory { .. } => RunError::Refused(e.to_string()),
@@ -95,6 +96,20 @@ fn open_task(config: &Config) -> Result<(Arc<Session>, TaskLock), RunError> {
         injected,
     ));
     Ok((session, lock))
+}
+
+/// Every agent the stories left will run is there to run: a missing one is
+/// bad configuration at start (exit 2), not failed iterations later.
+fn check_agents(config: &Config, prd: &Prd) -> Result<(), RunError> {
+    for story in prd.user_stories.iter().filter(|s| !s.passes) {
+        agent_for(&config.run.agent, prd, story).check_program(&config.run.project_root).map_err(|e| {
+            RunError::Refused(format!(
+                "{e} (story {}); install it, or choose the agent with --agent or --agent-cmd (RALPH_AGENT, RALPH_AGENT_CMD)",
+                story.id
+            ))
+        })?;
+    }
+    Ok(())
 }
 
 /// Serves the control socket until its own shutdown, returned, is begun.

@@ -32,6 +32,9 @@ pub struct Cli {
     pub log: LogArgs,
 }
 
+/// The man pages' EXIT STATUS section (`man supex-bridge`), a paragraph per block.
+pub const EXIT_STATUS: &str = "0: the bridge stopped cleanly (SIGTERM or SIGINT: evaluations drained, Ruby stopped), or a client command (call, repl, ping, mcp) succeeded.\n\n1: a failure at run time (a port in use, a listener that failed), a second signal (stop at once), or a client command that failed: the bridge could not be reached, refused hello, or the tool reported an error (call prints it).\n\n2: bad configuration or usage, one line naming the setting (SUPEX_PORT (--port): ...).\n\n3: ping: the bridge answers but its Ruby runtime is unavailable.";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the bridge and REPL servers with their Ruby runtime (the default).
@@ -129,21 +132,36 @@ pub struct CallArgs {
     /// All arguments as one JSON object; `--arg`s are applied on top.
     #[arg(long, value_name = "JSON")]
     pub json: Option<String>,
-    /// Host of the bridge.
-    #[arg(long, env = "SUPEX_HOST", default_value = "127.0.0.1")]
-    pub host: String,
-    /// Port of the bridge.
-    #[arg(long, env = "SUPEX_PORT", default_value_t = 9876)]
-    pub port: u16,
-    /// Token for `hello`.
-    #[arg(long, env = "SUPEX_AUTH_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    #[command(flatten)]
+    pub bridge: BridgeArgs,
     /// Workspace for this call: an extra allowed root and the base of relative paths.
     #[arg(long)]
     pub workspace: Option<PathBuf>,
     /// How long to wait for the result (seconds or a duration such as 2m).
     #[arg(long, default_value = "300", value_parser = config::seconds)]
     pub timeout: Duration,
+}
+
+/// Where a client finds the bridge, and its token.
+#[derive(Debug, Args)]
+pub struct BridgeArgs {
+    /// Host of the bridge.
+    #[arg(long, env = "SUPEX_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port of the bridge.
+    #[arg(long, env = "SUPEX_PORT", default_value_t = 9876)]
+    pub port: u16,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
+/// A client's token, as every daemon's clients spell it (`--token`, the
+/// old spelling, is kept as an alias).
+#[derive(Debug, Args)]
+pub struct AuthArgs {
+    /// The token the bridge asks for in `hello` (its SUPEX_AUTH_TOKEN).
+    #[arg(long = "auth-token", alias = "token", env = "SUPEX_AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
 }
 
 /// Flags of `supex-bridge repl`.
@@ -155,9 +173,8 @@ pub struct ReplArgs {
     /// Port of the REPL server.
     #[arg(long, env = "SUPEX_REPL_PORT", default_value_t = 4433)]
     pub port: u16,
-    /// Token for `hello`.
-    #[arg(long, env = "SUPEX_AUTH_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    #[command(flatten)]
+    pub auth: AuthArgs,
     /// History file [default: <data dir>/supex-bridge/repl_history].
     #[arg(long, env = "SUPEX_REPL_HISTORY")]
     pub history: Option<PathBuf>,
@@ -189,15 +206,8 @@ pub struct PingArgs {
 /// Flags of `supex-bridge mcp`.
 #[derive(Debug, Args)]
 pub struct McpArgs {
-    /// Host of the bridge.
-    #[arg(long, env = "SUPEX_HOST", default_value = "127.0.0.1")]
-    pub host: String,
-    /// Port of the bridge.
-    #[arg(long, env = "SUPEX_PORT", default_value_t = 9876)]
-    pub port: u16,
-    /// Token for `hello`.
-    #[arg(long, env = "SUPEX_AUTH_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    #[command(flatten)]
+    pub bridge: BridgeArgs,
     /// Workspace for the agent: an extra allowed root (only when the bridge has
     /// no SUPEX_ALLOWED_ROOTS, or inside them) and the base of relative paths.
     #[arg(long)]
@@ -332,6 +342,26 @@ fn path_policy(allowed: Option<&str>, project_root: Option<&Path>) -> Result<Pat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clients_take_auth_token_as_every_daemon_spells_it_and_token_still() {
+        use clap::Parser;
+        for (flag, sub) in
+            [("--auth-token", "call"), ("--token", "call"), ("--auth-token", "mcp"), ("--auth-token", "repl")]
+        {
+            let args: Vec<&str> = match sub {
+                "call" => vec!["supex-bridge", "call", "ping", flag, "secret"],
+                _ => vec!["supex-bridge", sub, flag, "secret"],
+            };
+            let token = match Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}")).command {
+                Some(Command::Call(call)) => call.bridge.auth.auth_token,
+                Some(Command::Mcp(mcp)) => mcp.bridge.auth.auth_token,
+                Some(Command::Repl(repl)) => repl.auth.auth_token,
+                _ => None,
+            };
+            assert_eq!(token.as_deref(), Some("secret"), "{args:?}");
+        }
+    }
 
     #[test]
     fn beyond_loopback_takes_allow_remote_and_then_a_token() {

@@ -44,7 +44,7 @@ pub fn main() -> ExitCode {
         Some(Command::Repl(args)) => client::repl::run(args),
         Some(Command::Ping(args)) => client::ping::run(args),
         Some(Command::Mcp(args)) => client::mcp::run(args),
-        Some(Command::Common(common)) => common.run(Cli::command()),
+        Some(Command::Common(common)) => common.run(Cli::command(), config::EXIT_STATUS),
     }
 }
 

@@ -118,13 +118,16 @@ enum Command {
     Common(rpc_core::cli::CommonCommand),
 }
 
+/// The man page's EXIT STATUS section.
+const EXIT_STATUS: &str = "0: the benchmarks ran (or the helper process ended cleanly).\n\n1: a benchmark could not run or a helper failed; the error is printed.\n\n2: bad usage.";
+
 fn main() -> Result<ExitCode> {
     // Inherited by the daemons the suite starts.
     rpc_core::listen::raise_fd_limit();
     // The processes the daemons start pin themselves to a core first, so they
     // run without an async runtime (whose threads would already be placed).
     match Cli::parse().command {
-        Command::Common(common) => return Ok(common.run(Cli::command())),
+        Command::Common(common) => return Ok(common.run(Cli::command(), EXIT_STATUS)),
         Command::HermesExtension(args) => hermes::extension::run(args)?,
         Command::ContentLengthEcho { cpu } => hermes::pipe::echo(cpu)?,
         Command::RalphAgent(args) => ralph::agent::run(args)?,

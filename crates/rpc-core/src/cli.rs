@@ -8,7 +8,7 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde_json::Value;
@@ -28,14 +28,15 @@ pub enum LogFormat {
     Json,
 }
 
-/// Logging flags, flattened into every daemon's command line.
+/// Logging flags, flattened into every daemon's command line (under their
+/// own heading, after a subcommand's own options).
 #[derive(Clone, Debug, clap::Args)]
 pub struct LogArgs {
     /// Log filter, in `RUST_LOG` syntax (e.g. `info`, `debug,hyper=warn`).
-    #[arg(long, env = "RUST_LOG", default_value = "info", global = true)]
+    #[arg(long, env = "RUST_LOG", default_value = "info", global = true, help_heading = "Logging")]
     pub log_level: String,
     /// Log format.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true, help_heading = "Logging")]
     pub log_format: LogFormat,
 }
 
@@ -103,10 +104,29 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    C::try_parse_from(args).map_err(|error| match bad_value(&error, &C::command()) {
-        Some(config) => ParseFailure::BadValue(config),
-        None => ParseFailure::Clap(error),
+    let mut command = with_data_dir(C::command());
+    command.try_get_matches_from_mut(args).and_then(|matches| C::from_arg_matches(&matches)).map_err(|error| {
+        match bad_value(&error, &command) {
+            Some(config) => ParseFailure::BadValue(config),
+            None => ParseFailure::Clap(error.with_cmd(&command)),
+        }
     })
+}
+
+/// `command` with `<data dir>` in its flags' help spelled out for this user
+/// (`/home/me/.local/share`: `$XDG_DATA_HOME`, else `~/.local/share`), so
+/// `--help` says where files go. Man pages keep the placeholder.
+fn with_data_dir(command: clap::Command) -> clap::Command {
+    let Some(dir) = dirs::data_dir() else { return command };
+    let resolved = dir.display().to_string();
+    let spell = |arg: clap::Arg| match arg.get_help().map(ToString::to_string) {
+        Some(help) if help.contains("<data dir>") => {
+            let help = help.replace("<data dir>", &resolved);
+            arg.help(help)
+        }
+        _ => arg,
+    };
+    command.mut_args(spell).mut_subcommands(with_data_dir)
 }
 
 /// A clap invalid-value error as a [`ConfigError`] naming the flag's env
@@ -139,6 +159,11 @@ fn bad_value(error: &clap::Error, command: &clap::Command) -> Option<ConfigError
             let first = rendered.lines().next().unwrap_or_default();
             first.split_once("': ").map_or("invalid value", |(_, why)| why).to_owned()
         }
+    };
+    // A closed set of values: which ones it allows, as clap would list them.
+    let why = match error.get(ContextKind::ValidValue) {
+        Some(ContextValue::Strings(values)) if !values.is_empty() => format!("not one of {}", values.join(", ")),
+        _ => why,
     };
     Some(ConfigError::new(setting, format!("invalid value {value:?}: {why}")))
 }
@@ -190,8 +215,10 @@ pub enum CommonCommand {
 
 impl CommonCommand {
     /// Runs it for the binary whose command line is `command`
-    /// (`Cli::command()`): 0 when the output was written, 1 when it could not be.
-    pub fn run(&self, mut command: clap::Command) -> ExitCode {
+    /// (`Cli::command()`); `exit_status` is the man pages' EXIT STATUS
+    /// section, one paragraph per blank-line-separated block. 0 when the
+    /// output was written, 1 when it could not be.
+    pub fn run(&self, mut command: clap::Command, exit_status: &str) -> ExitCode {
         let program = command.get_name().to_owned();
         let written = match self {
             CommonCommand::Completions { shell } => {
@@ -202,13 +229,10 @@ impl CommonCommand {
                 std::io::stdout().lock().write_all(&script)
             }
             CommonCommand::Man { out_dir: None } => {
-                let mut page = Vec::new();
-                clap_mangen::Man::new(command)
-                    .render(&mut page)
-                    .and_then(|()| std::io::stdout().lock().write_all(&page))
+                man_page(command, exit_status).and_then(|page| std::io::stdout().lock().write_all(&page))
             }
             CommonCommand::Man { out_dir: Some(dir) } => {
-                std::fs::create_dir_all(dir).and_then(|()| clap_mangen::generate_to(command, dir))
+                std::fs::create_dir_all(dir).and_then(|()| man_pages(command, exit_status, dir))
             }
         };
         match written {
@@ -220,6 +244,88 @@ impl CommonCommand {
             }
         }
     }
+}
+
+/// `command`'s man page and one per visible subcommand (`PROGRAM-SUB.1`),
+/// written into `dir`.
+fn man_pages(command: clap::Command, exit_status: &str, dir: &Path) -> std::io::Result<()> {
+    fn write(command: clap::Command, exit_status: &str, dir: &Path) -> std::io::Result<()> {
+        for sub in command.get_subcommands().filter(|s| !s.is_hide_set()).cloned() {
+            write(sub, exit_status, dir)?;
+        }
+        let file = clap_mangen::Man::new(command.clone()).get_filename();
+        std::fs::write(dir.join(file), man_page(command, exit_status)?)
+    }
+    let mut command = command.disable_help_subcommand(true);
+    // Gives each subcommand its full name (`ralph-server run`).
+    command.build();
+    write(command, exit_status, dir)
+}
+
+/// One man page: clap_mangen's sections, with ENVIRONMENT (every variable a
+/// flag reads, from the flags' help) and EXIT STATUS before the extra text.
+fn man_page(command: clap::Command, exit_status: &str) -> std::io::Result<Vec<u8>> {
+    let mut page = Vec::new();
+    let has_options = command.get_arguments().any(|a| !a.is_hide_set());
+    let has_subcommands = command.get_subcommands().any(|s| !s.is_hide_set());
+    let has_extra = command.get_after_long_help().is_some() || command.get_after_help().is_some();
+    let man = clap_mangen::Man::new(command.clone());
+    man.render_title(&mut page)?;
+    man.render_name_section(&mut page)?;
+    man.render_synopsis_section(&mut page)?;
+    man.render_description_section(&mut page)?;
+    if has_options {
+        man.render_options_section(&mut page)?;
+    }
+    if has_subcommands {
+        man.render_subcommands_section(&mut page)?;
+    }
+    page.extend_from_slice(environment_section(&command).as_bytes());
+    page.extend_from_slice(b".SH \"EXIT STATUS\"\n");
+    for paragraph in exit_status.split("\n\n").filter(|p| !p.trim().is_empty()) {
+        page.extend_from_slice(format!(".PP\n{}\n", roff_text(paragraph.trim())).as_bytes());
+    }
+    if has_extra {
+        man.render_extra_section(&mut page)?;
+    }
+    if command.get_version().is_some() {
+        man.render_version_section(&mut page)?;
+    }
+    Ok(page)
+}
+
+/// The ENVIRONMENT section: each variable a flag of `command` reads, with
+/// the flag, its help and its default (empty when none does).
+fn environment_section(command: &clap::Command) -> String {
+    let mut section = String::new();
+    for arg in command.get_arguments().filter(|a| !a.is_hide_set()) {
+        let Some(env) = arg.get_env() else { continue };
+        let help = arg.get_long_help().or(arg.get_help()).map(ToString::to_string).unwrap_or_default();
+        let flag = arg.get_long().map(|l| format!(" (--{l})")).unwrap_or_default();
+        let defaults: Vec<String> = arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
+        let default = if defaults.is_empty() { String::new() } else { format!(" [default: {}]", defaults.join(", ")) };
+        section.push_str(&format!(
+            ".TP\n\\fB{}\\fR\n{}\n",
+            roff_text(&env.to_string_lossy()),
+            roff_text(&format!("{}{flag}{default}", help.trim()))
+        ));
+    }
+    let mentions_data_dir =
+        command.get_arguments().any(|a| a.get_help().is_some_and(|h| h.to_string().contains("<data dir>")));
+    if mentions_data_dir {
+        section.push_str(".TP\n\\fBXDG_DATA_HOME\\fR\nThe <data dir> of the options above; else ~/.local/share (on macOS, ~/Library/Application Support).\n");
+    }
+    if section.is_empty() { section } else { format!(".SH ENVIRONMENT\n{section}") }
+}
+
+/// Text as roff reads it literally: backslashes escaped, and a line that
+/// would start with a control character (`.` or `'`) guarded.
+fn roff_text(text: &str) -> String {
+    text.replace('\\', "\\e")
+        .lines()
+        .map(|line| if line.starts_with(['.', '\'']) { format!("\\&{line}") } else { line.to_owned() })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Runs a daemon from its settings: a bad one is one line and exit code 2;
@@ -311,6 +417,8 @@ mod tests {
             timeout: Option<Duration>,
             #[arg(long)]
             plain: Option<u16>,
+            #[arg(long, env = "RPC_CORE_TEST_MODE", value_parser = ["fast", "slow"])]
+            mode: Option<String>,
         },
     }
 
@@ -334,6 +442,12 @@ mod tests {
         // No env variable: the flag alone.
         let error = bad_value_of(&["d", "serve", "--plain", "x"]);
         assert_eq!(error.setting, "--plain");
+        // A closed set: the values it allows.
+        let error = bad_value_of(&["d", "serve", "--mode", "quick"]);
+        assert_eq!(
+            error.to_string(),
+            "bad configuration: RPC_CORE_TEST_MODE (--mode): invalid value \"quick\": not one of fast, slow"
+        );
     }
 
     #[test]
@@ -353,7 +467,11 @@ mod tests {
     #[derive(Debug, clap::Subcommand)]
     enum Common {
         /// Does the work.
-        Work,
+        Work {
+            /// How fast.
+            #[arg(long, env = "DEMO_SPEED", default_value = "3")]
+            speed: u8,
+        },
         #[command(flatten)]
         Common(CommonCommand),
     }
@@ -376,10 +494,12 @@ mod tests {
         use clap::CommandFactory;
         let dir = tempfile::tempdir().unwrap();
         let man = CommonCommand::Man { out_dir: Some(dir.path().join("man1")) };
-        assert_eq!(man.run(WithCommon::command()), ExitCode::SUCCESS);
+        assert_eq!(man.run(WithCommon::command(), "0 done.\n\n1 not.\n.dot"), ExitCode::SUCCESS);
         let page = std::fs::read_to_string(dir.path().join("man1/demo.1")).unwrap();
         assert!(page.contains(".TH demo 1"), "{page}");
-        assert!(dir.path().join("man1/demo-work.1").exists());
+        assert!(page.contains(".SH \"EXIT STATUS\"\n.PP\n0 done.\n.PP\n1 not.\n\\&.dot\n"), "{page}");
+        let work = std::fs::read_to_string(dir.path().join("man1/demo-work.1")).unwrap();
+        assert!(work.contains(".SH ENVIRONMENT\n.TP\n\\fBDEMO_SPEED\\fR\nHow fast (--speed) [default: 3]\n"), "{work}");
         assert!(dir.path().join("man1/demo-completions.1").exists());
         assert!(!dir.path().join("man1/demo-man.1").exists(), "hidden commands get no page");
     }

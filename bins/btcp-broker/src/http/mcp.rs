@@ -147,8 +147,15 @@ pub async fn endpoint(doors: Arc<HttpDoors>, request: axum::extract::Request) ->
         )
         .into_response();
     };
-    match service.call(request).await {
+    let ending_session = request.method() == axum::http::Method::DELETE;
+    let mut response = match service.call(request).await {
         Ok(response) => response.map(axum::body::Body::new),
         Err(never) => match never {},
+    };
+    // rmcp answers a session's end 202 Accepted; MCP clients (the official
+    // SDKs) expect 200 (or 204) and take anything else as a failed close.
+    if ending_session && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::OK;
     }
+    response
 }

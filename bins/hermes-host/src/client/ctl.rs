@@ -25,9 +25,7 @@ pub async fn run(args: CtlArgs) -> Result<ExitCode, String> {
         }
         _ => {}
     }
-    let peer = rpc_core::client::connect_unix(&socket)
-        .await
-        .map_err(|e| format!("cannot reach hermes-host at {}: {e}", socket.display()))?;
+    let peer = rpc_core::client::connect_unix(&socket).await.map_err(|e| super::not_reached(&socket, e))?;
     let (method, params) = request(&args.command)?;
     // A reload waits for extensions to stop and start; nothing else takes long.
     let timeout = match method {
@@ -171,7 +169,7 @@ fn print_result(command: &CtlCommand, result: &Value) {
 /// the host closes it or Ctrl-C.
 async fn subscribe_raw(socket: &Path, params: &Value) -> Result<ExitCode, String> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    let stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| format!("{}: {e}", socket.display()))?;
+    let stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| super::not_reached(socket, e))?;
     let (read, mut write) = stream.into_split();
     let request = json!({"jsonrpc": "2.0", "id": 1, "method": "subscribe", "params": params});
     write.write_all(format!("{request}\n").as_bytes()).await.map_err(|e| e.to_string())?;

@@ -95,9 +95,7 @@ async fn close_window(_: Ctx<Terminal>, params: Value) -> Result<Value, RpcError
 }
 
 pub async fn run(socket: &Path) -> Result<ExitCode, String> {
-    let stream = tokio::net::UnixStream::connect(socket)
-        .await
-        .map_err(|e| format!("cannot reach hermes-host at {}: {e}", socket.display()))?;
+    let stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| super::not_reached(socket, e))?;
     let (read, write) = stream.into_split();
     let router = Router::new()
         .method("ui/showMessage", show_message)

@@ -26,7 +26,7 @@ pub async fn run(args: StatusArgs, sockets: SocketArgs) -> Result<ExitCode, Stri
         let out = if args.task.is_some() { statuses.first().cloned().unwrap_or(Value::Null) } else { json!(statuses) };
         println!("{out:#}");
     } else if statuses.is_empty() {
-        println!("no running tasks");
+        println!("{}", no_tasks(&sockets));
     } else {
         for status in &statuses {
             println!("{}", summary(status));
@@ -69,7 +69,20 @@ async fn status_of(task: &str, sockets: &SocketArgs) -> Value {
             "running": false,
         });
     }
-    json!({"task_name": task, "status": "not_running"})
+    let socket = socket_path(task, sockets).ok().map(|p| p.display().to_string());
+    json!({"task_name": task, "status": "not_running", "socket": socket})
+}
+
+/// What `status` says when no task runs: where it looked, how to start one.
+fn no_tasks(sockets: &SocketArgs) -> String {
+    let start = "start one with `ralph-server run TASK_DIR`";
+    match sockets.dir() {
+        Ok(dir) if dir.is_dir() => format!("no running tasks in {}; {start}", dir.display()),
+        Ok(dir) => {
+            format!("no running tasks: {} does not exist (RALPH_SOCKET_DIR, --socket-dir); {start}", dir.display())
+        }
+        Err(e) => format!("no running tasks: {e}"),
+    }
 }
 
 fn code(status: &Value) -> u8 {
@@ -83,6 +96,26 @@ fn code(status: &Value) -> u8 {
 
 fn summary(s: &Value) -> String {
     let text = |v: &Value| v.as_str().map(str::to_owned).unwrap_or_else(|| "-".into());
+    if s["status"] == "not_running" {
+        return format!(
+            "{}: not running (no server at {}); a task that has ended is read from its directory: \
+             `ralph-server status TASK_DIR`",
+            text(&s["task_name"]),
+            text(&s["socket"])
+        );
+    }
+    if s["running"] == false {
+        // Read from the task directory's saved state: the loop has ended.
+        return format!(
+            "{}: {} after iteration {} ({}; {}), last story {}",
+            text(&s["task_name"]),
+            text(&s["status"]),
+            s["iteration"].as_u64().unwrap_or(0),
+            text(&s["reason"]).replace('_', " "),
+            text(&s["updated_at"]),
+            text(&s["current_story"]),
+        );
+    }
     format!(
         "{}: {} (iteration {}/{}, story {}, agent {}{})",
         text(&s["task_name"]),

@@ -38,7 +38,7 @@ async fn call(args: CallArgs) -> Result<Value, String> {
         pairs.push((key.to_owned(), raw.to_owned()));
     }
 
-    let addr = address(&args.host, args.port);
+    let addr = address(&args.bridge.host, args.bridge.port);
     let peer = connect(Server::Bridge, &addr, Duration::from_secs(10)).await?;
     let short = Duration::from_secs(10);
     let mut hello = json!({
@@ -47,7 +47,7 @@ async fn call(args: CallArgs) -> Result<Value, String> {
         "agent": "cli",
         "pid": std::process::id(),
     });
-    if let Some(token) = &args.token {
+    if let Some(token) = &args.bridge.auth.auth_token {
         hello["token"] = json!(token);
     }
     if let Some(dir) = &args.workspace {

@@ -4,7 +4,8 @@
 //! offers the bridge's tools one for one.
 //!
 //! A Ruby error, a denied path, the bridge being down: each is a tool result
-//! with `isError: true` and the bridge's message, so the model reads it. The
+//! with `isError: true` and the bridge's message, so the model reads it (with
+//! the bridge down, `tools/list` offers the tools this build serves). The
 //! next call after the bridge restarts connects again.
 
 use parking_lot::Mutex;
@@ -32,8 +33,8 @@ pub fn run(args: McpArgs) -> ExitCode {
         Err(e) => return rpc_core::cli::bad_configuration(&ConfigError::new("--workspace", e)),
     };
     let bridge = Bridge {
-        addr: address(&args.host, args.port),
-        token: args.token,
+        addr: address(&args.bridge.host, args.bridge.port),
+        token: args.bridge.auth.auth_token,
         workspace,
         client: Mutex::new(Caller::default()),
     };
@@ -110,11 +111,16 @@ impl Door for BridgeDoor {
     async fn list_tools(&self, caller: &Caller) -> Result<Vec<Tool>, McpError> {
         self.remember(caller);
         let never = CancellationToken::new();
-        let list = self
-            .link
-            .call("tools/list", &json!({}), Some(Duration::from_secs(30)), &never)
-            .await
-            .map_err(Failure::into_error)?;
+        let list = match self.link.call("tools/list", &json!({}), Some(Duration::from_secs(30)), &never).await {
+            Ok(list) => list,
+            // The bridge is down: the tools this build of it serves, so that
+            // the agent can call one and read how to start the bridge.
+            Err(Failure::Unreachable(why)) => {
+                tracing::warn!("{why}");
+                crate::methods::tools::list()
+            }
+            Err(failure) => return Err(failure.into_error()),
+        };
         Ok(list["tools"].as_array().into_iter().flatten().filter_map(mcp_front::tool_from_json).collect())
     }
 

@@ -47,7 +47,7 @@ pub fn run(args: ReplArgs) -> ExitCode {
 /// the next request.
 async fn console(args: ReplArgs) -> Result<ExitCode, String> {
     let interactive = std::io::stdin().is_terminal();
-    let mut session = Session { addr: address(&args.host, args.port), token: args.token.clone(), peer: None };
+    let mut session = Session { addr: address(&args.host, args.port), token: args.auth.auth_token.clone(), peer: None };
     session.connect_at_start(interactive).await?;
     let mut editor = rustyline::DefaultEditor::new().map_err(|e| format!("cannot set up line editing: {e}"))?;
     let history = args.history.or_else(|| dirs::data_dir().map(|d| d.join("supex-bridge").join("repl_history")));
