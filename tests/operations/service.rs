@@ -42,6 +42,8 @@ fn supex_bridge_socket_as_shipped_activates_the_bridge_and_the_repl() {
         .arg(format!("--fdname={name}:{name}"))
         .args(["-E", &format!("SUPEX_PORT={bridge}"), "-E", &format!("SUPEX_REPL_PORT={repl}")])
         .args(["-E", "RUST_LOG=info", "-E", "SUPEX_RUBY=/nonexistent/ruby"])
+        // Not the real home's data directory (the runtime's console log).
+        .args(["-E", &format!("SUPEX_LOG_DIR={}", project.path().join("logs").display())])
         .arg(bin_path("supex-bridge"))
         .arg("serve")
         .current_dir(project.path())

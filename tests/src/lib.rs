@@ -442,7 +442,11 @@ impl SocketActivated {
         if let Some(name) = fd_name {
             cmd.arg(format!("--fdname={name}"));
         }
-        for (k, v) in std::iter::once(&("RUST_LOG", "info")).chain(env) {
+        // The daemon's data and configuration directories in the scratch
+        // directory, as [`command`] gives every daemon.
+        let (data, config) = (dir.path().join("data"), dir.path().join("config"));
+        let homes = [("XDG_DATA_HOME", data.to_str().unwrap()), ("XDG_CONFIG_HOME", config.to_str().unwrap())];
+        for (k, v) in [("RUST_LOG", "info")].iter().chain(&homes).chain(env) {
             cmd.args(["-E", &format!("{k}={v}")]);
         }
         let child = cmd
