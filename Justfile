@@ -39,6 +39,11 @@ fuzz seconds="60" *targets:
 run:
     ./scripts/run-all
 
+# A local btcp-broker cluster: nats-server and three brokers as one service;
+# prints how to attach a browser to one node and call it from another.
+cluster:
+    ./scripts/cluster
+
 # Install the daemons for you: binaries (run-all's release build), man pages, completions,
 # env files and user services (systemd units; launchd agents on macOS).
 # Arguments go to scripts/install, e.g. `just install --prefix ~/.local`.

@@ -638,3 +638,92 @@ pub fn mcp_inspector(args: &[&str]) -> Option<Value> {
     );
     Some(serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("mcp-inspector printed {stdout:?}: {e}")))
 }
+
+/// A real `nats-server` with JetStream for the broker's cluster tests, on a
+/// free port with its store in a temporary directory; killed when dropped.
+/// `NATS_SERVER` names another binary (a newer release) than the one on PATH.
+pub struct NatsServer {
+    child: Option<Child>,
+    pub port: u16,
+    args: Vec<String>,
+    _store: tempfile::TempDir,
+}
+
+impl NatsServer {
+    /// The binary the tests run (check it with [`require_tool`]).
+    pub fn binary() -> String {
+        std::env::var("NATS_SERVER").unwrap_or_else(|_| "nats-server".into())
+    }
+
+    /// One server, alone.
+    pub fn start() -> NatsServer {
+        Self::start_with(free_port(), &[])
+    }
+
+    /// Servers joined in one NATS cluster by routes, each with JetStream and
+    /// the server name and cluster name JetStream clustering asks for.
+    pub fn start_cluster(count: usize) -> Vec<NatsServer> {
+        let route_ports: Vec<u16> = (0..count).map(|_| free_port()).collect();
+        let routes: Vec<String> = route_ports.iter().map(|p| format!("nats://127.0.0.1:{p}")).collect();
+        let routes = routes.join(",");
+        (0..count)
+            .map(|i| {
+                let name = format!("n{i}");
+                let listen = format!("nats://127.0.0.1:{}", route_ports[i]);
+                let extra = ["-n", &name, "--cluster_name", "btcp-test", "--cluster", &listen, "--routes", &routes];
+                Self::start_with(free_port(), &extra)
+            })
+            .collect()
+    }
+
+    fn start_with(port: u16, extra: &[&str]) -> NatsServer {
+        let store = tempfile::tempdir().unwrap();
+        let mut args: Vec<String> =
+            ["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd", &store.path().display().to_string()]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut server = NatsServer { child: None, port, args, _store: store };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(Self::binary())
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", Self::binary()));
+        self.child = Some(child);
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let listening = eventually(Duration::from_secs(10), || TcpStream::connect(addr).is_ok());
+        assert!(listening, "nats-server did not listen on {addr}");
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (its JetStream store stays for [`NatsServer::restart`]).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port with the same store.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -15,6 +15,8 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 use rpc_core::cli::LogArgs;
 use rpc_core::config::{self, ConfigError, bytes_at_least, count_at_least, millis, seconds, seconds_or_zero, switch};
 
+use crate::cluster::settings::{ClusterArgs, ClusterSettings};
+
 #[derive(Debug, Parser)]
 #[command(
     name = "btcp-broker",
@@ -38,7 +40,7 @@ pub const EXIT_STATUS: &str = "0: the broker stopped cleanly (SIGTERM or SIGINT:
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the broker (the default).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// List the sessions of a running broker.
     Sessions {
         /// Print the broker's JSON instead of a table.
@@ -193,6 +195,9 @@ pub struct ServeArgs {
         value_parser = switch
     )]
     pub sse_session_fallback: bool,
+    /// Several brokers as one service, through NATS (`BTCP_CLUSTER`).
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 /// Default of `BTCP_TOOLS_BUDGET`: 64 MiB.
@@ -221,6 +226,8 @@ pub struct Config {
     pub write_stall: Duration,
     pub tools_budget: usize,
     pub sse_session_fallback: bool,
+    /// `None`: a single broker (no `BTCP_CLUSTER`).
+    pub cluster: Option<ClusterSettings>,
 }
 
 impl Config {
@@ -260,6 +267,7 @@ impl Config {
             write_stall: serve.write_stall,
             tools_budget: serve.tools_budget,
             sse_session_fallback: serve.sse_session_fallback,
+            cluster: ClusterSettings::from_args(&serve.cluster)?,
         })
     }
 }

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | -32000 | connection: a session or the broker is full, a registration from a replaced browser |
 //! | -32001 | the tool call timed out |
-//! | -32002 | no browser in the session, or it went away during the call |
+//! | -32002 | no browser in the session, or it went away during the call (in a cluster also: its node was lost, or NATS is unreachable) |
 //! | -32003 | session not found, or not joined to one |
 //! | -32004 | the browser registered no tool of that name (it is not asked) |
 //! | -32005 | rate limited |
@@ -29,6 +29,17 @@ pub const SESSION_NOT_FOUND: i64 = -32003;
 pub const TOOL_NOT_FOUND: i64 = -32004;
 pub const RATE_LIMITED: i64 = -32005;
 pub const WRONG_CLIENT_TYPE: i64 = -32006;
+/// In a cluster: the node holding the session's browser was lost mid-call.
+pub fn node_lost(session_id: &str) -> RpcError {
+    RpcError::new(NO_BROWSER, "browser's node lost").with_data(json!({ "sessionId": session_id }))
+}
+
+/// In a cluster: this broker has no NATS connection now, so a browser on
+/// another node cannot be reached.
+pub fn cluster_unavailable(session_id: &str) -> RpcError {
+    RpcError::new(NO_BROWSER, "cluster unavailable").with_data(json!({ "sessionId": session_id }))
+}
+
 /// The agent cancelled the call; sent only to an agent that still waits.
 pub const CANCELLED: i64 = -32800;
 

@@ -6,6 +6,7 @@
 //! public: this is not an API for other crates.
 
 mod client;
+mod cluster;
 mod config;
 mod errors;
 mod http;

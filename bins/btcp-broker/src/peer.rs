@@ -20,9 +20,6 @@ use crate::state::{Broker, ConnState, Joined, PeerSlot};
 pub const PROTOCOL_VERSION: &str = "1.0.0";
 pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// WebSocket close code sent to a browser replaced by a newer one.
-pub const CLOSE_REPLACED: u16 = 4001;
-
 /// Chosen session ids shorter than this (nanoid's default length, about 126
 /// random bits) are warned about when the SSE session fallback is on.
 const GUESSABLE_SESSION_ID: usize = 21;
@@ -57,13 +54,6 @@ struct Welcome<'a> {
     protocol_version: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     available_sessions: Option<Vec<Arc<str>>>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Replaced<'a> {
-    session_id: &'a str,
-    reason: &'static str,
 }
 
 /// Serves one browser or agent until it goes: attach, welcome, run, detach.
@@ -104,7 +94,7 @@ pub async fn open_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpec
     let state = Arc::new(ConnState::new(broker.clone(), client_type, client_id.clone(), event_stream));
     let (peer, conn) =
         Connection::new(transport, broker.router.clone(), state.clone(), broker.peer_config(client_type));
-    let session = match attach(&broker, &state, &peer, session_id, transport_kind) {
+    let session = match attach(&broker, &state, &peer, session_id, transport_kind).await {
         Ok(session) => session,
         Err(error) => {
             refuse(&peer, &client_id, &error).await;
@@ -112,6 +102,12 @@ pub async fn open_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpec
         }
     };
     welcome(&broker, &state, &peer, session.as_ref()).await;
+    // In a cluster a browser's node takes its session before the browser is
+    // served (its messages wait): welcomed first, so that a browser losing a
+    // race with one on another node hears `welcome`, then `session/replaced`.
+    if let (ClientType::Browser, Some(cluster), Some(session)) = (client_type, &broker.cluster, &session) {
+        cluster.claim(session).await;
+    }
     broker.metrics.peer_opened(client_type, transport_kind);
     tracing::info!(
         conn = peer.conn_id(),
@@ -127,8 +123,9 @@ pub async fn open_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpec
 }
 
 /// A browser takes its session (a new one when it named none); an agent that
-/// named a session joins it, waiting for its browser if need be.
-fn attach(
+/// named a session joins it, waiting for its browser if need be. In a
+/// cluster an agent follows a session owned elsewhere.
+async fn attach(
     broker: &Broker,
     state: &ConnState,
     peer: &PeerHandle,
@@ -146,10 +143,27 @@ fn attach(
             Ok(Some(session))
         }
         ClientType::Agent => match session_id {
-            Some(id) => broker.sessions.attach_agent(&id, true).map(Some),
+            Some(id) => {
+                let session = broker.sessions.attach_agent(&id, true)?;
+                follow(broker, &session).await?;
+                Ok(Some(session))
+            }
             None => Ok(None),
         },
     }
+}
+
+/// In a cluster, an agent counted in a session whose browser is elsewhere
+/// is counted by its owner too, and hears its events; past the session's
+/// limit across the cluster it is taken out again.
+pub async fn follow(broker: &Broker, session: &Arc<Session>) -> Result<(), AttachError> {
+    let Some(cluster) = &broker.cluster else { return Ok(()) };
+    if let Err(max) = cluster.follow(session).await {
+        session.remove_agent();
+        cluster.agent_left(session);
+        return Err(AttachError::TooManyAgents { session: session.id.clone(), max });
+    }
+    Ok(())
 }
 
 /// Checked before the upgrade too; this is the rare race past it: the peer
@@ -164,7 +178,13 @@ async fn refuse(peer: &PeerHandle, client_id: &str, error: &AttachError) {
 /// The `welcome` notification; an agent then hears its session's events.
 async fn welcome(broker: &Broker, state: &ConnState, peer: &PeerHandle, session: Option<&Arc<Session>>) {
     let client_type = state.client_type;
-    let available_sessions = (client_type == ClientType::Agent).then(|| broker.sessions.with_browser());
+    let available_sessions = (client_type == ClientType::Agent).then(|| {
+        let here = broker.sessions.with_browser();
+        match &broker.cluster {
+            Some(cluster) => cluster.with_browser(here),
+            None => here,
+        }
+    });
     let welcome = Welcome {
         session_id: session.map(|s| &*s.id),
         client_id: &state.client_id,
@@ -253,18 +273,7 @@ fn attach_browser(
     *state.joined.lock() = Some(Joined::browser(session.clone()));
     if let Some(old) = attached.replaced {
         tracing::info!(session = %session.id, old = %old.client_id, new = %state.client_id, "browser replaced");
-        let session_id = session.id.clone();
-        // Told and closed off this task: its queue may be full.
-        tokio::spawn(async move {
-            let _ = old
-                .peer
-                .notify(
-                    "session/replaced",
-                    Replaced { session_id: &session_id, reason: "another browser connected with this session id" },
-                )
-                .await;
-            old.peer.close(CLOSE_REPLACED, "replaced by a newer browser connection");
-        });
+        old.dismiss(session.id.clone(), "another browser connected with this session id");
     }
     session.notify_agents("session/browserConnected", &SessionEvent { session_id: &session.id });
     Ok(session)

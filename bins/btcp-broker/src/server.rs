@@ -4,10 +4,13 @@
 //! served by `http/connection.rs`, and the session registry sweeps its idle
 //! sessions.
 
-use rpc_core::daemon::{Daemon, StartError};
+use std::process::ExitCode;
+
+use rpc_core::daemon::{Daemon, Failure, StartError};
 use rpc_core::listen;
 use rpc_core::shutdown::Stopped;
 
+use crate::cluster::{Cluster, JoinError};
 use crate::config::Config;
 use crate::http;
 use crate::http::mcp::HttpDoors;
@@ -18,13 +21,39 @@ use crate::state::Broker;
 /// keep-alive connections of scrapers and POSTing SSE clients).
 const EXTRA_HTTP_CONNECTIONS: usize = 1024;
 
-pub async fn run(config: Config) -> Result<Stopped, StartError> {
+/// Why the broker did not start: the engine's reasons (a port in use, bad
+/// settings), or its cluster out of reach (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum StartFailure {
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error(transparent)]
+    Cluster(#[from] JoinError),
+}
+
+impl Failure for StartFailure {
+    fn exit_code(&self) -> ExitCode {
+        match self {
+            StartFailure::Start(e) => e.exit_code(),
+            StartFailure::Cluster(_) => ExitCode::FAILURE,
+        }
+    }
+}
+
+pub async fn run(config: Config) -> Result<Stopped, StartFailure> {
     let mut daemon = Daemon::start("btcp-broker", config.shutdown_grace)?;
     daemon.require_token_beyond_loopback("BTCP_AUTH_TOKEN", config.auth_token.as_deref());
+    // Joined before listening: a broker that cannot reach its cluster says
+    // so and exits rather than serve as a node nobody else can see, and an
+    // open port means a node that is in its cluster.
+    let cluster = match &config.cluster {
+        Some(settings) => Some(Cluster::join(settings, config.max_agents_per_session).await?),
+        None => None,
+    };
     let listener = daemon.listen_tcp(None, config.listen, "BTCP_HOST/BTCP_PORT")?;
     let address = listener.local_addr();
     raise_fd_limit(config.max_connections);
-    let broker = Broker::new(config, daemon.shutdown().clone(), methods::router());
+    let broker = Broker::new(config, daemon.shutdown().clone(), methods::router(), cluster);
     let mcp_doors = HttpDoors::new(broker.clone());
     let app = http::router(broker.clone(), mcp_doors.clone());
     mcp_doors.set_app(app.clone());

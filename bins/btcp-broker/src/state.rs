@@ -16,6 +16,7 @@ use rpc_core::fanout;
 use rpc_core::{PeerConfig, PeerHandle, Router, Shutdown};
 use tokio::sync::mpsc;
 
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::rate_limit::TokenBucket;
@@ -25,6 +26,8 @@ use crate::sessions::{ClientType, Session, SessionRegistry};
 pub struct Broker {
     pub config: Config,
     pub sessions: SessionRegistry,
+    /// `None` for a single broker (no `BTCP_CLUSTER`).
+    pub cluster: Option<Arc<Cluster>>,
     pub metrics: Metrics,
     /// Every connection's method table (`methods::router`).
     pub router: Arc<Router<ConnState>>,
@@ -36,9 +39,15 @@ pub struct Broker {
 }
 
 impl Broker {
-    pub fn new(config: Config, shutdown: Shutdown, router: Arc<Router<ConnState>>) -> Arc<Broker> {
+    pub fn new(
+        config: Config,
+        shutdown: Shutdown,
+        router: Arc<Router<ConnState>>,
+        cluster: Option<Arc<Cluster>>,
+    ) -> Arc<Broker> {
         Arc::new(Broker {
             sessions: SessionRegistry::new(config.max_sessions, config.max_agents_per_session, config.tools_budget),
+            cluster,
             metrics: Metrics::new(),
             router,
             shutdown,
@@ -155,7 +164,7 @@ impl ConnState {
         }));
         let previous = self.joined.lock().replace(Joined { session, pump: Some(pump.abort_handle()) });
         if let Some(previous) = previous {
-            leave(previous);
+            self.broker.leave(previous);
         }
     }
 
@@ -163,14 +172,19 @@ impl ConnState {
     pub fn leave(&self) -> Option<Arc<str>> {
         let joined = self.joined.lock().take()?;
         let id = joined.session.id.clone();
-        leave(joined);
+        self.broker.leave(joined);
         Some(id)
     }
 }
 
-fn leave(joined: Joined) {
-    if let Some(pump) = joined.pump {
-        pump.abort();
+impl Broker {
+    fn leave(&self, joined: Joined) {
+        if let Some(pump) = joined.pump {
+            pump.abort();
+        }
+        joined.session.remove_agent();
+        if let Some(cluster) = &self.cluster {
+            cluster.agent_left(&joined.session);
+        }
     }
-    joined.session.remove_agent();
 }

@@ -39,11 +39,16 @@ async fn sessions(endpoint: &EndpointArgs, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     let width = rows.iter().filter_map(|r| r["id"].as_str()).map(str::len).max().unwrap_or(0).max("SESSION".len());
-    println!("{:width$}  BROWSER  AGENTS  TOOLS  LAST ACTIVITY", "SESSION");
+    // A cluster's rows name the node that holds each session's browser.
+    let nodes = rows.iter().any(|r| r["node"].is_string());
+    let node_width = rows.iter().filter_map(|r| r["node"].as_str()).map(str::len).max().unwrap_or(0).max(4);
+    let node_column = |text: &str| if nodes { format!("{text:node_width$}  ") } else { String::new() };
+    println!("{:width$}  {}BROWSER  AGENTS  TOOLS  LAST ACTIVITY", "SESSION", node_column("NODE"));
     for row in rows {
         println!(
-            "{:width$}  {:7}  {:<6}  {:<5}  {}",
+            "{:width$}  {}{:7}  {:<6}  {:<5}  {}",
             row["id"].as_str().unwrap_or("?"),
+            node_column(row["node"].as_str().unwrap_or("-")),
             if row["hasBrowser"].as_bool() == Some(true) { "yes" } else { "no" },
             row["agentCount"].as_u64().unwrap_or(0),
             row["toolCount"].as_u64().unwrap_or(0),

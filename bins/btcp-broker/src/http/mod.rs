@@ -86,9 +86,11 @@ async fn origin_policy(State(broker): State<Arc<Broker>>, request: Request, next
     response
 }
 
+/// In a cluster the counts are the cluster's (its directory), with this
+/// node's own under `local`, and the node's name and the live nodes.
 async fn health(State(broker): State<Arc<Broker>>) -> Response {
     let counts = broker.sessions.counts();
-    Json(json!({
+    let mut body = json!({
         "status": "ok",
         "sessions": counts.sessions,
         "browsers": counts.browsers,
@@ -96,15 +98,28 @@ async fn health(State(broker): State<Arc<Broker>>) -> Response {
         "uptime_s": broker.uptime_s(),
         "version": SERVER_VERSION,
         "log_lines_dropped": rpc_core::log_sink::dropped_lines(),
-    }))
-    .into_response()
+    });
+    if let Some(cluster) = &broker.cluster {
+        let rows = cluster.list(broker.sessions.list());
+        body["local"] = json!({ "sessions": counts.sessions, "browsers": counts.browsers, "agents": counts.agents });
+        body["sessions"] = rows.len().into();
+        body["browsers"] = rows.iter().filter(|r| r.has_browser).count().into();
+        body["agents"] = rows.iter().map(|r| r.agent_count).sum::<usize>().into();
+        body["node"] = cluster.node().into();
+        body["nodes"] = json!(cluster.nodes());
+    }
+    Json(body).into_response()
 }
 
 async fn sessions(State(broker): State<Arc<Broker>>, request: Request) -> Response {
     if let Err(rejection) = guard(&broker, &request) {
         return rejection.into_response();
     }
-    Json(broker.sessions.list()).into_response()
+    let here = broker.sessions.list();
+    match &broker.cluster {
+        Some(cluster) => Json(cluster.list(here)).into_response(),
+        None => Json(here).into_response(),
+    }
 }
 
 async fn metrics(State(broker): State<Arc<Broker>>, request: Request) -> Response {

@@ -6,6 +6,7 @@ use rpc_core::{Ctx, NoParams, RpcError};
 use serde::{Deserialize, Serialize};
 
 use crate::errors;
+use crate::peer;
 use crate::state::ConnState;
 use crate::toolset::ToolSet;
 
@@ -30,12 +31,18 @@ pub async fn join(cx: Ctx<ConnState>, params: JoinParams) -> Result<JoinReply, R
     let session = match current {
         Some(session) => session,
         None => {
-            let session = state.broker.sessions.attach_agent(&params.session_id, false).map_err(errors::attach)?;
+            let broker = &state.broker;
+            // In a cluster, a session owned by another node exists here too.
+            let elsewhere = broker.cluster.as_ref().is_some_and(|c| c.knows(&params.session_id));
+            let session = broker.sessions.attach_agent(&params.session_id, elsewhere).map_err(errors::attach)?;
+            peer::follow(broker, &session).await.map_err(errors::attach)?;
             state.join(&cx.peer, session.clone());
             session
         }
     };
-    Ok(JoinReply { session_id: session.id.clone(), has_browser: session.has_browser(), tools: session.tools() })
+    let broker = &state.broker;
+    let has_browser = session.has_browser() || broker.cluster.as_ref().is_some_and(|c| c.has_browser(&session.id));
+    Ok(JoinReply { session_id: session.id.clone(), has_browser, tools: session.tools() })
 }
 
 #[derive(Serialize)]

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::cluster::Unrouted;
 use crate::config::Config;
 use crate::errors;
 use crate::metrics::{Metrics, Outcome};
@@ -78,10 +79,11 @@ pub async fn call(cx: Ctx<ConnState>, params: CallParams) -> Result<Box<RawValue
     let state = &cx.state;
     let broker = &state.broker;
     let metrics = &broker.metrics;
-    let (session, browser) = admit(state, &params.name).map_err(|(outcome, error)| {
+    let refused = |(outcome, error): (Outcome, RpcError)| {
         metrics.call(outcome);
         error
-    })?;
+    };
+    let (session, browser) = admit(state, &params.name).map_err(refused)?;
     let arguments = params.arguments.as_deref().unwrap_or(&NO_ARGUMENTS);
     if !arguments.get().starts_with('{') {
         return Err(RpcError::invalid_params("arguments: must be an object"));
@@ -89,21 +91,46 @@ pub async fn call(cx: Ctx<ConnState>, params: CallParams) -> Result<Box<RawValue
     let timeout = timeout_of(params.timeout, &broker.config);
     session.touch();
     let started = Instant::now();
-    let call = ToolCall { name: &params.name, arguments };
-    let answer = forward::forward(&cx, &browser, &call, timeout).await;
+    let answer = match browser {
+        Some(browser) => forward::forward(&cx, &browser, &ToolCall { name: &params.name, arguments }, timeout).await,
+        None => {
+            let cluster = broker.cluster.as_ref().expect("admit routes elsewhere only in a cluster");
+            let answer = cluster.call(&session, &params.name, arguments, timeout, &cx.cancel_token()).await;
+            answer.map_err(|why| unrouted(why, &params.name, &session.id)).map_err(refused)?
+        }
+    };
     count_answer(metrics, answer, started, &params.name, &session)
+}
+
+/// Why a call to another node's browser was not answered by it.
+fn unrouted(why: Unrouted, tool: &str, session_id: &str) -> (Outcome, RpcError) {
+    match why {
+        Unrouted::NoBrowser => (Outcome::NoBrowser, errors::no_browser(session_id)),
+        Unrouted::UnknownTool => (Outcome::UnknownTool, errors::tool_not_found(tool, session_id)),
+        Unrouted::NodeLost => (Outcome::BrowserDisconnected, errors::node_lost(session_id)),
+        Unrouted::Unavailable => (Outcome::NoBrowser, errors::cluster_unavailable(session_id)),
+    }
 }
 
 /// The checks before the browser is bothered, in this order: the agent's
 /// rate, its session, the session's browser, the tool's name. A refusal
-/// comes with the outcome it is counted as.
-fn admit(state: &ConnState, tool: &str) -> Result<(Arc<Session>, PeerHandle), (Outcome, RpcError)> {
+/// comes with the outcome it is counted as. No browser here, in a cluster:
+/// `None`, the call goes to the session's owner (which checks the name
+/// again: the copy here may lag).
+fn admit(state: &ConnState, tool: &str) -> Result<(Arc<Session>, Option<PeerHandle>), (Outcome, RpcError)> {
     if let Err(wait) = state.rate.lock().try_take() {
         return Err((Outcome::RateLimited, errors::rate_limited(wait)));
     }
     let session = state.session().ok_or_else(|| (Outcome::NotJoined, errors::not_joined()))?;
     match forward::route(&session, tool) {
-        Ok(browser) => Ok((session, browser)),
+        Ok(browser) => Ok((session, Some(browser))),
+        Err(Unroutable::NoBrowser) if state.broker.cluster.is_some() => {
+            let known = session.tools();
+            if known.len() > 0 && !known.contains(tool) {
+                return Err((Outcome::UnknownTool, errors::tool_not_found(tool, &session.id)));
+            }
+            Ok((session, None))
+        }
         Err(Unroutable::NoBrowser) => Err((Outcome::NoBrowser, errors::no_browser(&session.id))),
         Err(Unroutable::UnknownTool) => Err((Outcome::UnknownTool, errors::tool_not_found(tool, &session.id))),
     }

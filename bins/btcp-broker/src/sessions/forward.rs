@@ -14,6 +14,7 @@ use rpc_core::peer::Reply;
 use rpc_core::{CancelNotice, Ctx, PeerHandle};
 use serde::Serialize;
 use serde_json::value::RawValue;
+use tokio_util::sync::CancellationToken;
 
 use super::session::Session;
 
@@ -47,6 +48,11 @@ pub fn route(session: &Session, tool: &str) -> Result<PeerHandle, Unroutable> {
 /// cancels this call (`notifications/cancelled`) or goes away, the browser is
 /// told which of its calls to stop, and its late answer is dropped.
 pub async fn forward<S>(cx: &Ctx<S>, browser: &PeerHandle, call: &ToolCall<'_>, timeout: Duration) -> Reply {
-    let abandoned = cx.cancel_token();
-    browser.request_cancellable("tools/call", call, Some(timeout), &abandoned, Some(CancelNotice::MCP)).await
+    ask(browser, call, timeout, &cx.cancel_token()).await
+}
+
+/// Asks `browser` on behalf of whoever holds `abandoned`: an agent here
+/// ([`forward`]) or, in a cluster, an agent on another node.
+pub async fn ask(browser: &PeerHandle, call: &ToolCall<'_>, timeout: Duration, abandoned: &CancellationToken) -> Reply {
+    browser.request_cancellable("tools/call", call, Some(timeout), abandoned, Some(CancelNotice::MCP)).await
 }

@@ -158,6 +158,7 @@ impl SessionRegistry {
         sessions.retain(|id, session| {
             let expired = session.expire_if_idle(ttl);
             if expired {
+                session.mark_removed();
                 tracing::info!(session = %id, "idle session removed");
             }
             !expired
@@ -206,6 +207,7 @@ impl SessionRegistry {
             evicted += 1;
             tracing::info!(session = %session.id, bytes, agents, "tool list evicted (BTCP_TOOLS_BUDGET)");
             if agents == 0 {
+                session.mark_removed();
                 sessions.remove(&session.id);
             } else {
                 emptied.push(session);

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use rpc_core::PeerHandle;
 use rpc_core::fanout::{self, Fanout, Subscription, Topics};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::toolset::ToolSet;
@@ -55,11 +55,35 @@ pub struct BrowserSlot {
     pub client_id: Arc<str>,
 }
 
+/// WebSocket close code sent to a browser replaced by a newer one.
+pub const CLOSE_REPLACED: u16 = 4001;
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Replaced<'a> {
+    session_id: &'a str,
+    reason: &'static str,
+}
+
+impl BrowserSlot {
+    /// Tells a replaced browser so (`session/replaced`) and closes it with
+    /// 4001, off the caller's task (its queue may be full). Its calls in
+    /// flight fail with the close.
+    pub fn dismiss(self, session_id: Arc<str>, reason: &'static str) {
+        tokio::spawn(async move {
+            let _ = self.peer.notify("session/replaced", Replaced { session_id: &session_id, reason }).await;
+            self.peer.close(CLOSE_REPLACED, "replaced by a newer browser connection");
+        });
+    }
+}
+
 pub struct Session {
     pub id: Arc<str>,
     created_at: SystemTime,
     /// Whether the short-id warning was logged for this session.
     short_id_warned: AtomicBool,
+    /// Set when the registry drops the session (whoever still holds it).
+    removed: AtomicBool,
     cache: Arc<CachedTools>,
     /// Milliseconds since the Unix epoch of the last call, registration or
     /// connection change; an atomic so the call path takes no lock for it.
@@ -110,11 +134,14 @@ impl CachedTools {
     }
 }
 
-/// One row of `GET /sessions`.
-#[derive(Serialize)]
+/// One row of `GET /sessions`, and a value of the cluster's directory.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionInfo {
     pub id: Arc<str>,
+    /// In a cluster: the node that owns the session (holds its browser).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<Arc<str>>,
     pub has_browser: bool,
     pub agent_count: usize,
     pub tool_count: usize,
@@ -151,6 +178,7 @@ impl Session {
             id,
             created_at: SystemTime::now(),
             short_id_warned: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
             cache,
             last_activity: AtomicU64::new(now_ms()),
             state: Mutex::new(SessionState {
@@ -215,6 +243,52 @@ impl Session {
         }
     }
 
+    /// Passes on a notification already made (by the session's owner on
+    /// another node, in a cluster) to every agent here.
+    pub fn relay_to_agents(&self, notification: Bytes) {
+        self.events.publish("agents", &notification);
+    }
+
+    /// In a cluster, on a node without the session's browser: the copy of
+    /// the owner's tool list. Counted against the budget like any list held
+    /// without its browser. Returns false if a browser is here now.
+    pub fn mirror_tools(&self, tools: Arc<ToolSet>) -> bool {
+        let mut state = self.state.lock();
+        if state.browser.is_some() {
+            return false;
+        }
+        self.cache.remove(state.tools.bytes());
+        self.cache.add(tools.bytes());
+        state.tools = tools;
+        true
+    }
+
+    /// Takes the browser out of its seat, whoever it is (its session moved to
+    /// another node's browser); its agents are not told it left.
+    pub fn unseat_browser(&self) -> Option<BrowserSlot> {
+        let mut state = self.state.lock();
+        let slot = state.browser.take()?;
+        state.browser_left = Some(Instant::now());
+        self.cache.add(state.tools.bytes());
+        if state.agents == 0 {
+            state.idle_since = Some(Instant::now());
+        }
+        Some(slot)
+    }
+
+    /// Whether the registry has dropped the session (idle, or evicted).
+    pub fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+
+    pub(super) fn mark_removed(&self) {
+        self.removed.store(true, Ordering::Release);
+    }
+
+    pub fn agent_count(&self) -> usize {
+        self.state.lock().agents
+    }
+
     /// The queue of notifications for one agent.
     pub fn subscribe_agent(&self) -> Subscription<Bytes> {
         self.events.subscribe(Topics::all())
@@ -254,6 +328,7 @@ impl Session {
         let last = UNIX_EPOCH + Duration::from_millis(self.last_activity.load(Ordering::Relaxed));
         SessionInfo {
             id: self.id.clone(),
+            node: None,
             has_browser: state.browser.is_some(),
             agent_count: state.agents,
             tool_count: state.tools.len(),
