@@ -258,3 +258,26 @@ async fn the_official_mcp_inspector_uses_the_broker_over_stdio_and_http() {
         assert_eq!(called["content"][0]["text"], r#"{"word":"hi"}"#, "{server:?}: {called}");
     }
 }
+
+/// A `/mcp` door no one uses (no request, no stream) for `BTCP_MCP_IDLE` is
+/// closed: its agent leaves the session, and the door's slot is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_door_left_unused_is_closed_and_its_agent_leaves_the_session() {
+    let broker = Broker::start(&[("BTCP_MCP_IDLE", "1")]);
+    let browser = Ws::connect(&broker.url("/ws?clientType=browser&sessionId=idle")).await;
+    let _browser = scripted_browser(browser).await;
+    let agents = || broker.get("/sessions").json()[0]["agentCount"].as_u64();
+    let Some(mut mcp) = McpClient::start() else { return };
+    let url = format!("http://127.0.0.1:{}/mcp?sessionId=idle", broker.port);
+    blocking(|| {
+        open_http(&mut mcp, &url, "legacy");
+        assert_eq!(tool_names(&mut mcp), ["echo", "slow", "fail", "bad", "silent"]);
+        assert_eq!(agents(), Some(1), "the door's agent is in the session");
+        mcp.ok(json!({"op": "close"}));
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while agents() != Some(0) {
+        assert!(Instant::now() < deadline, "the unused door's agent is still in the session: {:?}", agents());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

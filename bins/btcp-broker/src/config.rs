@@ -150,6 +150,11 @@ pub struct ServeArgs {
     /// peer is dropped (seconds, or a duration like `500ms`).
     #[arg(long, env = "BTCP_KEEPALIVE", default_value = "30", value_parser = seconds)]
     pub keepalive: Duration,
+    /// How long `/mcp` keeps a session id's door (its agent connection) with
+    /// no MCP request and no response still streaming (seconds, or a
+    /// duration like `10m`).
+    #[arg(long, env = "BTCP_MCP_IDLE", default_value = "600", value_parser = seconds)]
+    pub mcp_idle: Duration,
     /// Time in-flight calls get to finish on SIGTERM before connections close
     /// (seconds, or a duration like `500ms`).
     #[arg(long, env = "BTCP_SHUTDOWN_GRACE", default_value = "5", value_parser = seconds_or_zero)]
@@ -220,6 +225,7 @@ pub struct Config {
     pub rate_burst: f64,
     pub max_connections: usize,
     pub keepalive: Duration,
+    pub mcp_idle: Duration,
     pub shutdown_grace: Duration,
     pub write_budget: usize,
     pub backlog_bytes: usize,
@@ -261,6 +267,7 @@ impl Config {
             rate_burst: serve.rate_burst,
             max_connections: serve.max_connections,
             keepalive: serve.keepalive,
+            mcp_idle: serve.mcp_idle,
             shutdown_grace: serve.shutdown_grace,
             write_budget: serve.write_budget,
             backlog_bytes: serve.backlog_bytes,

@@ -202,6 +202,9 @@ impl SessionDoor {
                 door.view().browser(false);
             })
             .await;
+            // Stopped (the door is closed, or the broker drains): its agent
+            // leaves the session now, not when the last reference goes.
+            door.link.reset().await;
         });
     }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use http_body_util::BodyExt as _;
 use mcp_front::CancellationToken;
 use tower_service::Service as _;
 
@@ -19,9 +20,9 @@ use super::connection::serve_in_process;
 use crate::mcp_door::{Dial, ServeInProcess, SessionDoor};
 use crate::state::Broker;
 
-/// The `/mcp` endpoint's doors, one per session id asked for. A door whose
-/// MCP clients are all gone is closed after a while, so its agent
-/// connection does not keep a session alive forever.
+/// The `/mcp` endpoint's doors, one per session id asked for. A door with no
+/// request and no response streaming for `BTCP_MCP_IDLE` is closed, so its
+/// agent connection does not keep a session alive forever.
 pub struct HttpDoors {
     broker: Arc<Broker>,
     /// The broker's HTTP routes, which the in-process agent connections are
@@ -33,8 +34,11 @@ pub struct HttpDoors {
 }
 
 struct HttpDoor {
-    door: Arc<SessionDoor>,
     service: McpService,
+    /// Cloned for each request being served and each response body still
+    /// streaming (an SSE stream included): while a clone lives, the door is
+    /// in use.
+    in_use: Arc<()>,
     last_used: Instant,
     stop: CancellationToken,
 }
@@ -46,8 +50,6 @@ type McpService = mcp_front::rmcp::transport::streamable_http_server::Streamable
 
 /// At most this many sessions served over `/mcp` at once.
 const MAX_HTTP_DOORS: usize = 1024;
-/// A door with no MCP session or request for this long is closed.
-const HTTP_DOOR_IDLE: Duration = Duration::from_secs(600);
 
 impl HttpDoors {
     pub fn new(broker: Arc<Broker>) -> Arc<Self> {
@@ -61,13 +63,14 @@ impl HttpDoors {
         let _ = self.app.set(app);
     }
 
-    /// The MCP service for `session`, made on first use. `None` when too many
-    /// sessions are served already.
-    pub fn service(&self, session: &str) -> Option<McpService> {
+    /// The MCP service for `session`, made on first use, and the door's
+    /// in-use mark to hold while serving. `None` when too many sessions are
+    /// served already.
+    pub fn service(&self, session: &str) -> Option<(McpService, Arc<()>)> {
         let mut doors = self.doors.lock();
         if let Some(entry) = doors.get_mut(session) {
             entry.last_used = Instant::now();
-            return Some(entry.service.clone());
+            return Some((entry.service.clone(), entry.in_use.clone()));
         }
         if doors.len() >= MAX_HTTP_DOORS {
             return None;
@@ -86,8 +89,10 @@ impl HttpDoors {
             .with_cancellation_token(stop.clone());
         let service =
             McpService::new(move || Ok(mcp_front::Front::new(factory_door.clone())), Default::default(), http);
-        doors.insert(session.to_owned(), HttpDoor { door, service: service.clone(), last_used: Instant::now(), stop });
-        Some(service)
+        let in_use = Arc::new(());
+        let entry = HttpDoor { service: service.clone(), in_use: in_use.clone(), last_used: Instant::now(), stop };
+        doors.insert(session.to_owned(), entry);
+        Some((service, in_use))
     }
 
     /// How a door's agent connection is served: by the broker's routes, as a
@@ -101,7 +106,8 @@ impl HttpDoors {
     }
 
     async fn close_idle(self: Arc<Self>) {
-        let mut ticks = tokio::time::interval(Duration::from_secs(30));
+        let idle = self.broker.config.mcp_idle;
+        let mut ticks = tokio::time::interval((idle / 2).clamp(Duration::from_millis(10), Duration::from_secs(30)));
         loop {
             tokio::select! {
                 _ = ticks.tick() => {}
@@ -111,8 +117,8 @@ impl HttpDoors {
                 }
             }
             self.doors.lock().retain(|_, entry| {
-                // Only the map holds the door: no MCP session or stream uses it.
-                let unused = Arc::strong_count(&entry.door) <= 2 && entry.last_used.elapsed() > HTTP_DOOR_IDLE;
+                // Only the map holds the mark: no request or response is in flight.
+                let unused = Arc::strong_count(&entry.in_use) == 1 && entry.last_used.elapsed() >= idle;
                 if unused {
                     entry.stop.cancel();
                 }
@@ -139,7 +145,7 @@ pub async fn endpoint(doors: Arc<HttpDoors>, request: axum::extract::Request) ->
         return reject(StatusCode::BAD_REQUEST, "session_id", "sessionId is required: /mcp?sessionId=ID")
             .into_response();
     };
-    let Some(mut service) = doors.service(session) else {
+    let Some((mut service, in_use)) = doors.service(session) else {
         return reject(
             StatusCode::SERVICE_UNAVAILABLE,
             "mcp_sessions",
@@ -149,7 +155,7 @@ pub async fn endpoint(doors: Arc<HttpDoors>, request: axum::extract::Request) ->
     };
     let ending_session = request.method() == axum::http::Method::DELETE;
     let mut response = match service.call(request).await {
-        Ok(response) => response.map(axum::body::Body::new),
+        Ok(response) => response.map(|body| holding(body, in_use)),
         Err(never) => match never {},
     };
     // rmcp answers a session's end 202 Accepted; MCP clients (the official
@@ -158,4 +164,17 @@ pub async fn endpoint(doors: Arc<HttpDoors>, request: axum::extract::Request) ->
         *response.status_mut() = StatusCode::OK;
     }
     response
+}
+
+/// `body`, holding the door's in-use mark until it has been sent or dropped
+/// (an SSE stream: until it ends).
+fn holding<B>(body: B, in_use: Arc<()>) -> axum::body::Body
+where
+    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    axum::body::Body::new(body.map_frame(move |frame| {
+        let _held = &in_use;
+        frame
+    }))
 }
