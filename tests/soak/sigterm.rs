@@ -145,7 +145,9 @@ fn ralph_server_sigterm_under_load_answers_every_request_sent_before_it() {
     use crate::ralph::support::Task;
     let task = Task::new("sigterm", 3);
     task.mode("bursts 100000");
-    let mut daemon = task.run(&[]);
+    // The load injects thousands of prompts into one long iteration: room
+    // for all of them, since this is about the drain, not about that limit.
+    let mut daemon = task.run(&["--max-pending-prompts", "1000000", "--max-pending-prompt-bytes", "1000000000"]);
     drop(task.connect(&daemon));
     let mark = SignalMark::default();
     let mut pipelines = Vec::new();
