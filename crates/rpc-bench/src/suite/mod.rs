@@ -1,4 +1,4 @@
-//! The benchmark suite: every benchmark target (B1-B9) that has a daemon
+//! The benchmark suite: every benchmark target (B1-B10) that has a daemon
 //! to measure, each against its baseline from the same run.
 //!
 //! The machines here are shared and noisy, so every comparison runs its
@@ -8,12 +8,13 @@
 //!
 //! This file is the list: the shared servers, each benchmark in the order it
 //! runs, and the table of their rows. Each benchmark's file (`b1.rs` …
-//! `b9.rs`) measures it and makes its rows; beneath them are the flags and
+//! `b10.rs`) measures it and makes its rows; beneath them are the flags and
 //! alternating runs (`options.rs`), the servers (`servers.rs`), medians and
 //! spreads (`runs.rs`), the table's rows (`row.rs`), and the `--write` and
 //! `--plot` files (`document.rs`, `plot.rs`).
 
 mod b1;
+mod b10;
 mod b2_b3;
 mod b4;
 mod b5;
@@ -63,6 +64,9 @@ pub async fn run(options: Options, cores: Option<pin::Cores>) -> Result<()> {
     }
     if options.wants("b8") || options.wants("b9") {
         rows.extend(scaling_and_idle_memory(&options, &servers).await?);
+    }
+    if options.wants("b10") {
+        rows.extend(b10::cluster(&options, &servers).await?);
     }
     if options.wants("b6") {
         rows.push(b6::extension_round_trips(&options, cores).await?);
