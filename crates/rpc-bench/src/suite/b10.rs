@@ -70,7 +70,7 @@ struct Cluster {
     nats_url: String,
     nodes: [Node; 2],
     // Dropped after the brokers (fields drop in declaration order).
-    _nats: Daemon,
+    nats: Daemon,
     store: PathBuf,
 }
 
@@ -127,7 +127,7 @@ impl Cluster {
         wait_for(([127, 0, 0, 1], port).into())?;
         let nats_url = format!("nats://127.0.0.1:{port}");
         let nodes = [Node::start(&nats_url, "node1", cpu)?, Node::start(&nats_url, "node2", cpu)?];
-        let cluster = Cluster { cpu, nats_url, nodes, _nats: nats, store };
+        let cluster = Cluster { cpu, nats_url, nodes, nats, store };
         cluster.wait_joined().await?;
         Ok(cluster)
     }
@@ -160,6 +160,10 @@ impl Cluster {
             (owned >= count).then_some(())
         })
         .await
+    }
+
+    fn nats_pid(&self) -> u32 {
+        self.nats.id()
     }
 
     /// SIGKILLs node1 and starts it again (same id, new port), joined.
@@ -229,56 +233,97 @@ async fn forwarding(options: &Options, cluster: &Cluster) -> Result<Vec<Row>> {
     for conns in [1, 8] {
         let same = options.load(&node1.agent("b10"), "tools/call", params, 64, conns);
         let cross = options.load(&node2.agent("b10"), "tools/call", params, 64, conns);
+        let loads = [("one node tools/call", &same), ("cross-node tools/call", &cross)];
         let (m, busy) =
-            compare_with_load_cpu(options, &[("one node tools/call", &same), ("cross-node tools/call", &cross)])
-                .await?;
+            compare_with_cpu(options, &loads, &[node1.daemon.id(), node2.daemon.id(), cluster.nats_pid()]).await?;
+        // busy[load][process]: CPU share; each server's CPU a call in µs.
+        let us = |load: usize, process: usize| busy[load][process].1;
         let what = format!(
-            "cluster: forwarded `tools/call`, agent and browser on different nodes, window 64, {conns} conn \
-             (load core busy {:.0}% one node, {:.0}% cross)",
-            busy[0] * 100.0,
-            busy[1] * 100.0
+            "cluster: forwarded `tools/call`, agent and browser on different nodes, window 64, {conns} conn. \
+             Load side busy {:.0}% one node, {:.0}% cross. Server CPU a call: one node {:.1} µs; \
+             cross {:.1} µs (agent's node {:.1}, nats-server {:.1}, browser's node {:.1})",
+            busy[0][0].0 * 100.0,
+            busy[1][0].0 * 100.0,
+            us(0, 1),
+            us(1, 1) + us(1, 2) + us(1, 3),
+            us(1, 2),
+            us(1, 3),
+            us(1, 1),
         );
         rows.push(throughput_row_of_runs("B10", what, &m[0], &m[1], 0.5, "≥ 0.5 × one node"));
     }
     let same = options.load(&node1.agent("b10"), "tools/call", params, 1, 1);
     let cross = options.load(&node2.agent("b10"), "tools/call", params, 1, 1);
-    let m = options.compare(&[("one node RTT", &same), ("cross-node RTT", &cross)]).await?;
-    rows.push(added_latency_row(&m[0], &m[1]));
+    let loads = [("one node RTT", &same), ("cross-node RTT", &cross)];
+    let (m, busy) =
+        compare_with_cpu(options, &loads, &[node1.daemon.id(), node2.daemon.id(), cluster.nats_pid()]).await?;
+    let mut row = added_latency_row(&m[0], &m[1]);
+    let us = |load: usize, process: usize| busy[load][process].1;
+    row.what += &format!(
+        ". Server CPU a call: one node {:.1} µs; cross {:.1} µs (agent's node {:.1}, nats-server {:.1}, \
+         browser's node {:.1})",
+        us(0, 1),
+        us(1, 1) + us(1, 2) + us(1, 3),
+        us(1, 2),
+        us(1, 3),
+        us(1, 1),
+    );
+    rows.push(row);
     Ok(rows)
 }
 
-/// [`Options::compare`], also reading how busy the load side (this process:
-/// the client and the browser stub) was during each load, median over the
-/// runs: near 100 % the client, not the servers, set the pace.
-async fn compare_with_load_cpu(options: &Options, loads: &[(&str, &Load)]) -> Result<(Vec<Vec<Report>>, Vec<f64>)> {
+/// [`Options::compare`], also reading how busy each process was during each
+/// load: this one (the load side: the client and the browser stub; near
+/// 100 % the client, not the servers, set the pace) first, then `watched`
+/// (pid each). For each load and process, the median over the runs of its
+/// CPU share (CPU seconds over wall seconds) and of its CPU µs a request
+/// (the share over the rate: robust to other work on the machine, which
+/// moves the rate and the share together).
+async fn compare_with_cpu(
+    options: &Options,
+    loads: &[(&str, &Load)],
+    watched: &[u32],
+) -> Result<(Vec<Vec<Report>>, Vec<Vec<(f64, f64)>>)> {
+    let pids: Vec<String> = std::iter::once("self".to_owned()).chain(watched.iter().map(u32::to_string)).collect();
     let mut runs: Vec<Vec<Report>> = vec![Vec::new(); loads.len()];
-    let mut busy: Vec<Vec<f64>> = vec![Vec::new(); loads.len()];
+    let mut busy: Vec<Vec<Vec<(f64, f64)>>> = vec![vec![Vec::new(); pids.len()]; loads.len()];
     for _ in 0..options.repeat.max(1) {
         for (i, (label, load)) in loads.iter().enumerate() {
-            let (cpu, wall) = (own_cpu_seconds(), Instant::now());
+            let (cpu, wall): (Vec<f64>, _) = (pids.iter().map(|p| cpu_seconds(p)).collect(), Instant::now());
             let report = load::run(load).await.with_context(|| format!("{label} ({})", load.target))?;
-            let share = (own_cpu_seconds() - cpu) / wall.elapsed().as_secs_f64();
-            eprintln!("  {label:<40} {} (load side {:.0}% busy)", report.line(), share * 100.0);
+            let wall = wall.elapsed().as_secs_f64();
+            let shares: Vec<f64> = pids.iter().zip(&cpu).map(|(p, before)| (cpu_seconds(p) - before) / wall).collect();
+            let shown: Vec<String> = shares.iter().map(|s| format!("{:.0}%", s * 100.0)).collect();
+            eprintln!("  {label:<40} {} (busy: load side, then servers: {})", report.line(), shown.join(" "));
+            for (b, share) in busy[i].iter_mut().zip(shares) {
+                b.push((share, share / report.per_second * 1e6));
+            }
             runs[i].push(report);
-            busy[i].push(share);
         }
     }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
     let medians = busy
         .into_iter()
-        .map(|mut b| {
-            b.sort_by(f64::total_cmp);
-            b[b.len() / 2]
+        .map(|per_pid| {
+            per_pid
+                .into_iter()
+                .map(|b| (median(b.iter().map(|x| x.0).collect()), median(b.iter().map(|x| x.1).collect())))
+                .collect()
         })
         .collect();
     Ok((runs, medians))
 }
 
-/// This process's CPU time so far (user and system, every thread).
-fn own_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+/// A process's CPU time so far (user and system, every thread), `self` or a pid.
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // After the command name in brackets: state is field 3, utime 14, stime 15.
     let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
     let ticks = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // USER_HZ, 100 on Linux.
     (ticks(14) + ticks(15)) / 100.0
 }
 
@@ -320,7 +365,9 @@ async fn node_loss(cluster: &mut Cluster) -> Result<Row> {
             bail!("warm-up call failed: {warm}");
         }
         sink.send(Message::text(call("slow", "slow"))).await?;
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Kills spread over node1's heartbeat period (250 ms), so they do not
+        // all fall at the same moment after one.
+        tokio::time::sleep(Duration::from_millis(100 + (250 * round / KILLS) as u64)).await;
         let killed = Instant::now();
         cluster.nodes[0].daemon.kill();
         let answer = reply(&mut stream, "slow").await?;
