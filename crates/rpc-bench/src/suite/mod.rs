@@ -44,7 +44,8 @@ pub async fn run(options: Options, cores: Option<pin::Cores>) -> Result<()> {
         None => eprintln!("fewer than two cores: nothing pinned"),
     }
     // Every server (daemon or baseline) on one core, this process (the load
-    // side, and B3's browser) on the other.
+    // side, and B3's and B10's browsers) on the other. B10 starts its own
+    // nats-server and brokers on the servers' core too.
     let servers = Servers::start(cores.map(|c| c.server))?;
     let mut rows = Vec::new();
     if options.wants("b1") {
