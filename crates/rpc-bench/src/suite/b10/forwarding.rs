@@ -27,19 +27,12 @@ pub(super) async fn forwarding(options: &Options, cluster: &Cluster) -> Result<V
         let loads = [("one node tools/call", &same), ("cross-node tools/call", &cross)];
         let (m, busy) =
             compare_with_cpu(options, &loads, &[node1.daemon.id(), node2.daemon.id(), cluster.nats_pid()]).await?;
-        // busy[load][process]: CPU share; each server's CPU a call in µs.
-        let us = |load: usize, process: usize| busy[load][process].1;
         let what = format!(
             "cluster: forwarded `tools/call`, agent and browser on different nodes, window 64, {conns} conn. \
-             Load side busy {:.0}% one node, {:.0}% cross. Server CPU a call: one node {:.1} µs; \
-             cross {:.1} µs (agent's node {:.1}, nats-server {:.1}, browser's node {:.1})",
+             Load side busy {:.0}% one node, {:.0}% cross. {}",
             busy[0][0].0 * 100.0,
             busy[1][0].0 * 100.0,
-            us(0, 1),
-            us(1, 1) + us(1, 2) + us(1, 3),
-            us(1, 2),
-            us(1, 3),
-            us(1, 1),
+            cpu_a_call(&busy)
         );
         rows.push(throughput_row_of_runs("B10", what, &m[0], &m[1], 0.5, "≥ 0.5 × one node"));
     }
@@ -49,18 +42,25 @@ pub(super) async fn forwarding(options: &Options, cluster: &Cluster) -> Result<V
     let (m, busy) =
         compare_with_cpu(options, &loads, &[node1.daemon.id(), node2.daemon.id(), cluster.nats_pid()]).await?;
     let mut row = added_latency_row(&m[0], &m[1]);
+    row.what = format!("{}. {}", row.what, cpu_a_call(&busy));
+    rows.push(row);
+    Ok(rows)
+}
+
+/// Each server's CPU a call, from [`compare_with_cpu`]'s figures of the
+/// one-node load (0) and the cross-node one (1), processes in the order
+/// load side, node1, node2, nats-server.
+fn cpu_a_call(busy: &[Vec<(f64, f64)>]) -> String {
     let us = |load: usize, process: usize| busy[load][process].1;
-    row.what += &format!(
-        ". Server CPU a call: one node {:.1} µs; cross {:.1} µs (agent's node {:.1}, nats-server {:.1}, \
+    format!(
+        "Server CPU a call: one node {:.1} µs; cross {:.1} µs (agent's node {:.1}, nats-server {:.1}, \
          browser's node {:.1})",
         us(0, 1),
         us(1, 1) + us(1, 2) + us(1, 3),
         us(1, 2),
         us(1, 3),
         us(1, 1),
-    );
-    rows.push(row);
-    Ok(rows)
+    )
 }
 
 /// [`Options::compare`], also reading how busy each process was during each
