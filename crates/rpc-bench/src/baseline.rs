@@ -248,11 +248,17 @@ pub struct IdleConnections {
 
 impl IdleConnections {
     pub async fn open(url: &str, count: usize) -> Result<IdleConnections> {
+        Self::open_each(std::iter::repeat_n(url, count), count).await
+    }
+
+    /// One idle connection to each of `urls` (`count` of them), e.g. agents
+    /// spread over many sessions.
+    pub async fn open_each<'u>(urls: impl IntoIterator<Item = &'u str>, count: usize) -> Result<IdleConnections> {
         let config = websocket::config(64 * 1024).read_buffer_size(1024);
         let opened = Arc::new(AtomicUsize::new(0));
         let mut sockets = Vec::with_capacity(count);
         let started = Instant::now();
-        for i in 0..count {
+        for (i, url) in urls.into_iter().enumerate() {
             let (ws, _) = tokio_tungstenite::connect_async_with_config(url, Some(config), false)
                 .await
                 .with_context(|| format!("opening connection {i} of {count}"))?;

@@ -29,6 +29,12 @@ impl Daemon {
         self.child.id()
     }
 
+    /// Kills it at once (SIGKILL: no goodbye to anyone) and reaps it.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Its stdin and stdout, if they were piped, to wire to another process.
     pub(crate) fn pipes(&mut self) -> Option<(Stdio, Stdio)> {
         Some((self.child.stdin.take()?.into(), self.child.stdout.take()?.into()))

@@ -1,7 +1,7 @@
 //! rpc-bench: drives the real daemons over real sockets and measures them
 //! against baselines run on the same machine in the same run. Benchmarks are
 //! not tests: this prints numbers; `suite` also says which of the project's
-//! targets (B1-B9, listed in BENCHMARKS.md) were met.
+//! targets (B1-B10, listed in BENCHMARKS.md) were met.
 //!
 //! From the bottom up: `pin.rs` (cores), `load.rs` (the load generator),
 //! `daemon.rs` (the processes the suite starts), `baseline.rs` (the servers
@@ -99,7 +99,7 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         count: usize,
     },
-    /// Every benchmark target (B1-B9): starts the daemons and baselines, runs
+    /// Every benchmark target (B1-B10): starts the daemons and baselines, runs
     /// every benchmark, prints the table (and writes it with --write).
     Suite(suite::Options),
     /// B6's extension, started by hermes-host (or wired to the echo).

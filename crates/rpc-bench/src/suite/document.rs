@@ -24,7 +24,7 @@ pub(super) fn document(table: &str, options: &Options, pinned: Option<pin::Cores
     let pinning = match pinned {
         Some(c) => format!(
             "every server (daemon or baseline, and the processes it starts) pinned to CPU {}, the load \
-             generator (one thread, with B3's browser) to CPU {}",
+             generator (one thread, with B3's and B10's browsers) to CPU {}",
             c.server, c.load
         ),
         None => "not pinned (fewer than two cores)".into(),

@@ -1,4 +1,4 @@
-//! The benchmark suite: every benchmark target (B1-B9) that has a daemon
+//! The benchmark suite: every benchmark target (B1-B10) that has a daemon
 //! to measure, each against its baseline from the same run.
 //!
 //! The machines here are shared and noisy, so every comparison runs its
@@ -8,12 +8,13 @@
 //!
 //! This file is the list: the shared servers, each benchmark in the order it
 //! runs, and the table of their rows. Each benchmark's file (`b1.rs` …
-//! `b9.rs`) measures it and makes its rows; beneath them are the flags and
+//! `b10.rs`) measures it and makes its rows; beneath them are the flags and
 //! alternating runs (`options.rs`), the servers (`servers.rs`), medians and
 //! spreads (`runs.rs`), the table's rows (`row.rs`), and the `--write` and
 //! `--plot` files (`document.rs`, `plot.rs`).
 
 mod b1;
+mod b10;
 mod b2_b3;
 mod b4;
 mod b5;
@@ -43,7 +44,8 @@ pub async fn run(options: Options, cores: Option<pin::Cores>) -> Result<()> {
         None => eprintln!("fewer than two cores: nothing pinned"),
     }
     // Every server (daemon or baseline) on one core, this process (the load
-    // side, and B3's browser) on the other.
+    // side, and B3's and B10's browsers) on the other. B10 starts its own
+    // nats-server and brokers on the servers' core too.
     let servers = Servers::start(cores.map(|c| c.server))?;
     let mut rows = Vec::new();
     if options.wants("b1") {
@@ -63,6 +65,9 @@ pub async fn run(options: Options, cores: Option<pin::Cores>) -> Result<()> {
     }
     if options.wants("b8") || options.wants("b9") {
         rows.extend(scaling_and_idle_memory(&options, &servers).await?);
+    }
+    if options.wants("b10") {
+        rows.extend(b10::cluster(&options, &servers).await?);
     }
     if options.wants("b6") {
         rows.push(b6::extension_round_trips(&options, cores).await?);

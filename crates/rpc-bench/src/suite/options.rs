@@ -20,7 +20,7 @@ pub struct Options {
     #[arg(long, default_value_t = 3)]
     pub(super) repeat: usize,
     /// Which benchmarks to run.
-    #[arg(long, value_delimiter = ',', default_value = "b1,b2,b3,b4,b5,b6,b7,b8,b8s,b9")]
+    #[arg(long, value_delimiter = ',', default_value = "b1,b2,b3,b4,b5,b6,b7,b8,b8s,b9,b10")]
     pub(super) only: Vec<String>,
     /// Connections for B8.
     #[arg(long, default_value_t = 10_000)]
