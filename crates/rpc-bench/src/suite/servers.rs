@@ -61,6 +61,8 @@ impl Servers {
                 ("SUPEX_PORT", bridge_addr.port().to_string()),
                 ("SUPEX_REPL_DISABLED", "1".into()),
                 ("SUPEX_PROJECT_ROOT", project.display().to_string()),
+                // The runtime's console log in the scratch directory, not the user's data directory.
+                ("SUPEX_LOG_DIR", project.join(".supex-logs").display().to_string()),
                 ("SUPEX_MAX_CONNECTIONS", "1024".into()),
             ],
             &[],
