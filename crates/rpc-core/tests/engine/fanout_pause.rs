@@ -254,6 +254,14 @@ async fn a_paused_subscriber_loses_counted_events_not_its_connection_and_slows_n
             assert!(!paused.peer.is_closed() && !paused.run.is_finished(), "the paused subscriber was disconnected");
             max_paused_queued = max_paused_queued.max(paused.peer.stats().queued_bytes);
         }
+        if seq == EVENTS - 1 {
+            // The last event waits for the paused subscriber to have resumed,
+            // however fast this machine publishes the rest (a quiet one in a
+            // release build is done before three write stalls have passed):
+            // the pause must fall inside the publishing.
+            wait_until(Duration::from_secs(30), "the paused subscriber to resume", || resumed.load(Ordering::Relaxed))
+                .await;
+        }
         let item = event(seq);
         let started = Instant::now();
         let delivered = fanout.publish("event", &item);
