@@ -21,6 +21,8 @@ pub mod daemon;
 pub mod fanout;
 #[doc(hidden)]
 pub mod fuzzing;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod listen;
 pub mod log_sink;
 pub mod message;

@@ -3,12 +3,9 @@
 //! admission and auth cannot differ between them.
 
 use std::convert::Infallible;
-use std::time::Duration;
 
 use axum::Router;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use rpc_core::Shutdown;
 use rpc_core::listen::Stream;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -17,25 +14,22 @@ use tower_service::Service as _;
 use super::admission::PeerAddr;
 use super::request::normalize_path;
 
-/// A client must send its request headers within this time (slowloris).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Serves one accepted socket until it closes, or until the broker drains.
 pub async fn serve_socket(stream: Stream, peer: String, app: Router, shutdown: Shutdown) {
     let peer = PeerAddr(peer.into());
     match stream {
-        Stream::Tcp(s) => serve_io(TokioIo::new(s), peer, app, shutdown).await,
-        Stream::Unix(s) => serve_io(TokioIo::new(s), peer, app, shutdown).await,
+        Stream::Tcp(s) => serve_io(s, peer, app, shutdown).await,
+        Stream::Unix(s) => serve_io(s, peer, app, shutdown).await,
     }
 }
 
 /// Serves one in-memory connection made inside the broker (the `/mcp`
 /// endpoint's agent connections) exactly as a socket's.
 pub async fn serve_in_process(io: tokio::io::DuplexStream, app: Router, shutdown: Shutdown) {
-    serve_io(TokioIo::new(io), PeerAddr("in-process (mcp)".into()), app, shutdown).await
+    serve_io(io, PeerAddr("in-process (mcp)".into()), app, shutdown).await
 }
 
-async fn serve_io<I>(io: TokioIo<I>, peer: PeerAddr, app: Router, shutdown: Shutdown)
+async fn serve_io<I>(io: I, peer: PeerAddr, app: Router, shutdown: Shutdown)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -45,26 +39,5 @@ where
         let mut app = app.clone();
         async move { Ok::<_, Infallible>(app.call(request).await.unwrap_or_else(|e| match e {})) }
     });
-    let connection = http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .serve_connection(io, service)
-        .with_upgrades();
-    tokio::pin!(connection);
-    tokio::select! {
-        result = connection.as_mut() => {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "http connection ended with an error");
-            }
-        }
-        () = shutdown.draining() => {
-            // Finish the request in progress (an SSE stream ends when its peer
-            // closes), take no new one.
-            connection.as_mut().graceful_shutdown();
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                () = shutdown.aborted() => {}
-            }
-        }
-    }
+    rpc_core::http::serve_connection(io, service, &shutdown, "http").await;
 }

@@ -10,12 +10,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use rpc_core::daemon::{Daemon, StartError};
 use rpc_core::listen::Stream;
 use rpc_core::{PeerConfig, Shutdown};
@@ -27,9 +24,6 @@ use super::routes;
 use super::site::Site;
 use crate::config::{Config, url_file};
 use crate::state::{ControlSession, Host};
-
-/// A client must send its request headers within this time (slowloris).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// HTTP connections served at once (a live channel, once upgraded, no longer counts).
 const MAX_CONNECTIONS: usize = 64;
@@ -114,12 +108,12 @@ fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
 /// Serves one accepted socket until it closes, or until the daemon drains.
 async fn serve_connection(stream: Stream, app: Router, shutdown: Shutdown) {
     match stream {
-        Stream::Tcp(s) => serve_io(TokioIo::new(s), app, shutdown).await,
-        Stream::Unix(s) => serve_io(TokioIo::new(s), app, shutdown).await,
+        Stream::Tcp(s) => serve_io(s, app, shutdown).await,
+        Stream::Unix(s) => serve_io(s, app, shutdown).await,
     }
 }
 
-async fn serve_io<I>(io: TokioIo<I>, app: Router, shutdown: Shutdown)
+async fn serve_io<I>(io: I, app: Router, shutdown: Shutdown)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -127,24 +121,5 @@ where
         let mut app = app.clone();
         async move { Ok::<_, Infallible>(app.call(request).await.unwrap_or_else(|e| match e {})) }
     });
-    let connection = http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .serve_connection(io, service)
-        .with_upgrades();
-    tokio::pin!(connection);
-    tokio::select! {
-        result = connection.as_mut() => {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "page connection ended with an error");
-            }
-        }
-        () = shutdown.draining() => {
-            connection.as_mut().graceful_shutdown();
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                () = shutdown.aborted() => {}
-            }
-        }
-    }
+    rpc_core::http::serve_connection(io, service, &shutdown, "page").await;
 }
