@@ -68,7 +68,9 @@ fn supex_bridge_socket_as_shipped_activates_the_bridge_and_the_repl() {
     assert!(hello["result"].is_object(), "the bridge's hello: {hello}");
     let tools = client.call(2, "tools/list", json!({}));
     assert!(tools["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "the bridge's tools/list: {tools}");
-    assert_eq!(read_log().matches("using socket passed by systemd").count(), 2, "{}", read_log());
+    // The log is written by its own thread: the lines may follow the answers.
+    let both = eventually(Duration::from_secs(5), || read_log().matches("using socket passed by systemd").count() == 2);
+    assert!(both, "{}", read_log());
 
     let pid = nix::unistd::Pid::from_raw(launcher.0.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();

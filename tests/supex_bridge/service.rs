@@ -1,7 +1,9 @@
 //! Running under systemd: READY=1 once listening, and a socket systemd passes
 //! is the one served. (Unit files, env file and plist: tests/operations.)
 
-use integration_tests::{Daemon, LineClient, NotifySocket, SocketActivated, free_port, require_tool};
+use std::time::Duration;
+
+use integration_tests::{Daemon, LineClient, NotifySocket, SocketActivated, eventually, free_port, require_tool};
 use serde_json::json;
 
 use crate::support::BIN;
@@ -40,7 +42,9 @@ fn a_socket_passed_by_systemd_is_used() {
     let bridge = SocketActivated::start(BIN, port, Some("bridge"), &env);
     let mut client = LineClient::connect(format!("127.0.0.1:{port}").parse().unwrap());
     assert_eq!(client.call(1, "ping", json!({}))["result"]["status"], "ok");
-    assert!(bridge.log().contains("using socket passed by systemd"), "{}", bridge.log());
+    // The log is written by its own thread: the line may follow the answer.
+    let handed_over = eventually(Duration::from_secs(5), || bridge.log().contains("using socket passed by systemd"));
+    assert!(handed_over, "{}", bridge.log());
     let log = bridge.log();
     assert_eq!(bridge.terminate().code(), Some(0), "{log}");
 }
