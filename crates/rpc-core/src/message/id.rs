@@ -9,6 +9,13 @@ use serde_json::value::RawValue;
 
 use super::text::{decode_str, write_json_str};
 
+/// Maps and sets keyed by the other side's request ids. The ids are chosen by
+/// whoever sends them, so the hasher is seeded (foldhash, a random seed per
+/// process and map): ids cannot be picked to collide, at a fraction of
+/// SipHash's cost.
+pub(crate) type IdMap<V> = std::collections::HashMap<Id, V, foldhash::fast::RandomState>;
+pub(crate) type IdSet = std::collections::HashSet<Id, foldhash::fast::RandomState>;
+
 /// A request id exactly as the other side wrote it.
 #[derive(Clone, Debug)]
 pub enum Id {

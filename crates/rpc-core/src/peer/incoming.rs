@@ -19,7 +19,7 @@ use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use super::config::PeerConfig;
-use crate::message::Id;
+use crate::message::{Id, IdSet};
 
 /// What the incoming side counted, read by [`PeerHandle::stats`](super::PeerHandle::stats).
 #[derive(Default)]
@@ -73,7 +73,7 @@ pub(crate) struct Incoming {
     dropped_unreported: u64,
     last_warning: Option<Instant>,
     /// Ids of requests not yet answered, to refuse duplicates.
-    in_flight: HashSet<Id>,
+    in_flight: IdSet,
     /// The ids of each batch in flight, by number, to answer them together if
     /// shutdown abandons the batch.
     batches: HashMap<u64, Vec<Id>>,
@@ -97,7 +97,7 @@ impl Incoming {
             flood_limit: config.flood_limit.max(1),
             dropped_unreported: 0,
             last_warning: None,
-            in_flight: HashSet::new(),
+            in_flight: IdSet::default(),
             batches: HashMap::new(),
             next_batch: 0,
         }

@@ -2,10 +2,10 @@
 //! them, their count and their ids (lsp-server's `req_queue.rs`, outgoing
 //! half). The incoming half is `incoming.rs`.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
@@ -46,7 +46,8 @@ pub(crate) struct OutgoingCalls {
 
 #[derive(Default)]
 struct Pending {
-    calls: HashMap<u64, oneshot::Sender<Reply>>,
+    /// By our own ids, which the other side does not choose: a fast hash is safe.
+    calls: FxHashMap<u64, oneshot::Sender<Reply>>,
     closed: bool,
 }
 

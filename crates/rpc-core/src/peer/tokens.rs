@@ -2,17 +2,16 @@
 //! ([`Ctx::cancel_token`](super::ctx::Ctx::cancel_token)): fired when the call
 //! is cancelled, its connection closes, or the other side's input ends.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::message::Id;
+use crate::message::{Id, IdMap};
 
 #[derive(Default)]
 pub(crate) struct CallTokens {
-    tokens: Mutex<HashMap<Id, CancellationToken>>,
+    tokens: Mutex<IdMap<CancellationToken>>,
     /// Whether any handler ever asked for one (spares the lock otherwise).
     any: AtomicBool,
     /// The other side's input ended: no more can arrive, so every token fires
