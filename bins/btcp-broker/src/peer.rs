@@ -92,8 +92,12 @@ struct AfterRun {
 pub async fn open_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpec) -> Opened {
     let PeerSpec { client_type, session_id, client_id, version, transport: transport_kind, event_stream, slot } = spec;
     let state = Arc::new(ConnState::new(broker.clone(), client_type, client_id.clone(), event_stream));
-    let (peer, conn) =
-        Connection::new(transport, broker.router.clone(), state.clone(), broker.peer_config(client_type));
+    let (peer, conn) = Connection::new(
+        transport,
+        broker.router.clone(),
+        state.clone(),
+        broker.peer_config(client_type, transport_kind),
+    );
     let session = match attach(&broker, &state, &peer, session_id, transport_kind).await {
         Ok(session) => session,
         Err(error) => {

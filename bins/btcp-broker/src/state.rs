@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 use crate::cluster::Cluster;
 use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TransportKind};
 use crate::rate_limit::TokenBucket;
 use crate::sessions::{ClientType, Session, SessionRegistry};
 
@@ -72,7 +72,7 @@ impl Broker {
     }
 
     /// The engine's budgets and timeouts for one connection.
-    pub fn peer_config(&self, client_type: ClientType) -> PeerConfig {
+    pub fn peer_config(&self, client_type: ClientType, transport: TransportKind) -> PeerConfig {
         let config = &self.config;
         PeerConfig {
             keepalive: config.keepalive,
@@ -80,9 +80,12 @@ impl Broker {
             write_stall: config.write_stall,
             write_budget: config.write_budget,
             backlog_bytes: config.backlog_bytes,
-            // Answers to forwarded calls may come through the SSE session
-            // fallback, where the id is the only secret an answer shows.
-            unguessable_ids: client_type == ClientType::Browser,
+            // Answers to an SSE browser's forwarded calls may come through
+            // the SSE session fallback, where the id is the only secret an
+            // answer shows. A WebSocket browser's answers come only through
+            // its own socket: its ids need no keyed permutation (four
+            // SipHash rounds, 3 % of a forwarded call).
+            unguessable_ids: client_type == ClientType::Browser && transport == TransportKind::Sse,
             ..PeerConfig::default()
         }
     }
