@@ -18,6 +18,9 @@ impl TokenBucket {
 
     /// Takes one token, or says how long until one is available.
     pub fn try_take(&mut self) -> Result<(), Duration> {
+        if self.rate <= 0.0 {
+            return Ok(());
+        }
         self.try_take_at(Instant::now())
     }
 
