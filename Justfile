@@ -23,7 +23,7 @@ lint:
 fmt:
     cargo fmt --all
 
-# The benchmark suite (the project's targets, B1-B9), pinned: the table into
+# The benchmark suite (the project's targets, B1-B10), pinned: the table into
 # benchmarks/latest.md (copied into BENCHMARKS.md with its analysis), the
 # scaling picture into benchmarks/scaling.svg.
 bench:
@@ -31,7 +31,7 @@ bench:
     ./target/release/rpc-bench suite --plot benchmarks/scaling.svg --write benchmarks/latest.md
 
 # Fuzz every parser of untrusted input for `seconds` each, from fuzz/seeds
-# (installs cargo-fuzz and a nightly toolchain when missing). CI: `just fuzz 30`.
+# (installs cargo-fuzz and a nightly toolchain when missing). CI: `just fuzz 10`.
 fuzz seconds="60" *targets:
     ./scripts/fuzz-ci {{seconds}} {{targets}}
 
