@@ -134,9 +134,35 @@ pub async fn join(links: &Links, link: &Link) -> Result<(), usize> {
     Ok(())
 }
 
-/// A call's name at this node, for its cancel: 64 random bits in hex.
+/// A call's name, for its cancel: unique across the cluster's nodes (64
+/// random bits drawn once per process, then a count), in hex. Drawing 64
+/// fresh bits from the OS and formatting them byte by byte took 5 % of the
+/// agent's node's time per call.
 fn crate_id() -> String {
-    let mut bits = [0u8; 8];
-    getrandom::fill(&mut bits).expect("the operating system's random source");
-    bits.iter().map(|b| format!("{b:02x}")).collect()
+    use std::fmt::Write;
+    use std::sync::LazyLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PREFIX: LazyLock<u64> = LazyLock::new(|| {
+        let mut bits = [0u8; 8];
+        getrandom::fill(&mut bits).expect("the operating system's random source");
+        u64::from_le_bytes(bits)
+    });
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let mut id = String::with_capacity(32);
+    let _ = write!(id, "{:016x}{:x}", *PREFIX, COUNT.fetch_add(1, Ordering::Relaxed));
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_ids_are_unique_and_carry_the_process_prefix() {
+        let ids: std::collections::HashSet<String> = (0..10_000).map(|_| crate_id()).collect();
+        assert_eq!(ids.len(), 10_000);
+        let prefixes: std::collections::HashSet<&str> = ids.iter().map(|id| &id[..16]).collect();
+        assert_eq!(prefixes.len(), 1);
+        assert!(ids.iter().all(|id| id.len() > 16 && id.bytes().all(|b| b.is_ascii_hexdigit())));
+    }
 }
