@@ -57,7 +57,7 @@ pub async fn serve_in_process(io: tokio::io::DuplexStream, app: Router, shutdown
 /// What the first bytes of a connection turned out to be.
 enum Sniffed {
     /// A complete `GET` head for `/events` (path normalised), and its length.
-    Events(Request<Body>, usize),
+    Events(Box<Request<Body>>, usize),
     /// Anything else: hyper's, with what was read so far.
     Other,
     /// The client went away or never finished its head in time.
@@ -86,7 +86,7 @@ async fn serve_stream<S, R, W>(
         Sniffed::Events(request, head_len) => {
             let keep_alive = !super::request::lists_token(request.headers(), header::CONNECTION, "close");
             let takeover = Takeover::default();
-            let mut request = request;
+            let mut request = *request;
             request.extensions_mut().insert(takeover.clone());
             let mut router = app.clone();
             let response = router.call(request).await.unwrap_or_else(|e| match e {});
@@ -144,7 +144,7 @@ async fn sniff<S: AsyncRead + Unpin>(io: &mut S, buf: &mut BytesMut, peer: &Peer
 }
 
 enum Parsed {
-    Events(Request<Body>, usize),
+    Events(Box<Request<Body>>, usize),
     Other,
     Partial,
 }
@@ -188,7 +188,7 @@ fn parse_events(buf: &[u8], peer: &PeerAddr) -> Parsed {
         return Parsed::Other;
     }
     request.extensions_mut().insert(peer.clone());
-    Parsed::Events(request, len)
+    Parsed::Events(Box::new(request), len)
 }
 
 /// The status line and headers of `response`, as hyper would write them:

@@ -144,8 +144,7 @@ where
     };
     let ended = Ended { broker: broker.clone(), client_id, open: stream_open };
     // Opened in the HTTP connection's task, which is there anyway: the
-    // peer's own task then holds only the running connection, not the
-    // opening's state beside it (3 KiB a task instead of 2.3).
+    // peer's own task holds only the running connection.
     let opened = peer::open_peer(broker.clone(), transport, spec).await;
     broker.shutdown.spawn(opened.serve().map(move |()| drop(ended)));
 }
