@@ -16,4 +16,5 @@ mod settings;
 mod shutdown;
 mod sse;
 mod sse_fallback;
+mod sse_head;
 mod support;

@@ -20,6 +20,9 @@ use crate::state::{Broker, ConnState, Joined, PeerSlot};
 pub const PROTOCOL_VERSION: &str = "1.0.0";
 pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// How often an idle event stream says it is alive (a comment).
+pub const SSE_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// Chosen session ids shorter than this (nanoid's default length, about 126
 /// random bits) are warned about when the SSE session fallback is on.
 const GUESSABLE_SESSION_ID: usize = 21;
@@ -92,12 +95,14 @@ struct AfterRun {
 pub async fn open_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpec) -> Opened {
     let PeerSpec { client_type, session_id, client_id, version, transport: transport_kind, event_stream, slot } = spec;
     let state = Arc::new(ConnState::new(broker.clone(), client_type, client_id.clone(), event_stream));
-    let (peer, conn) = Connection::new(
-        transport,
-        broker.router.clone(),
-        state.clone(),
-        broker.peer_config(client_type, transport_kind),
-    );
+    let mut config = broker.peer_config(client_type, transport_kind);
+    if transport_kind == TransportKind::Sse {
+        // An event stream written by its peer (`http/sse.rs`) sends a comment
+        // this often, and no answer is ever expected.
+        config.keepalive = SSE_KEEPALIVE;
+        config.keepalive_misses = u32::MAX;
+    }
+    let (peer, conn) = Connection::new(transport, broker.router.clone(), state.clone(), config);
     let session = match attach(&broker, &state, &peer, session_id, transport_kind).await {
         Ok(session) => session,
         Err(error) => {

@@ -11,10 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
-use rpc_core::codec::Frame;
 use rpc_core::fanout;
 use rpc_core::{PeerConfig, PeerHandle, Router, Shutdown};
-use tokio::sync::mpsc;
 
 use crate::cluster::Cluster;
 use crate::config::Config;
@@ -94,7 +92,7 @@ impl Broker {
 /// Where `POST /message` delivers an SSE client's messages.
 #[derive(Clone)]
 pub struct SseInbox {
-    pub sender: mpsc::Sender<Frame>,
+    pub sender: crate::http::inbox::InboxSender,
     /// Whether the client's event stream is still open: posts speak for a
     /// listening client only.
     pub stream_open: Arc<AtomicBool>,

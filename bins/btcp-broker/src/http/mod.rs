@@ -9,6 +9,7 @@
 
 pub mod admission;
 pub mod connection;
+pub(crate) mod inbox;
 pub mod mcp;
 pub mod request;
 mod sse;

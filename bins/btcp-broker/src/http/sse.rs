@@ -17,26 +17,30 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::io::{self, Write as _};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures_util::Stream;
+use futures_util::{FutureExt, Sink, Stream};
+use parking_lot::Mutex;
 use rpc_core::codec::Frame;
 use rpc_core::message::Kind;
 use rpc_core::{Outbound, Transport};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
 
 use super::admission::{self, PeerAddr, Rejection, reject};
+use super::inbox::{self, InboxReceiver, SendError};
 use super::request;
 use crate::metrics::TransportKind;
-use crate::peer;
+use crate::peer::{self, PeerSpec};
 use crate::state::{Broker, SseInbox};
 
 /// POSTed messages waiting for the peer's reader.
@@ -56,10 +60,15 @@ pub async fn events(State(broker): State<Arc<Broker>>, request: Request) -> Resp
         Ok(spec) => spec,
         Err(rejection) => return rejection.into_response(),
     };
+    if let Some(takeover) = request.extensions().get::<Takeover>() {
+        // Served off hyper from here on (`stream`): the same head as below.
+        takeover.put(Admitted { broker, spec });
+        return ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")]).into_response();
+    }
     let client_id = spec.client_id.clone();
     let stream_open = Arc::new(AtomicBool::new(true));
     spec.event_stream = Some(stream_open.clone());
-    let (inbox_tx, inbox_rx) = mpsc::channel(INBOX);
+    let (inbox_tx, mut inbox_rx) = inbox::channel(INBOX);
     let (outbox_tx, outbox_rx) = mpsc::channel(OUTBOX);
     let inbox = SseInbox { sender: inbox_tx, stream_open: stream_open.clone() };
     broker.sse_inboxes.lock().insert(client_id.clone(), inbox);
@@ -67,7 +76,12 @@ pub async fn events(State(broker): State<Arc<Broker>>, request: Request) -> Resp
     let task_broker = broker.clone();
     let task_id = client_id.clone();
     broker.shutdown.spawn(async move {
-        let transport = Transport::channels(inbox_rx, outbox_tx);
+        let reader = futures_util::stream::poll_fn(move |cx| inbox_rx.poll_recv(cx).map(|f| f.map(Ok)));
+        let writer = futures_util::sink::unfold(outbox_tx, |tx, item: Outbound| async move {
+            tx.send(item).await.map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))?;
+            Ok::<_, io::Error>(tx)
+        });
+        let transport = Transport { reader: Box::pin(reader), writer: Box::pin(writer), wants_keepalive: false };
         let serve = peer::serve_peer(task_broker.clone(), transport, spec);
         tokio::pin!(serve);
         // The peer ends when the client goes away (its stream is dropped).
@@ -81,7 +95,216 @@ pub async fn events(State(broker): State<Arc<Broker>>, request: Request) -> Resp
         task_broker.sse_inboxes.lock().remove(&task_id);
     });
     let stream = EventStream { outbox: outbox_rx, open: stream_open, ended: Some(ended_tx) };
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(peer::SSE_KEEPALIVE)).into_response()
+}
+
+/// Set on a `GET /events` read by `connection.rs` rather than by hyper: an
+/// admitted client's stream is then written by [`stream`], not by hyper.
+#[derive(Clone, Default)]
+pub struct Takeover(Arc<Mutex<Option<Admitted>>>);
+
+/// A client let in: its place is reserved until it is dropped.
+pub struct Admitted {
+    broker: Arc<Broker>,
+    spec: PeerSpec,
+}
+
+impl Takeover {
+    fn put(&self, admitted: Admitted) {
+        *self.0.lock() = Some(admitted);
+    }
+
+    pub fn take(&self) -> Option<Admitted> {
+        self.0.lock().take()
+    }
+}
+
+/// Serves an admitted client's event stream on its socket, whose response
+/// head is written: the peer's own task writes the events (chunked, as
+/// hyper would) and watches the socket for the client's going. Nothing is
+/// kept per client but the peer and the socket: no buffer while idle.
+pub async fn stream<R, W>(admitted: Admitted, read: R, write: W)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let Admitted { broker, mut spec } = admitted;
+    let client_id = spec.client_id.clone();
+    let stream_open = Arc::new(AtomicBool::new(true));
+    spec.event_stream = Some(stream_open.clone());
+    let (inbox_tx, inbox_rx) = inbox::channel(INBOX);
+    let inbox = SseInbox { sender: inbox_tx, stream_open: stream_open.clone() };
+    broker.sse_inboxes.lock().insert(client_id.clone(), inbox);
+    let transport = Transport {
+        reader: Box::pin(Inbound { inbox: inbox_rx, socket: read, open: stream_open.clone() }),
+        writer: Box::pin(EventWriter { out: write, buf: Vec::new(), written: 0 }),
+        // Comments every `SSE_KEEPALIVE` (`peer.rs`): a proxy sees traffic,
+        // and a client gone without a word is found by the write failing.
+        wants_keepalive: true,
+    };
+    let ended = Ended { broker: broker.clone(), client_id, open: stream_open };
+    // Opened in the HTTP connection's task, which is there anyway: the
+    // peer's own task holds only the running connection.
+    let opened = peer::open_peer(broker.clone(), transport, spec).await;
+    broker.shutdown.spawn(opened.serve().map(move |()| drop(ended)));
+}
+
+/// Forgets a stream's inbox when its peer has ended.
+struct Ended {
+    broker: Arc<Broker>,
+    client_id: Arc<str>,
+    open: Arc<AtomicBool>,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.open.store(false, Ordering::Release);
+        self.broker.sse_inboxes.lock().remove(&self.client_id);
+    }
+}
+
+/// What reaches the peer: the client's POSTs, and the end of its socket
+/// (after its request it sends nothing; anything it does is dropped).
+struct Inbound<R> {
+    inbox: InboxReceiver,
+    socket: R,
+    open: Arc<AtomicBool>,
+}
+
+/// Reads of what a client sends after its request, dropped, per poll.
+const DROPPED_READS: usize = 16;
+
+impl<R: AsyncRead + Unpin> Stream for Inbound<R> {
+    type Item = io::Result<Frame>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = this.inbox.poll_recv(cx) {
+            return Poll::Ready(frame.map(Ok));
+        }
+        let mut scratch = [0u8; 64];
+        for _ in 0..DROPPED_READS {
+            let mut read = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut this.socket).poll_read(cx, &mut read) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(())) if !read.filled().is_empty() => continue,
+                // The client went away (hyper's rule too: no half-close).
+                Poll::Ready(_) => {
+                    // At once, before the peer ends: posts already queued or
+                    // in flight are then refused what needs a listening client.
+                    this.open.store(false, Ordering::Release);
+                    return Poll::Ready(None);
+                }
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+/// Events are buffered up to this before the sink asks to be flushed.
+const WRITE_HIGH: usize = 16 * 1024;
+
+/// The peer's outbound messages as SSE events in HTTP/1.1 chunks, written
+/// to the socket. Its buffer exists only while there is something to write.
+struct EventWriter<W> {
+    out: W,
+    buf: Vec<u8>,
+    written: usize,
+}
+
+impl<W: AsyncWrite + Unpin> EventWriter<W> {
+    fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.written < self.buf.len() {
+            let n = ready!(Pin::new(&mut self.out).poll_write(cx, &self.buf[self.written..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.written += n;
+        }
+        self.buf = Vec::new();
+        self.written = 0;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<W: AsyncWrite + Unpin> Sink<Outbound> for EventWriter<W> {
+    type Error = io::Error;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.buf.len() >= WRITE_HIGH {
+            ready!(this.poll_write_out(cx))?;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn start_send(self: Pin<&mut Self>, item: Outbound) -> io::Result<()> {
+        let buf = &mut self.get_mut().buf;
+        match item {
+            Outbound::Message { kind, json } => encode_event(buf, event_name(kind), &json),
+            Outbound::Ping => encode_chunk(buf, &[KEEPALIVE]),
+            // The response's end; the socket is shut by `poll_close`.
+            Outbound::Close { .. } => buf.extend_from_slice(b"0\r\n\r\n"),
+        }
+        Ok(())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_write_out(cx))?;
+        Pin::new(&mut this.out).poll_flush(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.as_mut().poll_flush(cx))?;
+        Pin::new(&mut self.get_mut().out).poll_shutdown(cx)
+    }
+}
+
+/// The keep-alive comment (axum's, for the streams hyper writes).
+const KEEPALIVE: &[u8] = b":\n\n";
+
+fn event_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Notification => "message",
+        Kind::Request => "request",
+        Kind::Response => "response",
+    }
+}
+
+/// One chunk of the response body made of `parts`.
+fn encode_chunk(buf: &mut Vec<u8>, parts: &[&[u8]]) {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let _ = write!(buf, "{len:x}\r\n");
+    for part in parts {
+        buf.extend_from_slice(part);
+    }
+    buf.extend_from_slice(b"\r\n");
+}
+
+/// `event: <name>`, then the data with a `data: ` field per line, in one
+/// chunk: byte for byte what axum's `Event` writes for the same message.
+fn encode_event(buf: &mut Vec<u8>, name: &str, json: &[u8]) {
+    let data = String::from_utf8_lossy(json);
+    let data = data.as_bytes();
+    let breaks = memchr::memchr2_iter(b'\n', b'\r', data).count();
+    let len = "event: ".len() + name.len() + 1 + "data: ".len() * (1 + breaks) + data.len() + 2;
+    let _ = write!(buf, "{len:x}\r\n");
+    let start = buf.len();
+    buf.extend_from_slice(b"event: ");
+    buf.extend_from_slice(name.as_bytes());
+    buf.extend_from_slice(b"\ndata: ");
+    let mut last = 0;
+    for at in memchr::memchr2_iter(b'\n', b'\r', data) {
+        buf.extend_from_slice(&data[last..=at]);
+        buf.extend_from_slice(b"data: ");
+        last = at + 1;
+    }
+    buf.extend_from_slice(&data[last..]);
+    buf.extend_from_slice(b"\n\n");
+    debug_assert_eq!(buf.len() - start, len);
+    buf.extend_from_slice(b"\r\n");
 }
 
 /// The broker's outbound messages as SSE events. Dropping it (the client went
@@ -102,11 +325,7 @@ impl Stream for EventStream {
                 Poll::Ready(None) | Poll::Ready(Some(Outbound::Close { .. })) => Poll::Ready(None),
                 Poll::Ready(Some(Outbound::Ping)) => continue,
                 Poll::Ready(Some(Outbound::Message { kind, json })) => {
-                    let name = match kind {
-                        Kind::Notification => "message",
-                        Kind::Request => "request",
-                        Kind::Response => "response",
-                    };
+                    let name = event_name(kind);
                     let data = String::from_utf8_lossy(&json);
                     Poll::Ready(Some(Ok(Event::default().event(name).data(data))))
                 }
@@ -155,8 +374,8 @@ pub async fn message(State(broker): State<Arc<Broker>>, request: Request) -> Res
     };
     match inbox.sender.send_timeout(Frame::Message(body), POST_WAIT).await {
         Ok(()) => StatusCode::ACCEPTED.into_response(),
-        Err(mpsc::error::SendTimeoutError::Closed(_)) => closed().into_response(),
-        Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
+        Err(SendError::Closed) => closed().into_response(),
+        Err(SendError::Timeout) => {
             reject(StatusCode::SERVICE_UNAVAILABLE, "busy", "the client's queue stayed full; try again").into_response()
         }
     }

@@ -71,10 +71,10 @@ pub(super) fn idle_memory_row(memory: &[MemoryPoint]) -> Row {
             last.connections
         ),
         ratio: None,
-        target: "≤ 80 MiB (≤ 6 KiB a connection), all answer",
+        target: "≤ 50 MiB (≤ 4 KiB a connection), all answer",
         met: Some(
-            last.rss_mib <= 80.0
-                && last.kib_per_connection(memory[0].rss_mib) <= 6.0
+            last.rss_mib <= 50.0
+                && last.kib_per_connection(memory[0].rss_mib) <= 4.0
                 && last.answered == last.connections,
         ),
     }
