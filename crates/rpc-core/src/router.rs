@@ -193,9 +193,12 @@ impl From<Result<(), RpcError>> for Gate {
 /// connection's [`ConnCtx`] (`guard_conn`: then a call needs no `Ctx` made
 /// for it).
 enum Guard<S> {
-    Call(Box<dyn Fn(&Ctx<S>, &str) -> Gate + Send + Sync>),
-    Conn(Box<dyn Fn(&ConnCtx<S>, &str) -> Result<(), RpcError> + Send + Sync>),
+    Call(CallGuard<S>),
+    Conn(ConnGuard<S>),
 }
+
+type CallGuard<S> = Box<dyn Fn(&Ctx<S>, &str) -> Gate + Send + Sync>;
+type ConnGuard<S> = Box<dyn Fn(&ConnCtx<S>, &str) -> Result<(), RpcError> + Send + Sync>;
 type Rewrite = Box<dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync>;
 type BothPolicy = Box<dyn Fn(&RawValue, &RpcError) -> bool + Send + Sync>;
 

@@ -131,10 +131,10 @@ fn server_pids(args: &ExtensionArgs) -> Vec<u32> {
     let parent = std::os::unix::process::parent_id();
     let mut pids = vec![parent];
     // A group leader is a fork of the daemon: the same name as its parent.
-    if let (Some((grandparent, name)), true) = (load::parent_and_name(parent), parent > 1) {
-        if load::parent_and_name(grandparent).is_some_and(|(_, above)| above == name) {
-            pids.push(grandparent);
-        }
+    if let (Some((grandparent, name)), true) = (load::parent_and_name(parent), parent > 1)
+        && load::parent_and_name(grandparent).is_some_and(|(_, above)| above == name)
+    {
+        pids.push(grandparent);
     }
     pids
 }
