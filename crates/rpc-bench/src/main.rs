@@ -59,6 +59,14 @@ enum Command {
         /// `METHOD PARAMS_JSON`, e.g. `hello '{"name":"b","version":"1","agent":"b","pid":1}'`.
         #[arg(long, num_args = 2, value_names = ["METHOD", "PARAMS"])]
         hello: Option<Vec<String>>,
+        /// Match every reply to its request by id and time every round trip
+        /// (the default at window 1); otherwise replies are counted and one
+        /// round trip in 16 is timed.
+        #[arg(long)]
+        exact: bool,
+        /// Process ids of the server, whose CPU share is reported.
+        #[arg(long, value_delimiter = ',')]
+        server_pid: Vec<u32>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -152,7 +160,19 @@ fn main() -> Result<ExitCode> {
 
 async fn run(command: Command) -> Result<()> {
     match command {
-        Command::Load { target, method, params, window, connections, seconds, warmup, hello, json } => {
+        Command::Load {
+            target,
+            method,
+            params,
+            window,
+            connections,
+            seconds,
+            warmup,
+            hello,
+            exact,
+            server_pid,
+            json,
+        } => {
             let load = load::Load {
                 target,
                 method,
@@ -162,12 +182,16 @@ async fn run(command: Command) -> Result<()> {
                 duration: Duration::from_secs_f64(seconds),
                 warmup: Duration::from_secs_f64(warmup),
                 hello: hello.map(|h| (h[0].clone(), h[1].clone())),
+                exact: exact || window == 1,
+                servers: server_pid,
             };
-            let report = load::run(&load).await?;
+            let measured = load::measure(&load).await?;
             if json {
-                println!("{}", serde_json::to_string(&report)?);
+                println!("{}", serde_json::to_string(&measured)?);
             } else {
-                println!("{}", report.line());
+                let busy = &measured.busy;
+                let server = busy.server.map(|s| format!(", server {:.0}%", s * 100.0)).unwrap_or_default();
+                println!("{}  (busy: load side {:.0}%{server})", measured.report.line(), busy.load * 100.0);
             }
         }
         Command::EchoServer { addr } => {

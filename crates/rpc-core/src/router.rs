@@ -5,6 +5,12 @@
 //! that was wrong (`arguments.code: invalid type: integer, expected a string`).
 //! Handlers return `Result<T, RpcError>`; `T` is serialised straight into the
 //! response, with no `serde_json::Value` in between.
+//!
+//! Two kinds of handler: `method` (async, with a [`Ctx`]) and `method_now`
+//! (answers at once with the connection's [`ConnCtx`], or hands back a future
+//! when it must wait), for methods like `ping` that almost never wait: the
+//! connection's read loop runs them inline, with no future, no per-call
+//! context and no allocation but the response.
 
 use std::fmt;
 use std::future::Future;
@@ -18,7 +24,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
 use crate::message::{self, Id, RpcError};
-use crate::peer::ctx::Ctx;
+use crate::peer::ctx::{ConnCtx, Ctx};
 
 /// Params for a method that takes none. Accepts anything (including absent
 /// params), because rejecting `{}` from a client that always sends it helps no one.
@@ -36,8 +42,29 @@ impl<'de> Deserialize<'de> for NoParams {
 /// between), or nothing for a notification, whose result no one reads.
 pub type HandlerFuture = BoxFuture<'static, Result<Vec<u8>, RpcError>>;
 
+/// A handler started: answered already (the whole success response, empty
+/// for a notification), or running.
+pub enum Started {
+    Done(Vec<u8>),
+    Running(HandlerFuture),
+}
+
+/// What a `method_now` handler returns: its answer now, or, when it has to
+/// wait, a future of it.
+pub enum Answer<R> {
+    Now(Result<R, RpcError>),
+    Later(BoxFuture<'static, Result<R, RpcError>>),
+}
+
 trait Handler<S>: Send + Sync {
-    fn call(&self, ctx: Ctx<S>, params: Option<&RawValue>) -> Result<HandlerFuture, RpcError>;
+    /// Parses the params and starts the handler for the call `id` (`None`
+    /// for a notification) on connection `conn`.
+    fn start(&self, conn: &Arc<ConnCtx<S>>, id: Option<&Id>, params: Option<&RawValue>) -> Result<Started, RpcError>;
+
+    /// A `method_now` handler: starting it runs it.
+    fn is_immediate(&self) -> bool {
+        false
+    }
 }
 
 struct Typed<F, P, R> {
@@ -53,17 +80,47 @@ where
     R: Serialize + 'static,
     Fut: Future<Output = Result<R, RpcError>> + Send + 'static,
 {
-    fn call(&self, ctx: Ctx<S>, params: Option<&RawValue>) -> Result<HandlerFuture, RpcError> {
+    fn start(&self, conn: &Arc<ConnCtx<S>>, id: Option<&Id>, params: Option<&RawValue>) -> Result<Started, RpcError> {
         let params: P = parse_params(params)?;
-        let id = ctx.request_id().cloned();
-        let fut = (self.f)(ctx, params);
-        Ok(Box::pin(async move {
-            let value = fut.await?;
-            Ok(match id {
-                Some(id) => respond(&id, value)?,
-                None => Vec::new(),
-            })
-        }))
+        let id = id.cloned();
+        let fut = (self.f)(Ctx::on(conn, id.clone()), params);
+        Ok(Started::Running(Box::pin(async move { respond_to(id.as_ref(), fut.await?) })))
+    }
+}
+
+struct Immediate<F, P, R> {
+    f: F,
+    _types: PhantomData<fn(P) -> R>,
+}
+
+impl<S, F, P, R> Handler<S> for Immediate<F, P, R>
+where
+    S: Send + Sync + 'static,
+    F: Fn(&ConnCtx<S>, P) -> Answer<R> + Send + Sync,
+    P: DeserializeOwned + 'static,
+    R: Serialize + 'static,
+{
+    fn start(&self, conn: &Arc<ConnCtx<S>>, id: Option<&Id>, params: Option<&RawValue>) -> Result<Started, RpcError> {
+        let params: P = parse_params(params)?;
+        match (self.f)(conn, params) {
+            Answer::Now(value) => respond_to(id, value?).map(Started::Done),
+            Answer::Later(fut) => {
+                let id = id.cloned();
+                Ok(Started::Running(Box::pin(async move { respond_to(id.as_ref(), fut.await?) })))
+            }
+        }
+    }
+
+    fn is_immediate(&self) -> bool {
+        true
+    }
+}
+
+/// The success response to `id`, or nothing for a notification.
+fn respond_to<R: Serialize>(id: Option<&Id>, value: R) -> Result<Vec<u8>, RpcError> {
+    match id {
+        Some(id) => respond(id, value),
+        None => Ok(Vec::new()),
     }
 }
 
@@ -132,7 +189,16 @@ impl From<Result<(), RpcError>> for Gate {
     }
 }
 
-type Guard<S> = Box<dyn Fn(&Ctx<S>, &str) -> Gate + Send + Sync>;
+/// A guard sees a call's [`Ctx`] (a `gate` may keep it), or only the
+/// connection's [`ConnCtx`] (`guard_conn`: then a call needs no `Ctx` made
+/// for it).
+enum Guard<S> {
+    Call(CallGuard<S>),
+    Conn(ConnGuard<S>),
+}
+
+type CallGuard<S> = Box<dyn Fn(&Ctx<S>, &str) -> Gate + Send + Sync>;
+type ConnGuard<S> = Box<dyn Fn(&ConnCtx<S>, &str) -> Result<(), RpcError> + Send + Sync>;
 type Rewrite = Box<dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync>;
 type BothPolicy = Box<dyn Fn(&RawValue, &RpcError) -> bool + Send + Sync>;
 
@@ -140,7 +206,7 @@ type BothPolicy = Box<dyn Fn(&RawValue, &RpcError) -> bool + Send + Sync>;
 /// method, and the dialect it tolerates on the wire. The engine itself knows
 /// no dialect; a daemon that must accept one supplies it here.
 pub struct Router<S> {
-    handlers: FxHashMap<Box<str>, Box<dyn Handler<S>>>,
+    handlers: FxHashMap<Box<str>, Arc<dyn Handler<S>>>,
     guard: Option<Guard<S>>,
     rewrite: Option<Rewrite>,
     result_with_error: Option<BothPolicy>,
@@ -180,30 +246,77 @@ impl<S: Send + Sync + 'static> Router<S> {
     }
 
     /// Runs the guard, finds the handler and parses params; the returned future
-    /// runs the handler itself.
+    /// runs the handler itself (a `method_now` one too: it runs when the
+    /// future is first polled, in its turn, not now).
     pub fn dispatch(&self, ctx: Ctx<S>, method: &str, params: Option<&RawValue>) -> Result<HandlerFuture, RpcError> {
+        Ok(match self.begin(ctx.conn(), ctx.request_id(), method, params, true)? {
+            Started::Done(response) => Box::pin(std::future::ready(Ok(response))),
+            Started::Running(run) => run,
+        })
+    }
+
+    /// Runs the guard, finds the handler, parses params and starts it: a
+    /// `method_now` handler has answered when this returns (unless it had to
+    /// wait), an async one is a future to run. For a call that may start
+    /// now; one that must wait its turn takes [`Router::dispatch`].
+    pub fn start(
+        &self,
+        conn: &Arc<ConnCtx<S>>,
+        id: Option<&Id>,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<Started, RpcError> {
+        self.begin(conn, id, method, params, false)
+    }
+
+    /// [`Router::start`]; with `later`, a `method_now` handler is left to
+    /// run when the returned future is first polled.
+    fn begin(
+        &self,
+        conn: &Arc<ConnCtx<S>>,
+        id: Option<&Id>,
+        method: &str,
+        params: Option<&RawValue>,
+        later: bool,
+    ) -> Result<Started, RpcError> {
         let gate = match &self.guard {
-            Some(guard) => guard(&ctx, method),
+            Some(Guard::Call(guard)) => guard(&Ctx::on(conn, id.cloned()), method),
+            Some(Guard::Conn(guard)) => guard(conn, method).into(),
             None => Gate::Open,
         };
-        let handler = match &gate {
-            Gate::Closed(_) => None,
-            Gate::Open | Gate::Wait(_) => {
-                Some(self.handlers.get(method).ok_or_else(|| RpcError::method_not_found(method))?)
-            }
-        };
-        match (gate, handler) {
-            (Gate::Closed(error), _) => Err(error),
-            (Gate::Open, Some(handler)) => handler.call(ctx, params),
-            (Gate::Wait(until), Some(handler)) => {
-                let run = handler.call(ctx, params)?;
-                Ok(Box::pin(async move {
-                    until.await?;
-                    run.await
-                }))
-            }
-            (_, None) => unreachable!("a handler is looked up unless the gate is closed"),
+        if let Gate::Closed(error) = gate {
+            return Err(error);
         }
+        let handler = self.handlers.get(method).ok_or_else(|| RpcError::method_not_found(method))?;
+        let until = match gate {
+            Gate::Wait(until) => Some(until),
+            _ => None,
+        };
+        if handler.is_immediate() && (later || until.is_some()) {
+            // A `method_now` handler answers as it starts, so it starts only
+            // in its turn (once the gate opens), with its params copied.
+            let (handler, conn, id) = (handler.clone(), conn.clone(), id.cloned());
+            let params = params.map(ToOwned::to_owned);
+            return Ok(Started::Running(Box::pin(async move {
+                if let Some(until) = until {
+                    until.await?;
+                }
+                match handler.start(&conn, id.as_ref(), params.as_deref())? {
+                    Started::Done(response) => Ok(response),
+                    Started::Running(run) => run.await,
+                }
+            })));
+        }
+        let started = handler.start(conn, id, params)?;
+        let Some(until) = until else { return Ok(started) };
+        // An async handler is made now and run once the gate opens.
+        Ok(Started::Running(Box::pin(async move {
+            until.await?;
+            match started {
+                Started::Done(response) => Ok(response),
+                Started::Running(run) => run.await,
+            }
+        })))
     }
 
     /// Offers a frame that is not valid JSON-RPC to the daemon's dialect.
@@ -220,14 +333,30 @@ impl<S: Send + Sync + 'static> Router<S> {
 impl<S: Send + Sync + 'static> RouterBuilder<S> {
     /// Registers a method. The handler receives the connection context and the
     /// params deserialised as `P` (use [`NoParams`] for none).
-    pub fn method<P, R, F, Fut>(mut self, name: &str, f: F) -> Self
+    pub fn method<P, R, F, Fut>(self, name: &str, f: F) -> Self
     where
         F: Fn(Ctx<S>, P) -> Fut + Send + Sync + 'static,
         P: DeserializeOwned + 'static,
         R: Serialize + 'static,
         Fut: Future<Output = Result<R, RpcError>> + Send + 'static,
     {
-        let handler = Box::new(Typed { f, _types: PhantomData });
+        self.insert(name, Arc::new(Typed { f, _types: PhantomData }))
+    }
+
+    /// Registers a method that answers without waiting (or says when it
+    /// must, with [`Answer::Later`]): it gets the connection's [`ConnCtx`]
+    /// rather than a call's [`Ctx`], and the read loop runs it inline, so
+    /// the call costs no future and no context (see the module doc).
+    pub fn method_now<P, R, F>(self, name: &str, f: F) -> Self
+    where
+        F: Fn(&ConnCtx<S>, P) -> Answer<R> + Send + Sync + 'static,
+        P: DeserializeOwned + 'static,
+        R: Serialize + 'static,
+    {
+        self.insert(name, Arc::new(Immediate { f, _types: PhantomData }))
+    }
+
+    fn insert(mut self, name: &str, handler: Arc<dyn Handler<S>>) -> Self {
         if self.router.handlers.insert(name.into(), handler).is_some() {
             self.duplicates.push(name.to_owned());
         }
@@ -242,7 +371,14 @@ impl<S: Send + Sync + 'static> RouterBuilder<S> {
 
     /// A guard that may also hold a message until something is ready (see [`Gate`]).
     pub fn gate(mut self, f: impl Fn(&Ctx<S>, &str) -> Gate + Send + Sync + 'static) -> Self {
-        self.router.guard = Some(Box::new(f));
+        self.router.guard = Some(Guard::Call(Box::new(f)));
+        self
+    }
+
+    /// A guard that needs only the connection (its state), not the call: a
+    /// call then needs no [`Ctx`] made for its guard.
+    pub fn guard_conn(mut self, f: impl Fn(&ConnCtx<S>, &str) -> Result<(), RpcError> + Send + Sync + 'static) -> Self {
+        self.router.guard = Some(Guard::Conn(Box::new(f)));
         self
     }
 

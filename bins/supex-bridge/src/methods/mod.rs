@@ -33,12 +33,12 @@ pub fn bridge_router(app: Arc<App>) -> Arc<Router<BridgeConn>> {
     let call_app = app;
     Router::new()
         .method("hello", move |cx, params| bridge::hello::handle(hello_app.clone(), cx, params))
-        .method("ping", move |_, _: NoParams| ping::ping(&ping_app))
+        .method_now("ping", move |_, _: NoParams| ping::ping(&ping_app))
         .method("tools/list", |_, _: NoParams| async { Ok(tools::list()) })
         .method("tools/call", move |cx, params| tools::call(call_app.clone(), cx, params))
         // The Supex driver asks for resources; this runtime has none to offer.
         .method("resources/list", |_, _: NoParams| async { Ok(json!({"resources": []})) })
-        .guard(move |cx, method| match method {
+        .guard_conn(move |cx, method| match method {
             "hello" | "ping" => Ok(()),
             _ if cx.state.handshake.is_identified() => Ok(()),
             _ => Err(handshake::not_identified(token_required, BRIDGE_HELLO_HINT)),
@@ -58,10 +58,10 @@ pub fn repl_router(app: Arc<App>) -> Arc<Router<ReplConn>> {
     let complete_app = app;
     Router::new()
         .method("hello", move |cx, params| repl::hello(hello_app.clone(), cx, params))
-        .method("ping", move |_, _: NoParams| ping::ping(&ping_app))
+        .method_now("ping", move |_, _: NoParams| ping::ping(&ping_app))
         .method("eval", move |_, params| repl::eval(eval_app.clone(), params))
         .method("complete", move |_, params| repl::complete(complete_app.clone(), params))
-        .guard(move |cx, method| match method {
+        .guard_conn(move |cx, method| match method {
             "hello" | "ping" => Ok(()),
             _ if cx.state.handshake.is_identified() => Ok(()),
             _ => Err(handshake::not_identified(token_required, REPL_HELLO_HINT)),

@@ -4,7 +4,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use rpc_core::RpcError;
+use rpc_core::router::Answer;
 use serde_json::value::RawValue;
 
 use crate::state::App;
@@ -45,16 +45,14 @@ impl serde::Serialize for Pong {
     }
 }
 
-/// The `ping` method of both servers. Only a runtime that is starting makes
-/// it wait (up to [`PING_SETTLE`]); it never waits for an evaluation. That
-/// wait is boxed, so the common answer's future stays small.
-pub fn ping(app: &Arc<App>) -> impl Future<Output = Result<Pong, RpcError>> + Send + use<> {
+/// The `ping` method of both servers, answered at once (`method_now`: no
+/// future, no per-call context). Only a runtime that is starting makes it
+/// wait (up to [`PING_SETTLE`]); it never waits for an evaluation.
+pub fn ping(app: &Arc<App>) -> Answer<Pong> {
     let now = app.runtime.health();
-    let starting = (now.0 == "starting").then(|| app.clone());
-    async move {
-        Ok(Pong::from_health(match starting {
-            Some(app) => Box::pin(async move { app.runtime.settled_health(PING_SETTLE).await }).await,
-            None => now,
-        }))
+    if now.0 != "starting" {
+        return Answer::Now(Ok(Pong::from_health(now)));
     }
+    let app = app.clone();
+    Answer::Later(Box::pin(async move { Ok(Pong::from_health(app.runtime.settled_health(PING_SETTLE).await)) }))
 }

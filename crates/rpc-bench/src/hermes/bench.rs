@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use crate::daemon::{self, Daemon};
-use crate::load::Report;
+use crate::load::Measured;
 use crate::pin;
 
 use super::extension::COMMAND;
@@ -118,7 +118,7 @@ impl HermesBench {
     }
 
     /// One run of the extension inside the host.
-    pub fn host_run(&self) -> Result<Report> {
+    pub fn host_run(&self) -> Result<Measured> {
         let _ = std::fs::remove_file(&self.report);
         let answer = self.call("command/execute", json!({ "command": COMMAND }))?;
         if answer.get("error").is_some() {
@@ -128,7 +128,7 @@ impl HermesBench {
     }
 
     /// One run of the same extension against the echo.
-    pub fn echo_run(&self) -> Result<Report> {
+    pub fn echo_run(&self) -> Result<Measured> {
         let _ = std::fs::remove_file(&self.report);
         let mut echo = Command::new(daemon::sibling("rpc-bench")?);
         echo.arg("content-length-echo").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
@@ -139,6 +139,7 @@ impl HermesBench {
         let (to_echo, from_echo) = echo.pipes().context("the echo's pipes")?;
         let mut extension = Command::new(&self.extension[0]);
         extension.args(&self.extension[1..]).arg("--standalone").stdin(from_echo).stdout(to_echo);
+        extension.args(["--server-pid", &echo.id().to_string()]);
         let mut extension = Daemon::spawn(&mut extension, None)?;
         let status = extension.wait_exit(self.timeout).context("the extension did not finish against the echo")?;
         if !status.success() {
@@ -148,7 +149,7 @@ impl HermesBench {
         self.wait_report()
     }
 
-    fn wait_report(&self) -> Result<Report> {
+    fn wait_report(&self) -> Result<Measured> {
         let deadline = Instant::now() + self.timeout;
         while Instant::now() < deadline {
             if let Ok(text) = std::fs::read(&self.report) {

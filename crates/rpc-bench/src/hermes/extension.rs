@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use crate::load::{self, Flight, Report};
+use crate::load::{self, Block, Busy, Measured, Tally};
 use crate::pin;
 
 use super::pipe::{Pipe, frame, take_frames};
@@ -42,6 +42,11 @@ pub struct ExtensionArgs {
     /// Pin to this CPU before anything else.
     #[arg(long)]
     cpu: Option<usize>,
+    /// The server's process (the echo); in the host, the host is found as
+    /// this process's parent (or, under a process-group leader forked from
+    /// the host, the leader's parent too).
+    #[arg(long)]
+    server_pid: Option<u32>,
 }
 
 /// What a message from the host asks of the extension.
@@ -118,19 +123,43 @@ pub fn run(args: ExtensionArgs) -> Result<()> {
     Ok(())
 }
 
+/// The server's processes: `--server-pid`, or the host above this process.
+fn server_pids(args: &ExtensionArgs) -> Vec<u32> {
+    if let Some(pid) = args.server_pid {
+        return vec![pid];
+    }
+    let parent = std::os::unix::process::parent_id();
+    let mut pids = vec![parent];
+    // A group leader is a fork of the daemon: the same name as its parent.
+    if let (Some((grandparent, name)), true) = (load::parent_and_name(parent), parent > 1)
+        && load::parent_and_name(grandparent).is_some_and(|(_, above)| above == name)
+    {
+        pids.push(grandparent);
+    }
+    pids
+}
+
 /// One measured run: `window` calls in flight, one more sent for each reply,
-/// all that one read's replies triggered written at once.
-fn measured_run(pipe: &mut Pipe, args: &ExtensionArgs) -> Result<Report> {
+/// all that one read's replies triggered written at once; both sides' CPU
+/// read when the measured time starts and when it ends. Replies are counted
+/// and requests copied from a pre-built block, as the load generator's
+/// throughput runs do (`load/counting.rs`): the echo costs nothing a
+/// message, so the loop must cost as little as it can.
+fn measured_run(pipe: &mut Pipe, args: &ExtensionArgs) -> Result<Measured> {
+    let servers = server_pids(args);
+    let cpu = |pids: &[u32]| pids.iter().map(|p| load::cpu_seconds(&p.to_string())).sum::<f64>();
+    let mut at_start: Option<(Instant, f64, f64)> = None;
+    let mut busy = Busy::default();
     let params = json!({ "format": args.format }).to_string();
     let duration = Duration::from_secs_f64(args.seconds);
     let start = Instant::now();
     let measure_from = start + Duration::from_secs_f64(args.warmup);
-    let mut flight = Flight::new(measure_from, measure_from + duration)?;
+    let block = Block::new(args.window, |out, id| frame(out, &load::request(id, METHOD, &params)));
+    let mut tally = Tally::new(args.window, measure_from, measure_from + duration)?;
+    let error = memchr::memmem::Finder::new(b"\"error\"");
     let mut out = Vec::with_capacity(64 * 1024);
-    for _ in 0..args.window {
-        let id = flight.issue(start);
-        frame(&mut out, &load::request(id, METHOD, &params));
-    }
+    out.extend_from_slice(block.requests(0, args.window));
+    tally.sent(args.window, start);
     pipe.send(&out)?;
     loop {
         if !pipe.fill()? {
@@ -138,29 +167,41 @@ fn measured_run(pipe: &mut Pipe, args: &ExtensionArgs) -> Result<Report> {
         }
         let now = Instant::now();
         out.clear();
-        let mut asked = Asked::Nothing;
+        let (mut asked, mut replies, mut errors) = (Asked::Nothing, 0, 0);
         take_frames(&mut pipe.buf, |body| {
             if is_reply(body) {
-                if flight.complete(body, now) && flight.running(now) {
-                    let id = flight.issue(now);
-                    frame(&mut out, &load::request(id, METHOD, &params));
-                }
+                replies += 1;
+                errors += usize::from(error.find(body).is_some());
             } else {
                 asked = asked.max(host_message(body, &mut out)?);
             }
             Ok(())
         })?;
+        tally.received(replies, errors, now)?;
+        let owed = tally.owed(now);
+        out.extend_from_slice(block.requests(tally.sent_count(), owed));
+        tally.sent(owed, now);
         pipe.send(&out)?;
         if asked == Asked::Exit {
             bail!("the host shut the extension down during the run");
         }
-        if flight.finished(now) {
-            return Ok(flight.report(duration));
+        if at_start.is_none() && now >= measure_from {
+            at_start = Some((now, load::cpu_seconds("self"), cpu(&servers)));
+        }
+        if let Some((from, load_cpu, server_cpu)) = at_start.filter(|_| busy.server.is_none() && owed == 0) {
+            let wall = (now - from).as_secs_f64();
+            busy = Busy {
+                load: (load::cpu_seconds("self") - load_cpu) / wall,
+                server: Some((cpu(&servers) - server_cpu) / wall),
+            };
+        }
+        if tally.finished(now) {
+            return Ok(Measured { report: tally.report(duration), busy });
         }
     }
 }
 
-fn write_report(path: &Path, report: &Report) -> Result<()> {
+fn write_report(path: &Path, report: &Measured) -> Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, serde_json::to_vec(report)?)?;
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))

@@ -7,18 +7,18 @@
 use anyhow::Result;
 
 use crate::baseline;
-use crate::load::Report;
 
 use super::options::Options;
-use super::row::{Row, throughput_row_of_runs};
+use super::row::{Row, throughput_row_with_busy};
+use super::runs::Runs;
 use super::servers::Servers;
 
 /// Every run of the four loads at one connection count.
 struct BrokerRuns {
-    jsonrpsee_ping: Vec<Report>,
-    broker_ping: Vec<Report>,
-    forwarded_call: Vec<Report>,
-    ws_echo: Vec<Report>,
+    jsonrpsee_ping: Runs,
+    broker_ping: Runs,
+    forwarded_call: Runs,
+    ws_echo: Runs,
 }
 
 /// The rows of B2 and B2+ (if `b2` is asked) and of B3 (if `b3` is), one
@@ -41,10 +41,11 @@ pub(super) async fn broker_ping_and_forwarding(options: &Options, servers: &Serv
 
 async fn alternate(options: &Options, servers: &Servers, conns: usize) -> Result<BrokerRuns> {
     let forward = format!("ws://{}/ws?clientType=agent&sessionId=bench", servers.broker_addr);
-    let base = options.load(&servers.jsonrpsee, "ping", "{}", 64, conns);
-    let echoed = options.load(&servers.ws_echo, "ping", "{}", 64, conns);
-    let ping = options.load(&servers.agent, "ping", "{}", 64, conns);
-    let call = options.load(&forward, "tools/call", r#"{"name":"echo","arguments":{}}"#, 64, conns);
+    let broker = [servers.broker_pid()];
+    let base = options.load(&servers.jsonrpsee, "ping", "{}", 64, conns).watching(&[servers.jsonrpsee_pid]);
+    let echoed = options.load(&servers.ws_echo, "ping", "{}", 64, conns).watching(&[servers.ws_echo_pid]);
+    let ping = options.load(&servers.agent, "ping", "{}", 64, conns).watching(&broker);
+    let call = options.load(&forward, "tools/call", r#"{"name":"echo","arguments":{}}"#, 64, conns).watching(&broker);
     let mut m = options
         .compare(&[
             ("jsonrpsee ping", &base),
@@ -61,14 +62,17 @@ async fn alternate(options: &Options, servers: &Servers, conns: usize) -> Result
 /// B2 and B2+: the broker's `ping` against jsonrpsee's and against the echo.
 fn broker_ping_rows(conns: usize, runs: &BrokerRuns) -> [Row; 2] {
     let what = format!("btcp-broker `ping` (WS), window 64, {conns} conn");
-    let b2 = throughput_row_of_runs("B2", what, &runs.jsonrpsee_ping, &runs.broker_ping, 4.0, "≥ 4 × jsonrpsee");
+    let sides = (&runs.jsonrpsee_ping, &runs.broker_ping);
+    let b2 = throughput_row_with_busy("B2", what, sides, ("jsonrpsee", "btcp-broker"), 4.0, "≥ 4 × jsonrpsee");
     let what = format!("btcp-broker `ping` (WS), window 64, {conns} conn, against a raw WS echo");
-    let b2_plus = throughput_row_of_runs("B2+", what, &runs.ws_echo, &runs.broker_ping, 0.5, "≥ 0.5 × WS echo");
+    let sides = (&runs.ws_echo, &runs.broker_ping);
+    let b2_plus = throughput_row_with_busy("B2+", what, sides, ("WS echo", "btcp-broker"), 0.8, "≥ 0.8 × WS echo");
     [b2, b2_plus]
 }
 
 /// B3: a forwarded `tools/call` against the broker's own `ping`.
 fn forwarded_call_row(conns: usize, runs: &BrokerRuns) -> Row {
     let what = format!("btcp-broker forwarded `tools/call`, {conns} conn");
-    throughput_row_of_runs("B3", what, &runs.broker_ping, &runs.forwarded_call, 0.4, "≥ 0.4 × broker ping")
+    let sides = (&runs.broker_ping, &runs.forwarded_call);
+    throughput_row_with_busy("B3", what, sides, ("broker ping", "forwarded call"), 0.4, "≥ 0.4 × broker ping")
 }

@@ -18,11 +18,11 @@ pub(super) async fn round_trip_latency(options: &Options, servers: &Servers) -> 
         .await?;
     let mut rows = Vec::new();
     for (name, got) in [("supex-bridge", &m[1]), ("btcp-broker", &m[2])] {
-        let pair = (&m[0][..], &got[..]);
+        let pair = (&m[0].reports[..], &got.reports[..]);
         let what = format!("{name} `ping` RTT p50, window 1");
-        rows.push(latency_row_of_runs("B4", what, pair, |r| r.p50_us, 1.3, "≤ 1.3 × echo"));
+        rows.push(latency_row_of_runs("B4", what, pair, |r| r.p50_us, 1.15, "≤ 1.15 × echo"));
         let what = format!("{name} `ping` RTT p99, window 1");
-        rows.push(latency_row_of_runs("B4", what, pair, |r| r.p99_us, 1.3, "≤ 1.3 × echo"));
+        rows.push(latency_row_of_runs("B4", what, pair, |r| r.p99_us, 1.15, "≤ 1.15 × echo"));
     }
     Ok(rows)
 }

@@ -28,20 +28,20 @@ pub(super) struct Curve {
 pub(super) async fn scaling(options: &Options, servers: &Servers) -> Result<Vec<Curve>> {
     eprintln!("B9: throughput by connections, with the baselines at the same counts");
     let pairs = [
-        ("supex-bridge", &servers.echo, &servers.bridge, "echo"),
-        ("btcp-broker", &servers.ws_echo, &servers.agent, "WS echo"),
+        ("supex-bridge", (&servers.echo, servers.echo_pid), (&servers.bridge, servers.bridge_pid), "echo"),
+        ("btcp-broker", (&servers.ws_echo, servers.ws_echo_pid), (&servers.agent, servers.broker_pid()), "WS echo"),
     ];
     let mut curves = Vec::new();
-    for (name, baseline_target, target, baseline_name) in pairs {
+    for (name, (baseline_target, baseline_pid), (target, pid), baseline_name) in pairs {
         let mut curve = Curve { name, baseline_name, baseline: Vec::new(), target: Vec::new() };
         for conns in SCALING_CONNECTIONS {
-            let base = options.load(baseline_target, "ping", "{}", 64, conns);
-            let got = options.load(target, "ping", "{}", 64, conns);
+            let base = options.load(baseline_target, "ping", "{}", 64, conns).watching(&[baseline_pid]);
+            let got = options.load(target, "ping", "{}", 64, conns).watching(&[pid]);
             let (base_label, got_label) =
                 (format!("{baseline_name} ping, {conns} conn"), format!("{name} ping, {conns} conn"));
             let mut runs = options.compare(&[(&base_label, &base), (&got_label, &got)]).await?;
-            curve.target.push(runs.pop().unwrap());
-            curve.baseline.push(runs.pop().unwrap());
+            curve.target.push(runs.pop().unwrap().reports);
+            curve.baseline.push(runs.pop().unwrap().reports);
         }
         curves.push(curve);
     }

@@ -33,7 +33,10 @@ pub(super) fn document(table: &str, options: &Options, pinned: Option<pin::Cores
     format!(
         "# Benchmarks\n\nThe latest run of `rpc-bench suite`. Compare ratios, not absolute numbers. Each \
          row gives the median of {} alternating runs of {} s (after {} s of warm-up) of its baseline and \
-         its target, with the range of the runs in brackets.\n\n\
+         its target, with the range of the runs in brackets. A throughput row also gives each side's \
+         CPU share over the measured time (load side / server) and what each side of the baseline could \
+         drive with a core to itself; it is **client-bound**, and not met, when the load side spent more \
+         CPU a message than the baseline's server.\n\n\
          - machine: {cores} cores, {cpu}, Linux {}\n\
          - date: {date}\n\
          - pinning: {pinning}\n\

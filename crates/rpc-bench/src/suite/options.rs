@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::load::{self, Load, Report};
+use crate::load::{self, Busy, Load};
+
+use super::runs::Runs;
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct Options {
@@ -50,20 +52,31 @@ impl Options {
             duration: Duration::from_secs_f64(self.seconds),
             warmup: Duration::from_secs_f64(self.warmup),
             hello: None,
+            exact: window == 1,
+            servers: Vec::new(),
         }
     }
 
     /// Runs each load in turn, `repeat` times over (baseline and targets
-    /// alternating), and returns every run of each.
-    pub(super) async fn compare(&self, loads: &[(&str, &Load)]) -> Result<Vec<Vec<Report>>> {
-        let mut runs: Vec<Vec<Report>> = vec![Vec::new(); loads.len()];
+    /// alternating), and returns every run of each, with how busy each side
+    /// was.
+    pub(super) async fn compare(&self, loads: &[(&str, &Load)]) -> Result<Vec<Runs>> {
+        let mut runs: Vec<Runs> = (0..loads.len()).map(|_| Runs::default()).collect();
         for _ in 0..self.repeat.max(1) {
             for (i, (label, load)) in loads.iter().enumerate() {
-                let report = load::run(load).await.with_context(|| format!("{label} ({})", load.target))?;
-                eprintln!("  {label:<40} {}", report.line());
-                runs[i].push(report);
+                let measured = load::measure(load).await.with_context(|| format!("{label} ({})", load.target))?;
+                eprintln!("  {label:<40} {} {}", measured.report.line(), busy_line(&measured.busy));
+                runs[i].push(measured);
             }
         }
         Ok(runs)
+    }
+}
+
+/// `(busy: load side 62%, server 99%)`.
+pub(super) fn busy_line(busy: &Busy) -> String {
+    match busy.server {
+        Some(server) => format!("(busy: load side {:.0}%, server {:.0}%)", busy.load * 100.0, server * 100.0),
+        None => format!("(busy: load side {:.0}%)", busy.load * 100.0),
     }
 }

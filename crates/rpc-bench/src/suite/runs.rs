@@ -1,7 +1,44 @@
 //! Figures over several runs of one load: the median the table reports, and
 //! the range of the runs it shows beside it.
 
-use crate::load::Report;
+use crate::load::{Busy, Measured, Report};
+
+/// Every run of one load in a comparison.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Runs {
+    pub(super) reports: Vec<Report>,
+    pub(super) busy: Vec<Busy>,
+}
+
+impl Runs {
+    pub(super) fn push(&mut self, measured: Measured) {
+        self.reports.push(measured.report);
+        self.busy.push(measured.busy);
+    }
+
+    /// The median of each side's share over the runs.
+    pub(super) fn busy(&self) -> Busy {
+        let middle = |mut values: Vec<f64>| {
+            values.sort_by(f64::total_cmp);
+            values.get(values.len() / 2).copied()
+        };
+        let server = middle(self.busy.iter().filter_map(|b| b.server).collect());
+        Busy { load: middle(self.busy.iter().map(|b| b.load).collect()).unwrap_or(0.0), server }
+    }
+
+    /// Each side's ceiling (load side, server): each run's rate over that
+    /// side's share, the median over the runs.
+    pub(super) fn ceilings(&self) -> (f64, Option<f64>) {
+        let middle = |mut values: Vec<f64>| {
+            values.sort_by(f64::total_cmp);
+            values.get(values.len() / 2).copied()
+        };
+        let runs = || self.reports.iter().zip(&self.busy);
+        let client = middle(runs().map(|(r, b)| b.client_ceiling(r.per_second)).collect());
+        let server = middle(runs().filter_map(|(r, b)| b.server_ceiling(r.per_second)).collect());
+        (client.unwrap_or(0.0), server)
+    }
+}
 
 /// The median of one figure over the runs: the middle value, or the upper
 /// of the two middle ones for an even count.

@@ -26,6 +26,12 @@ pub(super) struct Servers {
     pub(super) broker_addr: SocketAddr,
     /// `ws://` of btcp-broker's agent endpoint (no session).
     pub(super) agent: String,
+    /// Process ids of the echo, jsonrpsee, the WebSocket echo and
+    /// supex-bridge, whose CPU each run reads.
+    pub(super) echo_pid: u32,
+    pub(super) jsonrpsee_pid: u32,
+    pub(super) ws_echo_pid: u32,
+    pub(super) bridge_pid: u32,
     /// supex-bridge's project root, removed at the end.
     project: PathBuf,
     // Stopped when the suite ends, in this order (fields drop in declaration order).
@@ -83,6 +89,10 @@ impl Servers {
         wait_for(broker_addr)?;
         Ok(Servers {
             cpu,
+            echo_pid: _echo.id(),
+            jsonrpsee_pid: _jsonrpsee.id(),
+            ws_echo_pid: _ws_echo.id(),
+            bridge_pid: _bridge.id(),
             echo: format!("tcp://{echo}"),
             jsonrpsee: format!("ws://{jsonrpsee}"),
             ws_echo: format!("ws://{ws_echo}"),

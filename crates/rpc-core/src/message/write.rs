@@ -50,7 +50,11 @@ fn write_response<W: std::io::Write, R: Serialize + ?Sized>(
 ) -> serde_json::Result<()> {
     let io = serde_json::Error::io;
     out.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":").map_err(io)?;
-    serde_json::to_writer(&mut *out, id)?;
+    match id {
+        // The common id, without a serializer made for it.
+        Id::Int(n) => out.write_all(itoa::Buffer::new().format(*n).as_bytes()).map_err(io)?,
+        _ => serde_json::to_writer(&mut *out, id)?,
+    }
     out.write_all(b",\"result\":").map_err(io)?;
     serde_json::to_writer(&mut *out, result)?;
     out.write_all(b"}").map_err(io)

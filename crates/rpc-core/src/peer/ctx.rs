@@ -47,6 +47,11 @@ impl<S> Ctx<S> {
         Ctx { conn: conn.clone(), call }
     }
 
+    /// What every call on this connection shares.
+    pub fn conn(&self) -> &Arc<ConnCtx<S>> {
+        &self.conn
+    }
+
     /// The id of the request being handled (`None` for a notification).
     pub fn request_id(&self) -> Option<&Id> {
         self.call.as_ref()

@@ -22,7 +22,7 @@ use super::outbox::{Drain, Outbox};
 use super::outgoing::CallError;
 use crate::codec::{Frame, Outbound};
 use crate::message::{self, Id, Invalid, Kind, Message, Outcome, Parsed, RpcError};
-use crate::router::{HandlerFuture, Router};
+use crate::router::{HandlerFuture, Router, Started};
 
 /// Everything the connection task does with what the other side sends.
 pub(crate) struct Dispatch<S> {
@@ -228,17 +228,30 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         if !start_now && !self.incoming.has_room(size) {
             return self.refuse_overloaded(&id);
         }
-        let mut handler = match self.router.dispatch(self.ctx(Some(&id)), method, params) {
-            Ok(handler) => handler,
-            Err(error) => return self.write_error(&id, &error),
-        };
         if !start_now {
+            // Queued behind the waiting: made now, started in its turn.
+            let handler = match self.router.dispatch(self.ctx(Some(&id)), method, params) {
+                Ok(handler) => handler,
+                Err(error) => return self.write_error(&id, &error),
+            };
             let run = running_request(id.clone(), handler);
             self.incoming.queue_request(id, run, size, &self.handle.shared.counters);
             return Ok(());
         }
-        // Most handlers finish without waiting for anything: poll once here,
-        // with this task's waker, and answer at once if so.
+        // A `method_now` handler answers as it starts: no future, no `Ctx`.
+        let started =
+            std::panic::catch_unwind(AssertUnwindSafe(|| self.router.start(&self.conn, Some(&id), method, params)));
+        let mut handler = match started {
+            Ok(Ok(Started::Running(handler))) => handler,
+            Ok(Ok(Started::Done(reply))) => return self.finish(Done { owed: Owed::Nothing, reply: Some(reply) }),
+            Ok(Err(error)) => return self.write_error(&id, &error),
+            Err(panic) => {
+                self.handle.shared.tokens.forget(&id);
+                return self.finish(Done { owed: Owed::Nothing, reply: Some(reply_from(&id, Err(panic))) });
+            }
+        };
+        // Most async handlers finish without waiting for anything: poll once
+        // here, with this task's waker, and answer at once if so.
         let polled = std::panic::catch_unwind(AssertUnwindSafe(|| handler.as_mut().poll(cx)));
         let outcome = match polled {
             Ok(Poll::Pending) => None,

@@ -8,6 +8,7 @@ mod common;
 mod daemon;
 mod fanout_pause;
 mod handshake;
+mod inline_handlers;
 mod peer;
 mod shutdown_answers;
 mod spec_examples;

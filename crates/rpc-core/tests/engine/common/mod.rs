@@ -12,6 +12,7 @@ use futures_util::{SinkExt, StreamExt};
 use rpc_core::codec::{ContentLengthCodec, NdjsonCodec, websocket};
 use rpc_core::listen::{self, Listener};
 use rpc_core::message::Kind;
+use rpc_core::router::Answer;
 use rpc_core::{Connection, NoParams, Outbound, PeerConfig, Router, RpcError, Shutdown, Transport};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -56,6 +57,17 @@ pub fn spec_router() -> Arc<Router<Seen>> {
         })
         .method("fail", |_, _: NoParams| async move { Err::<(), _>(RpcError::new(-32042, "own error")) })
         .method("seen", |cx, _: NoParams| async move { Ok(Value::Array(cx.state.notes.lock().clone())) })
+        // `method_now` handlers: answered inline, or later when they must wait.
+        .method_now("now_subtract", |_, p: Subtract| Answer::Now(Ok(p.minuend - p.subtrahend)))
+        .method_now("now_note", |cx, p: Value| Answer::Now(record(&cx.state, "now_note", p)))
+        .method_now("now_fail", |_, _: NoParams| Answer::<()>::Now(Err(RpcError::new(-32043, "now error"))))
+        .method_now("now_later", |_, ms: [u64; 1]| {
+            Answer::Later(Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(ms[0])).await;
+                Ok(ms[0])
+            }))
+        })
+        .method_now("now_panic", |_, _: NoParams| -> Answer<()> { panic!("inline handler bug") })
         .build()
         .unwrap()
 }

@@ -1,120 +1,26 @@
-//! The load generator: pipelined JSON-RPC clients over NDJSON/TCP or WebSocket.
-//!
-//! Each connection is one task running a closed loop: it keeps `window`
-//! requests in flight and sends one more for each reply. Replies are matched by
-//! the id that follows `"id":` (requests put it first, so an echo server's copy
-//! of the request matches too) and never parsed further: the generator shares
-//! the machine with the server under test and must cost as little as possible.
+//! Exact matching: every reply matched to its request by id, every round
+//! trip timed. What the latency benchmarks (window 1) use, and B6's
+//! extension; throughput runs count instead (`counting.rs`).
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use futures_util::{SinkExt, StreamExt};
 use hdrhistogram::Histogram;
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 
-/// What to send and how hard.
-#[derive(Clone, Debug)]
-pub struct Load {
-    /// `tcp://host:port` (NDJSON) or `ws://host:port/path?query`.
-    pub target: String,
-    pub method: String,
-    /// JSON text of the params.
-    pub params: String,
-    pub window: usize,
-    pub connections: usize,
-    pub duration: Duration,
-    pub warmup: Duration,
-    /// A request (method, params JSON) sent and answered before the load starts.
-    pub hello: Option<(String, String)>,
-}
+use super::{Load, push_request, request};
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Report {
-    pub requests: u64,
-    pub errors: u64,
-    pub seconds: f64,
-    pub per_second: f64,
-    pub p50_us: f64,
-    pub p99_us: f64,
-    pub p999_us: f64,
-}
-
-impl Report {
-    pub fn line(&self) -> String {
-        format!(
-            "{:>10.0} req/s  p50 {:>7.1} µs  p99 {:>8.1} µs  p99.9 {:>8.1} µs  ({} requests, {} errors)",
-            self.per_second, self.p50_us, self.p99_us, self.p999_us, self.requests, self.errors
-        )
-    }
-
-    /// Throughput over `seconds` and the percentiles of `hist` (nanoseconds).
-    pub fn from_histogram(hist: &Histogram<u64>, requests: u64, errors: u64, seconds: f64) -> Report {
-        let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
-        Report {
-            requests,
-            errors,
-            seconds,
-            per_second: requests as f64 / seconds,
-            p50_us: us(0.5),
-            p99_us: us(0.99),
-            p999_us: us(0.999),
-        }
-    }
-}
-
-struct ConnStats {
-    hist: Histogram<u64>,
-    requests: u64,
-    errors: u64,
-}
-
-pub async fn run(load: &Load) -> Result<Report> {
-    if load.window == 0 || load.window > SENT_SLOTS / 2 {
-        bail!("window must be between 1 and {}", SENT_SLOTS / 2);
-    }
-    let start = Instant::now();
-    let measure_from = start + load.warmup;
-    let stop_at = measure_from + load.duration;
-    let mut tasks = Vec::new();
-    for _ in 0..load.connections {
-        let load = load.clone();
-        tasks.push(tokio::spawn(async move { connection(&load, measure_from, stop_at).await }));
-    }
-    let mut hist = Histogram::<u64>::new(3)?;
-    let (mut requests, mut errors) = (0, 0);
-    for task in tasks {
-        let stats = task.await??;
-        hist.add(&stats.hist)?;
-        requests += stats.requests;
-        errors += stats.errors;
-    }
-    Ok(Report::from_histogram(&hist, requests, errors, load.duration.as_secs_f64()))
-}
-
-pub(crate) fn request(id: u64, method: &str, params: &str) -> String {
-    let mut out = String::new();
-    push_request(&mut out, id, method, params);
-    out
-}
-
-/// Appends one request to `out`: the load side must cost less than the
-/// fastest server it measures (a raw echo), so no allocation per request.
-pub(crate) fn push_request(out: &mut String, id: u64, method: &str, params: &str) {
-    out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
-    out.push_str(itoa::Buffer::new().format(id));
-    out.push_str(",\"method\":\"");
-    out.push_str(method);
-    out.push_str("\",\"params\":");
-    out.push_str(params);
-    out.push('}');
+pub(super) struct ConnStats {
+    pub(super) hist: Histogram<u64>,
+    pub(super) requests: u64,
+    pub(super) errors: u64,
 }
 
 /// The id of a reply, or `None` for a notification.
-fn reply_id(text: &[u8]) -> Option<u64> {
+pub(super) fn reply_id(text: &[u8]) -> Option<u64> {
     let at = memchr::memmem::find(text, b"\"id\":")? + 5;
     let digits = text[at..].iter().take_while(|b| b.is_ascii_digit()).count();
     std::str::from_utf8(&text[at..at + digits]).ok()?.parse().ok()
@@ -125,11 +31,11 @@ fn is_error(text: &[u8]) -> bool {
 }
 
 /// Slots of a connection's send-time ring: far more than any window.
-const SENT_SLOTS: usize = 1 << 14;
+pub(super) const SENT_SLOTS: usize = 1 << 14;
 
 /// Bookkeeping shared by every transport (B6's Content-Length pipe too): ids,
 /// send times, the histogram.
-pub(crate) struct Flight {
+pub(super) struct Flight {
     next_id: u64,
     /// Send times by id, in a ring indexed by the id: ids are issued in
     /// order and at most a window is out, so a slot is free again long before
@@ -143,7 +49,7 @@ pub(crate) struct Flight {
 }
 
 impl Flight {
-    pub(crate) fn new(measure_from: Instant, stop_at: Instant) -> Result<Self> {
+    pub(super) fn new(measure_from: Instant, stop_at: Instant) -> Result<Self> {
         Ok(Flight {
             next_id: 1_000,
             sent: vec![(0, measure_from); SENT_SLOTS],
@@ -154,7 +60,7 @@ impl Flight {
         })
     }
 
-    pub(crate) fn issue(&mut self, now: Instant) -> u64 {
+    pub(super) fn issue(&mut self, now: Instant) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         let slot = &mut self.sent[id as usize % SENT_SLOTS];
@@ -168,7 +74,7 @@ impl Flight {
     }
 
     /// Records a reply; true if it was one of ours.
-    pub(crate) fn complete(&mut self, text: &[u8], now: Instant) -> bool {
+    pub(super) fn complete(&mut self, text: &[u8], now: Instant) -> bool {
         let Some(id) = reply_id(text) else { return false };
         let slot = &mut self.sent[id as usize % SENT_SLOTS];
         if slot.0 != id {
@@ -187,22 +93,17 @@ impl Flight {
         true
     }
 
-    pub(crate) fn running(&self, now: Instant) -> bool {
+    pub(super) fn running(&self, now: Instant) -> bool {
         now < self.stop_at
     }
 
     /// Done: nothing more will be sent, and the replies are in or overdue.
-    pub(crate) fn finished(&self, now: Instant) -> bool {
+    pub(super) fn finished(&self, now: Instant) -> bool {
         !self.running(now) && self.outstanding == 0 || now > self.stop_at + Duration::from_secs(10)
-    }
-
-    pub(crate) fn report(&self, duration: Duration) -> Report {
-        let ConnStats { hist, requests, errors } = &self.stats;
-        Report::from_histogram(hist, *requests, *errors, duration.as_secs_f64())
     }
 }
 
-async fn connection(load: &Load, measure_from: Instant, stop_at: Instant) -> Result<ConnStats> {
+pub(super) async fn connection(load: &Load, measure_from: Instant, stop_at: Instant) -> Result<ConnStats> {
     if let Some(addr) = load.target.strip_prefix("tcp://") {
         ndjson_connection(addr, load, measure_from, stop_at).await
     } else if load.target.starts_with("ws://") {

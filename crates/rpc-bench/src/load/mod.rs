@@ -1,0 +1,230 @@
+//! The load generator: pipelined JSON-RPC clients over NDJSON/TCP or WebSocket.
+//!
+//! Each connection is one task running a closed loop: it keeps `window`
+//! requests in flight and sends one more for each reply. The load side must
+//! never be what limits a baseline (a raw echo costs the server almost
+//! nothing a message), so throughput runs count replies instead of matching
+//! them (`counting.rs`: newlines or WebSocket frames, requests copied from a
+//! pre-built block, one round trip in 16 timed), and only window-1 runs, the
+//! latency benchmarks, match every reply to its request by id (`exact.rs`).
+//! Every run also reads how busy each side was over the measured time
+//! (`cpu.rs`): a row can then say when its load side, not its server, set
+//! the pace.
+
+mod counting;
+mod cpu;
+pub(crate) mod exact;
+mod websocket;
+
+pub(crate) use self::counting::{Block, Tally};
+pub use self::cpu::{Busy, cpu_seconds, parent_and_name};
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// What to send and how hard.
+#[derive(Clone, Debug)]
+pub struct Load {
+    /// `tcp://host:port` (NDJSON) or `ws://host:port/path?query`.
+    pub target: String,
+    pub method: String,
+    /// JSON text of the params.
+    pub params: String,
+    pub window: usize,
+    pub connections: usize,
+    pub duration: Duration,
+    pub warmup: Duration,
+    /// A request (method, params JSON) sent and answered before the load starts.
+    pub hello: Option<(String, String)>,
+    /// Match every reply to its request by id and time every round trip,
+    /// rather than count replies (see the module doc).
+    pub exact: bool,
+    /// The server's processes, whose CPU share over the measured time each
+    /// run reports beside the load side's.
+    pub servers: Vec<u32>,
+}
+
+impl Load {
+    /// The same load, with the server's processes to watch.
+    pub fn watching(mut self, pids: &[u32]) -> Load {
+        self.servers = pids.to_vec();
+        self
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    pub requests: u64,
+    pub errors: u64,
+    pub seconds: f64,
+    pub per_second: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+}
+
+impl Report {
+    pub fn line(&self) -> String {
+        format!(
+            "{:>10.0} req/s  p50 {:>7.1} µs  p99 {:>8.1} µs  p99.9 {:>8.1} µs  ({} requests, {} errors)",
+            self.per_second, self.p50_us, self.p99_us, self.p999_us, self.requests, self.errors
+        )
+    }
+
+    /// Throughput over `seconds` and the percentiles of `hist` (nanoseconds).
+    pub fn from_histogram(hist: &Histogram<u64>, requests: u64, errors: u64, seconds: f64) -> Report {
+        let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+        Report {
+            requests,
+            errors,
+            seconds,
+            per_second: requests as f64 / seconds,
+            p50_us: us(0.5),
+            p99_us: us(0.99),
+            p999_us: us(0.999),
+        }
+    }
+}
+
+/// One run: its report and how busy each side was while it was measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Measured {
+    pub report: Report,
+    pub busy: Busy,
+}
+
+pub async fn run(load: &Load) -> Result<Report> {
+    Ok(measure(load).await?.report)
+}
+
+/// Runs `load`, reading the CPU of this process and of `load.servers` over
+/// the measured seconds.
+pub async fn measure(load: &Load) -> Result<Measured> {
+    if load.window == 0 || load.window > exact::SENT_SLOTS / 2 {
+        bail!("window must be between 1 and {}", exact::SENT_SLOTS / 2);
+    }
+    let start = Instant::now();
+    let measure_from = start + load.warmup;
+    let stop_at = measure_from + load.duration;
+    let busy = tokio::spawn(cpu::Busy::over(measure_from, stop_at, load.servers.clone()));
+    let mut tasks = Vec::new();
+    for _ in 0..load.connections {
+        let load = load.clone();
+        tasks.push(tokio::spawn(async move {
+            if load.exact {
+                exact::connection(&load, measure_from, stop_at).await
+            } else {
+                counting::connection(&load, measure_from, stop_at).await
+            }
+        }));
+    }
+    let mut hist = Histogram::<u64>::new(3)?;
+    let (mut requests, mut errors) = (0, 0);
+    for task in tasks {
+        let stats = task.await??;
+        hist.add(&stats.hist)?;
+        requests += stats.requests;
+        errors += stats.errors;
+    }
+    let report = Report::from_histogram(&hist, requests, errors, load.duration.as_secs_f64());
+    Ok(Measured { report, busy: busy.await? })
+}
+
+pub(crate) fn request(id: u64, method: &str, params: &str) -> String {
+    let mut out = String::new();
+    push_request(&mut out, id, method, params);
+    out
+}
+
+/// Appends one request to `out`: the load side must cost less than the
+/// fastest server it measures (a raw echo), so no allocation per request.
+pub(crate) fn push_request(out: &mut String, id: u64, method: &str, params: &str) {
+    out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+    out.push_str(itoa::Buffer::new().format(id));
+    out.push_str(",\"method\":\"");
+    out.push_str(method);
+    out.push_str("\",\"params\":");
+    out.push_str(params);
+    out.push('}');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_put_the_id_first_so_an_echo_copy_is_its_own_reply() {
+        assert_eq!(request(77, "ping", "{}"), r#"{"jsonrpc":"2.0","id":77,"method":"ping","params":{}}"#);
+        assert_eq!(exact::reply_id(request(77, "ping", "{}").as_bytes()), Some(77));
+    }
+
+    fn load(target: String, window: usize) -> Load {
+        Load {
+            target,
+            method: "ping".into(),
+            params: "{}".into(),
+            window,
+            connections: 2,
+            duration: Duration::from_millis(300),
+            warmup: Duration::from_millis(50),
+            hello: None,
+            exact: false,
+            servers: vec![std::process::id()],
+        }
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    #[test]
+    fn counting_runs_over_real_sockets_count_echoed_requests_as_replies_and_time_some() {
+        runtime().block_on(async {
+            let any = "127.0.0.1:0".parse().unwrap();
+            let tcp = crate::baseline::echo_server(any).await.unwrap();
+            let ws = crate::baseline::ws_echo_server(any).await.unwrap();
+            for target in [format!("tcp://{tcp}"), format!("ws://{ws}")] {
+                for (window, exact) in [(64, false), (1, true)] {
+                    let run = measure(&Load { exact, ..load(target.clone(), window) }).await.unwrap();
+                    assert!(run.report.requests > 100, "{target}: {:?}", run.report);
+                    assert_eq!(run.report.errors, 0);
+                    assert!(run.report.p50_us > 0.0 && run.report.p99_us >= run.report.p50_us);
+                    // The echo runs in this process: both sides are this process.
+                    assert!(run.busy.load > 0.0 && run.busy.server == Some(run.busy.load), "{:?}", run.busy);
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn a_counting_run_counts_error_replies_and_skips_what_came_before_its_first_reply() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        runtime().block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            // Says hello unasked, then answers every line with an error
+            // (whose id, 1, is the priming request's).
+            tokio::spawn(async move {
+                while let Ok((mut stream, _)) = listener.accept().await {
+                    tokio::spawn(async move {
+                        let _ = stream.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"welcome\"}\n").await;
+                        let mut buf = vec![0u8; 64 * 1024];
+                        while let Ok(n @ 1..) = stream.read(&mut buf).await {
+                            let lines = memchr::memchr_iter(b'\n', &buf[..n]).count();
+                            let error = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-1,\"message\":\"no\"}}\n";
+                            if stream.write_all(&error.repeat(lines)).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            });
+            let run = measure(&load(format!("tcp://{addr}"), 8)).await.unwrap();
+            assert!(run.report.requests > 10);
+            assert_eq!(run.report.errors, run.report.requests);
+        });
+    }
+}
