@@ -21,13 +21,28 @@
 //! [`pump`] forwards a cursor's events to a connection, as
 //! [`fanout::pump`](super::pump) does for a queue: it waits for room in the
 //! connection's outbox and never closes the connection.
+//!
+//! A flood (more than [`FLOOD_EVENTS`] events in [`FLOOD_WINDOW`]) is
+//! delivered differently: every subscriber that keeps reading would take
+//! the whole flood, and a thousand of them would read far more than the
+//! publisher writes, on the same machine. While the ring floods, the pumps
+//! share [`FLOOD_TURNS_PER_SECOND`] turns a second, in order of arrival,
+//! and each turn delivers the newest [`FLOOD_KEEP`] events, the ones
+//! before them counted as missed: a subscriber sees the flood as a terminal
+//! scrolling too fast shows it, and what it costs the machine is bounded
+//! whatever the number of subscribers. At a human pace (a burst of a
+//! hundred lines, a line every few milliseconds) every event goes out at
+//! once.
 
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use super::Topics;
 use crate::message::Kind;
@@ -38,6 +53,17 @@ pub const MAX_TOPICS: usize = 8;
 
 /// Per topic, a count of events.
 type Counts = [u64; MAX_TOPICS];
+
+/// The ring floods when more than [`FLOOD_EVENTS`] events come within
+/// this window (more than 20 000 a second: no person reads that).
+pub const FLOOD_WINDOW: Duration = Duration::from_millis(100);
+pub const FLOOD_EVENTS: u64 = 2000;
+/// While the ring floods: the turns all its pumps share each second, and
+/// the newest events a turn delivers. A turn costs a subscriber a wake-up
+/// and a read of at most this many events: all turns together cost the
+/// machine a few percent of a core, however many subscribers there are.
+pub const FLOOD_TURNS_PER_SECOND: u32 = 2000;
+pub const FLOOD_KEEP: u64 = 16;
 
 /// The shared ring: one publisher (or several, serialised by its lock), any
 /// number of readers.
@@ -73,6 +99,13 @@ struct RingState {
     published: Counts,
     /// No more events will come.
     closed: bool,
+    /// The publishing rate: when the current window started, the events
+    /// published in it, and whether the window before it flooded.
+    window_start: Instant,
+    window_events: u64,
+    flooded_before: bool,
+    /// The next flood turn free to take.
+    next_turn: Instant,
 }
 
 /// Where one reader is: the next event it reads and, per topic, how many
@@ -91,6 +124,8 @@ pub struct Read {
     pub missed: u64,
     /// The ring is closed and the cursor is at its head: nothing will come.
     pub ended: bool,
+    /// The read stopped at its size limit: there is more to read now.
+    pub more: bool,
 }
 
 impl Ring {
@@ -106,6 +141,10 @@ impl Ring {
                 evicted: [0; MAX_TOPICS],
                 published: [0; MAX_TOPICS],
                 closed: false,
+                window_start: Instant::now(),
+                window_events: 0,
+                flooded_before: false,
+                next_turn: Instant::now(),
             }),
             topics: topics.iter().map(|t| (*t).to_owned()).collect(),
             capacity: capacity.max(1),
@@ -131,8 +170,16 @@ impl Ring {
             if state.closed {
                 return;
             }
+            let now = Instant::now();
+            if now.duration_since(state.window_start) >= FLOOD_WINDOW {
+                let just_before = now.duration_since(state.window_start) < 2 * FLOOD_WINDOW;
+                state.flooded_before = just_before && state.window_events > FLOOD_EVENTS;
+                state.window_start = now;
+                state.window_events = 0;
+            }
             for json in events {
                 added = true;
+                state.window_events += 1;
                 state.bytes += json.len();
                 state.published[t] += 1;
                 state.events.push_back((topic, json));
@@ -163,6 +210,44 @@ impl Ring {
         Cursor { next: state.first + state.events.len() as u64, before: state.published }
     }
 
+    /// Whether more than [`FLOOD_EVENTS`] events came within the last
+    /// [`FLOOD_WINDOW`] (or within the window before the current one).
+    pub fn flooding(&self) -> bool {
+        let state = self.state.lock();
+        let age = state.window_start.elapsed();
+        match age {
+            age if age < FLOOD_WINDOW => state.flooded_before || state.window_events > FLOOD_EVENTS,
+            age if age < 2 * FLOOD_WINDOW => state.window_events > FLOOD_EVENTS,
+            _ => false,
+        }
+    }
+
+    /// Takes the next flood turn: when it comes. Turns are handed out in
+    /// order, [`FLOOD_TURNS_PER_SECOND`] a second, so under a flood the
+    /// pumps take turns round the ring's subscribers.
+    pub fn flood_turn(&self) -> Instant {
+        let mut state = self.state.lock();
+        let turn = state.next_turn.max(Instant::now());
+        state.next_turn = turn + Duration::from_secs(1) / FLOOD_TURNS_PER_SECOND;
+        turn
+    }
+
+    /// Moves `cursor` on until at most `keep` events are left before the
+    /// head; returns how many events of the topics in `mask` it passed,
+    /// those it had fallen behind the ring by included.
+    pub fn skip(&self, cursor: &mut Cursor, mask: u8, keep: u64) -> u64 {
+        let state = self.state.lock();
+        let mut missed = catch_up(&state, cursor, mask, self.topics.len());
+        let head = state.first + state.events.len() as u64;
+        while cursor.next + keep < head {
+            let topic = state.events[(cursor.next - state.first) as usize].0;
+            cursor.before[usize::from(topic)] += 1;
+            missed += u64::from(mask & (1 << topic) != 0);
+            cursor.next += 1;
+        }
+        missed
+    }
+
     /// Events of the ring (all topics), in bytes and in number.
     pub fn held(&self) -> (usize, usize) {
         let state = self.state.lock();
@@ -181,16 +266,7 @@ impl Ring {
     /// read are the ones after that gap.
     pub fn read(&self, cursor: &mut Cursor, mask: u8, max_bytes: usize, out: &mut Vec<Bytes>) -> Read {
         let state = self.state.lock();
-        let mut read = Read::default();
-        if cursor.next < state.first {
-            for t in 0..self.topics.len() {
-                if mask & (1 << t) != 0 {
-                    read.missed += state.evicted[t].saturating_sub(cursor.before[t]);
-                }
-            }
-            cursor.next = state.first;
-            cursor.before = state.evicted;
-        }
+        let mut read = Read { missed: catch_up(&state, cursor, mask, self.topics.len()), ..Read::default() };
         let mut bytes = 0;
         let start = (cursor.next - state.first) as usize;
         for (topic, json) in state.events.range(start..) {
@@ -204,7 +280,9 @@ impl Ring {
                 out.push(json.clone());
             }
         }
-        read.ended = state.closed && cursor.next == state.first + state.events.len() as u64;
+        let at_head = cursor.next == state.first + state.events.len() as u64;
+        read.ended = state.closed && at_head;
+        read.more = !at_head;
         read
     }
 
@@ -214,6 +292,19 @@ impl Ring {
     pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
         self.changed.notified()
     }
+}
+
+/// Moves a cursor that fell behind the ring to its oldest event; returns how
+/// many events of the topics in `mask` it lost.
+fn catch_up(state: &RingState, cursor: &mut Cursor, mask: u8, topics: usize) -> u64 {
+    if cursor.next >= state.first {
+        return 0;
+    }
+    let lost = (0..topics).filter(|t| mask & (1 << t) != 0).map(|t| state.evicted[t].saturating_sub(cursor.before[t]));
+    let lost = lost.sum();
+    cursor.next = state.first;
+    cursor.before = state.evicted;
+    lost
 }
 
 /// A reader's topics, shared between its [`pump`] and whoever changes them
@@ -239,29 +330,43 @@ pub async fn pump(
     missed: impl Fn(u64) -> Vec<u8>,
 ) {
     let mut batch = Vec::new();
+    let closed = peer.closed();
+    tokio::pin!(closed);
     loop {
+        // Registered before the read: a publish from then on wakes it, so
+        // after forwarding what was read it is awaited without reading again
+        // (one read a wake-up, a thousand pumps each waking once a line).
         let changed = ring.changed();
         tokio::pin!(changed);
         changed.as_mut().enable();
+        let mut lost = 0;
+        if ring.flooding() {
+            tokio::select! {
+                _ = tokio::time::sleep_until(ring.flood_turn()) => {}
+                _ = &mut closed => return,
+            }
+            lost += ring.skip(&mut cursor, ring.mask(&topics.lock()), FLOOD_KEEP);
+        }
         let mask = ring.mask(&topics.lock());
         let read = ring.read(&mut cursor, mask, PUMP_BATCH_BYTES, &mut batch);
-        if read.missed > 0 && peer.send_raw(Kind::Notification, Bytes::from(missed(read.missed))).await.is_err() {
+        lost += read.missed;
+        if lost > 0 && peer.send_raw(Kind::Notification, Bytes::from(missed(lost))).await.is_err() {
             return;
-        }
-        if batch.is_empty() {
-            if read.ended {
-                return;
-            }
-            tokio::select! {
-                _ = changed => {}
-                _ = peer.closed() => return,
-            }
-            continue;
         }
         for json in batch.drain(..) {
             if peer.send_raw(Kind::Notification, json).await.is_err() {
                 return;
             }
+        }
+        if read.ended {
+            return;
+        }
+        if read.more {
+            continue;
+        }
+        tokio::select! {
+            _ = changed => {}
+            _ = &mut closed => return,
         }
     }
 }
@@ -352,10 +457,12 @@ mod tests {
         assert_eq!(ring.read(&mut cursor, 1, usize::MAX, &mut got).missed, 90);
         assert_eq!(got.len(), 10);
         assert_eq!(got[0], Bytes::from(vec![90u8; 1000]));
+        // One event larger than the whole ring pushes everything out, itself
+        // too: the reader, which had read the ten, missed that one.
         ring.publish(0, [Bytes::from(vec![0u8; 20_000])]);
         assert_eq!(ring.held(), (0, 0));
         got.clear();
-        assert_eq!(ring.read(&mut cursor, 1, usize::MAX, &mut got).missed, 11);
+        assert_eq!(ring.read(&mut cursor, 1, usize::MAX, &mut got).missed, 1);
         assert!(got.is_empty());
     }
 
@@ -390,6 +497,40 @@ mod tests {
         }
         assert_eq!(missed[0], 0);
         assert!(missed[299] > 0);
+    }
+
+    #[test]
+    fn skipping_to_the_newest_events_counts_the_ones_passed() {
+        let ring = Ring::new(&["a", "b"], 100, 1 << 20);
+        let mut cursor = ring.cursor();
+        for n in 0..200 {
+            ring.publish((n % 2) as u8, [ev(n)]);
+        }
+        // 100 fell out of the ring (50 a's), then 84 are passed (42 a's).
+        assert_eq!(ring.skip(&mut cursor, 1, 16), 92);
+        let mut got = Vec::new();
+        let read = ring.read(&mut cursor, 1, usize::MAX, &mut got);
+        assert_eq!((read.missed, numbers(&got)), (0, vec![184, 186, 188, 190, 192, 194, 196, 198]));
+        // At the head, nothing is passed.
+        assert_eq!(ring.skip(&mut cursor, 3, 16), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_is_more_than_the_limit_in_a_window_and_ends_two_windows_after_it() {
+        let ring = Ring::new(&["x"], 100, 1 << 20);
+        ring.publish(0, (0..FLOOD_EVENTS).map(ev));
+        assert!(!ring.flooding(), "at the limit");
+        ring.publish(0, [ev(0)]);
+        assert!(ring.flooding());
+        tokio::time::advance(FLOOD_WINDOW + Duration::from_millis(1)).await;
+        assert!(ring.flooding(), "the window just past flooded");
+        ring.publish(0, [ev(0)]);
+        assert!(ring.flooding(), "the window before flooded");
+        tokio::time::advance(2 * FLOOD_WINDOW).await;
+        assert!(!ring.flooding());
+        // Turns are handed out in order, spaced by the rate.
+        let (a, b) = (ring.flood_turn(), ring.flood_turn());
+        assert_eq!(b - a, Duration::from_secs(1) / FLOOD_TURNS_PER_SECOND);
     }
 
     #[tokio::test]
