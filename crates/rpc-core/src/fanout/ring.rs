@@ -340,14 +340,18 @@ pub async fn pump(
         tokio::pin!(changed);
         changed.as_mut().enable();
         let mut lost = 0;
-        if ring.flooding() {
+        let flooding = ring.flooding();
+        if flooding {
             tokio::select! {
                 _ = tokio::time::sleep_until(ring.flood_turn()) => {}
                 _ = &mut closed => return,
             }
-            lost += ring.skip(&mut cursor, ring.mask(&topics.lock()), FLOOD_KEEP);
         }
+        // Computed apart: the topics' lock is never held with the ring's.
         let mask = ring.mask(&topics.lock());
+        if flooding {
+            lost += ring.skip(&mut cursor, mask, FLOOD_KEEP);
+        }
         let read = ring.read(&mut cursor, mask, PUMP_BATCH_BYTES, &mut batch);
         lost += read.missed;
         if lost > 0 && peer.send_raw(Kind::Notification, Bytes::from(missed(lost))).await.is_err() {
