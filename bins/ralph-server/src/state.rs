@@ -41,10 +41,11 @@ pub const RECENT_LINES: usize = 200;
 /// newlines must not push out the lines before it).
 const RECENT_LINE_BYTES: usize = 8 * 1024;
 
-/// The event ring's bounds, shared by every subscriber: a burst this long
-/// reaches a subscriber that falls behind while it lasts, whole.
-pub const RING_EVENTS: usize = 8192;
-pub const RING_BYTES: usize = 8 * 1024 * 1024;
+/// The event ring's bounds, shared by every subscriber: what each
+/// subscriber's own queue held before (a burst this long reaches a
+/// subscriber that falls behind while it lasts, whole), now for all of them.
+pub const RING_EVENTS: usize = 1024;
+pub const RING_BYTES: usize = 4 * 1024 * 1024;
 /// The ring's topics, in the order of their indices.
 const OUTPUT: u8 = 0;
 const STATE_CHANGE: u8 = 1;

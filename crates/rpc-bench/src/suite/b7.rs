@@ -22,7 +22,9 @@ struct Rounds {
 }
 
 pub(super) async fn output_events_and_loop_pace(options: &Options, cores: Option<pin::Cores>) -> Result<Vec<Row>> {
-    eprintln!("B7: ralph-server, agent line in the PTY -> `output` event; loop pace with 1 and 1000 subscribers vs none");
+    eprintln!(
+        "B7: ralph-server, agent line in the PTY -> `output` event; loop pace with 1 and 1000 subscribers vs none"
+    );
     let rounds = alternate(options, cores).await?;
     let mut rows = vec![
         event_latency_row("1 subscriber", &rounds.one_subscriber),
