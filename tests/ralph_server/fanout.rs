@@ -75,3 +75,111 @@ fn a_hundred_subscribers_get_every_line_while_one_that_never_reads_only_loses_it
     stalled.call("stop", json!({"force": true}));
     assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(3));
 }
+
+/// What one subscriber of `output` read up to the first story's end.
+#[derive(Debug, Default)]
+struct Seen {
+    /// `output` events read, and the `dropped` counts told.
+    events: u64,
+    dropped: u64,
+    /// Flood lines read (each numbered by the agent).
+    floods: u64,
+}
+
+/// Reads `output` events until the line that ends the first story, checking
+/// that the flood's lines come in order.
+fn read_until_story_end(reader: impl std::io::Read) -> Seen {
+    let mut seen = Seen::default();
+    let mut last_flood = None;
+    for line in BufReader::new(reader).lines() {
+        let line = line.unwrap();
+        let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let params = &value["params"];
+        match params["type"].as_str() {
+            Some("dropped") => seen.dropped += params["data"]["count"].as_u64().unwrap(),
+            Some("output") => {
+                seen.events += 1;
+                let text = params["data"]["line"].as_str().unwrap();
+                if let Some(rest) = text.strip_prefix("flood ") {
+                    let n: u64 = rest.split(' ').next().unwrap().parse().unwrap();
+                    assert!(last_flood.is_none_or(|last| n > last), "flood line {n} after {last_flood:?}");
+                    last_flood = Some(n);
+                    seen.floods += 1;
+                }
+                if text.contains("marked US-001") {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    seen
+}
+
+/// The shared ring, over real sockets: 250 subscribers, one of which never
+/// reads, while the agent floods its terminal as fast as a shell can. Every
+/// reader sees the flood in order, and what it saw plus what it was told it
+/// lost is every event published since it subscribed, the same for all; the
+/// stalled one, when it reads, gets the same count. The daemon's memory
+/// stays bounded by the ring, not by the subscribers times the flood.
+#[test]
+fn many_subscribers_of_a_flood_account_for_every_event_and_the_daemon_stays_small() {
+    const FLOOD: u64 = 50_000;
+    const SUBSCRIBERS: usize = 250;
+    let task = Task::new("ring", 2);
+    std::fs::write(task.dir().join("fake-mode-US-001"), format!("flood {FLOOD}\n")).unwrap();
+    std::fs::write(task.dir().join("fake-mode-US-002"), "slow 100000\n").unwrap();
+    task.hold();
+    let mut daemon = task.run(&[]);
+    let mut stalled = task.connect(&daemon);
+    stalled.call("subscribe", json!({"events": ["output"]}));
+    let mut readers = Vec::new();
+    for _ in 1..SUBSCRIBERS {
+        let mut client = task.connect(&daemon);
+        client.call("subscribe", json!({"events": ["output"]}));
+        readers.push(client);
+    }
+    let before = integration_tests::rss_bytes(daemon.pid());
+    let peak = {
+        let pid = daemon.pid();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let sampler = std::thread::spawn(move || {
+            let mut peak = 0;
+            while stopped.recv_timeout(Duration::from_millis(20)) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                peak = peak.max(integration_tests::rss_bytes(pid));
+            }
+            peak
+        });
+        task.release();
+        let counting: Vec<_> = readers
+            .into_iter()
+            .map(|client| std::thread::spawn(move || read_until_story_end(client.reader.into_inner())))
+            .collect();
+        let seen: Vec<Seen> = counting.into_iter().map(|r| r.join().unwrap()).collect();
+        drop(stop);
+        let peak = sampler.join().unwrap();
+        let total = seen[0].events + seen[0].dropped;
+        assert!(total > FLOOD, "{:?}", seen[0]);
+        for s in &seen {
+            assert_eq!(s.events + s.dropped, total, "a reader's events and drops do not add up: {s:?}");
+            assert!(s.floods + s.dropped >= FLOOD, "flood lines missing uncounted: {s:?}");
+        }
+        let lost: u64 = seen.iter().map(|s| s.dropped).sum();
+        eprintln!("{} readers; {total} events each; {lost} dropped in all", seen.len());
+        // The one that never read: what was queued for it, then the gap, then the rest.
+        let mine = read_until_story_end(&mut stalled.reader);
+        assert_eq!(mine.events + mine.dropped, total, "{mine:?}");
+        assert!(mine.dropped > 0, "{mine:?}");
+        peak
+    };
+    const MIB: u64 = 1024 * 1024;
+    eprintln!("RSS: {} MiB before the flood, {} MiB at its peak", before / MIB, peak / MIB);
+    // The ring holds at most 4 MiB, the stalled subscriber's connection
+    // its write budget (8 MiB); each of 250 subscribers holding its own
+    // share of the flood would be more.
+    assert!(peak < before + 48 * MIB, "RSS grew from {before} to {peak} bytes");
+    // A new connection: the stalled one's reader stopped inside a line.
+    drop(stalled);
+    task.connect(&daemon).call("stop", json!({"force": true}));
+    assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(3));
+}

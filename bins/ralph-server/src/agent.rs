@@ -345,7 +345,7 @@ impl<'a> Streaming<'a> {
     /// A line that has not ended after a quiet while (a prompt, echoed keys).
     fn flush_partial(&mut self) {
         if let Some(Piece::Partial(text)) = self.lines.flush_partial() {
-            self.session.publish_output(&text, true);
+            self.session.publish_output([(text.as_str(), true)]);
         }
         self.partial_at = far();
     }
@@ -368,23 +368,25 @@ impl<'a> Streaming<'a> {
     }
 }
 
-/// Publishes the pieces read; returns whether one of them claimed completion
-/// and the PRD confirms it (every story passes).
+/// Publishes the pieces read, as one batch (one wake-up of the subscribers
+/// a read, however many lines it held); returns whether one of them claimed
+/// completion and the PRD confirms it (every story passes).
 fn publish(session: &Arc<Session>, pieces: &mut Vec<Piece>, watch: &mut OutputWatch) -> bool {
     let mut confirmed = false;
-    for piece in pieces.drain(..) {
-        match piece {
-            Piece::Partial(text) => session.publish_output(&text, true),
-            Piece::Line { text, whole } => {
-                session.publish_output(&text, false);
-                let plain = plain(&whole);
-                session.remember_line(&plain);
-                if watch.line(&plain, session.interactive()) {
-                    confirmed |= crate::prd::Prd::load(&session.task_dir).is_ok_and(|prd| prd.all_pass());
-                }
+    for piece in pieces.iter() {
+        if let Piece::Line { whole, .. } = piece {
+            let plain = plain(whole);
+            session.remember_line(&plain);
+            if watch.line(&plain, session.interactive()) {
+                confirmed |= crate::prd::Prd::load(&session.task_dir).is_ok_and(|prd| prd.all_pass());
             }
         }
     }
+    session.publish_output(pieces.iter().map(|piece| match piece {
+        Piece::Partial(text) => (text.as_str(), true),
+        Piece::Line { text, .. } => (text.as_str(), false),
+    }));
+    pieces.clear();
     confirmed
 }
 

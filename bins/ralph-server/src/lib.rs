@@ -16,6 +16,7 @@
 mod agent;
 mod agent_loop;
 mod client;
+mod client_runtime;
 mod config;
 mod errors;
 mod injected;

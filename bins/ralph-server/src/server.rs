@@ -21,6 +21,7 @@ use rpc_core::shutdown::{DEFAULT_GRACE, Stopped};
 
 use crate::agent;
 use crate::agent_loop::{AgentLoop, Outcome, agent_for};
+use crate::client_runtime::{self, ClientRuntime};
 use crate::config::{AgentChoice, Config};
 use crate::errors::RunError;
 use crate::injected::PendingPrompts;
@@ -49,11 +50,14 @@ pub async fn run(config: Config) -> Result<ExitCode, RunError> {
     // Ctrl-C right after start) must stop the loop, not kill the process.
     let mut daemon = Daemon::start("ralph-server", DAEMON_GRACE)?;
     let (session, lock) = open_task(&config)?;
-    let control = serve_control(&mut daemon, &config, &session)?;
+    let clients =
+        client_runtime::build().map_err(|e| RunError::Refused(format!("cannot start the clients' runtime: {e}")))?;
+    let control = serve_control(&mut daemon, &config, &session, &clients)?;
     let shutdown = daemon.shutdown().clone();
     let served = tokio::spawn(daemon.run());
     let outcome = AgentLoop::new(session.clone(), config.run, shutdown.clone()).run().await;
     let stopped = close(&session, &control, &shutdown, served).await;
+    drop(clients);
     drop(lock);
     Ok(match (outcome, stopped) {
         (_, Stopped::Forced) => ExitCode::FAILURE,
@@ -112,8 +116,15 @@ fn check_agents(config: &Config, prd: &Prd) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Serves the control socket until its own shutdown, returned, is begun.
-fn serve_control(daemon: &mut Daemon, config: &Config, session: &Arc<Session>) -> Result<Shutdown, RunError> {
+/// Serves the control socket until its own shutdown, returned, is begun:
+/// its connections, their requests and their events, on the clients'
+/// runtime, which yields to the loop (see `client_runtime`).
+fn serve_control(
+    daemon: &mut Daemon,
+    config: &Config,
+    session: &Arc<Session>,
+    clients: &ClientRuntime,
+) -> Result<Shutdown, RunError> {
     listen::raise_fd_limit();
     let socket = config.socket_dir.join(format!("{}.sock", config.task_name));
     let listener = daemon.listen_unix(None, &socket, "RALPH_SOCKET_DIR")?;
@@ -126,9 +137,13 @@ fn serve_control(daemon: &mut Daemon, config: &Config, session: &Arc<Session>) -
     let control = Shutdown::new();
     // The daemon's drain waits for the accept loop, so the socket file stays
     // until the control socket's own drain has begun.
-    daemon.shutdown().spawn({
+    let serve = {
         let control = control.clone();
         async move { listen::serve_ndjson(listener, "control", limits, &control, router, methods::Client::default).await }
+    };
+    let serving = clients.handle().spawn(serve);
+    daemon.shutdown().spawn(async move {
+        let _ = serving.await;
     });
     tracing::info!(
         task = %config.task_name,

@@ -8,20 +8,25 @@
 //! publishes one `state_change` event with only the fields that changed and
 //! saves `.ralph/state.json`: clients and the file can never disagree.
 //!
-//! The events end with the loop ([`Session::end_events`]): each subscriber's
-//! queue is forwarded to its connection to the last event, how the loop
-//! ended, before the server lets any connection close.
+//! Events go into one shared ring ([`rpc_core::fanout::ring`]), serialised
+//! once, a read of the terminal's lines as one batch; each subscriber's pump
+//! reads it at its own cursor. The events end with the loop
+//! ([`Session::end_events`]): each subscriber gets what is left for it, to
+//! the last event, how the loop ended, before the server lets any connection
+//! close.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 use rpc_core::PeerHandle;
 use rpc_core::child::LineRing;
-use rpc_core::fanout::{self, Fanout, Topics, TopicsHandle};
+use rpc_core::fanout::Topics;
+use rpc_core::fanout::ring::{self, Ring, SharedTopics};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, mpsc};
@@ -35,6 +40,16 @@ pub const RECENT_LINES: usize = 200;
 /// Longest line kept whole in `recent_output` (a progress bar without
 /// newlines must not push out the lines before it).
 const RECENT_LINE_BYTES: usize = 8 * 1024;
+
+/// The event ring's bounds, shared by every subscriber: what each
+/// subscriber's own queue held before (a burst this long reaches a
+/// subscriber that falls behind while it lasts, whole), now for all of them.
+pub const RING_EVENTS: usize = 1024;
+pub const RING_BYTES: usize = 4 * 1024 * 1024;
+/// The ring's topics, in the order of their indices.
+const OUTPUT: u8 = 0;
+const STATE_CHANGE: u8 = 1;
+const TOPICS: [&str; 2] = ["output", "state_change"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -165,10 +180,10 @@ pub struct Session {
     pub wake: Notify,
     /// The running agent's terminal input, while one runs.
     terminal: Mutex<Option<mpsc::Sender<Bytes>>>,
-    /// The event stream; `None` once the loop has ended and its last event
-    /// is out (subscribers' pumps then end when their queue is empty).
-    events: Mutex<Option<Fanout<Bytes>>>,
-    /// Each subscriber's pump, forwarding its queue to its connection.
+    /// The event stream, closed once the loop has ended and its last event
+    /// is in (subscribers' pumps then end when they have read it).
+    events: Arc<Ring>,
+    /// Each subscriber's pump, forwarding its part of the ring to its connection.
     pumps: TaskTracker,
     /// Held while state.json is written: saves come from the loop and from
     /// every client's requests at once, and share one temporary file.
@@ -207,7 +222,7 @@ impl Session {
             injected: Mutex::new(injected),
             wake: Notify::new(),
             terminal: Mutex::new(None),
-            events: Mutex::new(Some(Fanout::new(fanout::DEFAULT_QUEUE, fanout::DEFAULT_QUEUE_BYTES))),
+            events: Arc::new(Ring::new(&TOPICS, RING_EVENTS, RING_BYTES)),
             pumps: TaskTracker::new(),
             saving: Mutex::new(()),
         }
@@ -275,7 +290,7 @@ impl Session {
         let now = timestamp::now();
         fields.updated_at = now.clone();
         // Published under the lock, so events leave in the order the changes happened.
-        self.publish("state_change", &event("state_change", &now, &Value::Object(data)));
+        self.events.publish(STATE_CHANGE, [event("state_change", &now, &Value::Object(data))]);
         drop(fields);
         self.save();
     }
@@ -307,38 +322,41 @@ impl Session {
         }
     }
 
-    /// One piece of agent output: `text` as the terminal showed it, ANSI
-    /// escapes kept. `partial`: the line has not ended yet (a prompt, typed
-    /// keys); the rest follows in later events.
-    pub fn publish_output(&self, text: &str, partial: bool) {
-        let data = if partial { json!({"line": text, "partial": true}) } else { json!({"line": text}) };
-        self.publish("output", &event("output", &timestamp::now(), &data));
+    /// Pieces of agent output read together (one read of the terminal), as
+    /// one batch of `output` events with one timestamp: `(text, partial)`,
+    /// `text` as the terminal showed it, ANSI escapes kept; `partial`: the
+    /// line has not ended yet (a prompt, typed keys), the rest follows in
+    /// later events.
+    pub fn publish_output<'t>(&self, pieces: impl IntoIterator<Item = (&'t str, bool)>) {
+        let now = timestamp::now();
+        let events = pieces.into_iter().map(|(text, partial)| {
+            let data = if partial { json!({"line": text, "partial": true}) } else { json!({"line": text}) };
+            event("output", &now, &data)
+        });
+        self.events.publish(OUTPUT, events);
     }
 
-    fn publish(&self, topic: &str, event: &Bytes) {
-        if let Some(events) = &*self.events.lock() {
-            events.publish(topic, event);
+    /// Subscribes a connection to `topics` from the next event on: a pump
+    /// forwards its events to `peer` until either ends. `None` once the
+    /// events have ended.
+    pub fn subscribe(&self, topics: Topics, peer: PeerHandle) -> Option<SharedTopics> {
+        if self.pumps.is_closed() {
+            return None;
         }
-    }
-
-    /// Subscribes a connection to `topics`: a pump forwards its queue to
-    /// `peer` until either ends. `None` once the events have ended.
-    pub fn subscribe(&self, topics: Topics, peer: PeerHandle) -> Option<TopicsHandle<Bytes>> {
-        let subscription = self.events.lock().as_ref()?.subscribe(topics);
-        let handle = subscription.topics_handle();
-        self.pumps.spawn(fanout::pump(subscription, peer, |count| {
+        let topics = Arc::new(Mutex::new(topics));
+        self.pumps.spawn(ring::pump(self.events.clone(), self.events.cursor(), topics.clone(), peer, |count| {
             event("dropped", &timestamp::now(), &json!({ "count": count })).to_vec()
         }));
-        Some(handle)
+        Some(topics)
     }
 
     /// Ends the event stream after the loop's last event: each pump forwards
-    /// what its subscriber has queued, that last event included, to its
+    /// what is left for its subscriber, that last event included, to its
     /// connection, then ends. Waits for that, at most `within` (a subscriber
     /// that does not read is not waited for longer); says whether all did.
     pub async fn end_events(&self, within: Duration) -> bool {
-        // The last publisher gone, each queue ends once emptied.
-        drop(self.events.lock().take());
+        // Each pump ends once it has read the last event.
+        self.events.close();
         self.pumps.close();
         tokio::time::timeout(within, self.pumps.wait()).await.is_ok()
     }

@@ -13,6 +13,12 @@
 //! subscriber whose socket stops draining (a paused `attach`, Ctrl-Z) loses
 //! events, counted, not its connection, and when it drains again it reads the
 //! events queued before the gap, then the missed-count notice, then live ones.
+//!
+//! [`ring`] is the other shape of the same contract, for many subscribers of
+//! one busy publisher: one shared ring read at a cursor per subscriber, so a
+//! publish costs the same however many subscribers there are.
+
+pub mod ring;
 
 use parking_lot::Mutex;
 use std::collections::{HashSet, VecDeque};

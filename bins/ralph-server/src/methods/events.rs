@@ -1,18 +1,19 @@
 //! `subscribe {events}` / `unsubscribe {events}` and the delivery of events
 //! to one client.
 //!
-//! Each client has its own bounded queue in the session's fan-out, delivered
-//! by `fanout::pump` ([`Session::subscribe`]): a client that stops reading loses events, counted,
-//! never its connection, and slows nobody (the publisher never waits). When it
-//! reads again, the first thing after the gap is an event of type `dropped`
-//! with `{"count": N}`. Topics change in place while the pump runs, so
-//! nothing already queued is lost uncounted.
+//! Each client reads the session's event ring at its own cursor, delivered
+//! by `fanout::ring::pump` ([`Session::subscribe`]): a client that stops
+//! reading (or that the loop outpaces) loses events, counted, never its
+//! connection, and slows nobody (the publisher never waits). When it reads
+//! again, the first thing after the gap is an event of type `dropped` with
+//! `{"count": N}`. Topics change in place while the pump runs: the events
+//! it reads next follow the new topics.
 
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use rpc_core::fanout::{EVERY_TOPIC, Topics, TopicsHandle};
+use rpc_core::fanout::ring::SharedTopics;
+use rpc_core::fanout::{EVERY_TOPIC, Topics};
 use rpc_core::{Ctx, RpcError};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -25,12 +26,12 @@ pub const EVENT_TYPES: &[&str] = &["output", "state_change"];
 /// One connection's state: its subscription's topics, once it subscribed.
 #[derive(Default)]
 pub struct Client {
-    topics: Mutex<Option<TopicsHandle<Bytes>>>,
+    topics: Mutex<Option<SharedTopics>>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let topics = self.topics.lock().as_ref().map(TopicsHandle::topics);
+        let topics = self.topics.lock().as_ref().map(|t| t.lock().clone());
         f.debug_struct("Client").field("topics", &topics).finish()
     }
 }
@@ -65,7 +66,11 @@ pub fn subscribe(session: Arc<Session>) -> impl Fn(Ctx<Client>, EventsParams) ->
             check(&params.events)?;
             let mut slot = ctx.state.topics.lock();
             let topics = match &*slot {
-                Some(handle) => handle.update(|topics| params.events.iter().for_each(|e| topics.add(e))),
+                Some(shared) => {
+                    let mut topics = shared.lock();
+                    params.events.iter().for_each(|e| topics.add(e));
+                    topics.clone()
+                }
                 None => {
                     let mut topics = Topics::none();
                     params.events.iter().for_each(|e| topics.add(e));
@@ -84,7 +89,11 @@ pub fn unsubscribe() -> impl Fn(Ctx<Client>, EventsParams) -> Pending + Send + S
         Box::pin(async move {
             check(&params.events)?;
             let topics = match &*ctx.state.topics.lock() {
-                Some(handle) => handle.update(|topics| params.events.iter().for_each(|e| topics.remove(e))),
+                Some(shared) => {
+                    let mut topics = shared.lock();
+                    params.events.iter().for_each(|e| topics.remove(e));
+                    topics.clone()
+                }
                 None => Topics::none(),
             };
             Ok(json!({"subscribed": listed(&topics)}))
