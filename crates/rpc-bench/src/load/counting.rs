@@ -26,7 +26,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::exact::{ConnStats, reply_id};
-use super::{Load, Report, push_request, websocket};
+use super::spec::{Load, Report, push_request};
+use super::websocket;
 
 /// One round trip in this many is timed.
 const SAMPLE_EVERY: u64 = 16;

@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::{Load, push_request, request};
+use super::spec::{Load, push_request, request};
 
 pub(super) struct ConnStats {
     pub(super) hist: Histogram<u64>,

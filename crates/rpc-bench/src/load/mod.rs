@@ -14,80 +14,19 @@
 mod counting;
 mod cpu;
 pub(crate) mod exact;
+mod spec;
 mod websocket;
 
 pub(crate) use self::counting::{Block, Tally};
 pub use self::cpu::{Busy, cpu_seconds, parent_and_name};
+pub(crate) use self::spec::request;
+pub use self::spec::{Load, Report};
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Result, bail};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-
-/// What to send and how hard.
-#[derive(Clone, Debug)]
-pub struct Load {
-    /// `tcp://host:port` (NDJSON) or `ws://host:port/path?query`.
-    pub target: String,
-    pub method: String,
-    /// JSON text of the params.
-    pub params: String,
-    pub window: usize,
-    pub connections: usize,
-    pub duration: Duration,
-    pub warmup: Duration,
-    /// A request (method, params JSON) sent and answered before the load starts.
-    pub hello: Option<(String, String)>,
-    /// Match every reply to its request by id and time every round trip,
-    /// rather than count replies (see the module doc).
-    pub exact: bool,
-    /// The server's processes, whose CPU share over the measured time each
-    /// run reports beside the load side's.
-    pub servers: Vec<u32>,
-}
-
-impl Load {
-    /// The same load, with the server's processes to watch.
-    pub fn watching(mut self, pids: &[u32]) -> Load {
-        self.servers = pids.to_vec();
-        self
-    }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Report {
-    pub requests: u64,
-    pub errors: u64,
-    pub seconds: f64,
-    pub per_second: f64,
-    pub p50_us: f64,
-    pub p99_us: f64,
-    pub p999_us: f64,
-}
-
-impl Report {
-    pub fn line(&self) -> String {
-        format!(
-            "{:>10.0} req/s  p50 {:>7.1} µs  p99 {:>8.1} µs  p99.9 {:>8.1} µs  ({} requests, {} errors)",
-            self.per_second, self.p50_us, self.p99_us, self.p999_us, self.requests, self.errors
-        )
-    }
-
-    /// Throughput over `seconds` and the percentiles of `hist` (nanoseconds).
-    pub fn from_histogram(hist: &Histogram<u64>, requests: u64, errors: u64, seconds: f64) -> Report {
-        let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
-        Report {
-            requests,
-            errors,
-            seconds,
-            per_second: requests as f64 / seconds,
-            p50_us: us(0.5),
-            p99_us: us(0.99),
-            p999_us: us(0.999),
-        }
-    }
-}
 
 /// One run: its report and how busy each side was while it was measured.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -133,26 +72,10 @@ pub async fn measure(load: &Load) -> Result<Measured> {
     Ok(Measured { report, busy: busy.await? })
 }
 
-pub(crate) fn request(id: u64, method: &str, params: &str) -> String {
-    let mut out = String::new();
-    push_request(&mut out, id, method, params);
-    out
-}
-
-/// Appends one request to `out`: the load side must cost less than the
-/// fastest server it measures (a raw echo), so no allocation per request.
-pub(crate) fn push_request(out: &mut String, id: u64, method: &str, params: &str) {
-    out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
-    out.push_str(itoa::Buffer::new().format(id));
-    out.push_str(",\"method\":\"");
-    out.push_str(method);
-    out.push_str("\",\"params\":");
-    out.push_str(params);
-    out.push('}');
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
