@@ -165,6 +165,32 @@ fn block_count(window: usize) -> usize {
     window.max(256).next_power_of_two()
 }
 
+/// Writes the requests `tally` owes now, if any.
+async fn send_owed(stream: &mut TcpStream, block: &Block, tally: &mut Tally, now: Instant) -> Result<()> {
+    let owed = tally.owed(now);
+    if owed > 0 {
+        stream.write_all(block.requests(tally.sent, owed)).await?;
+        tally.sent(owed, now);
+    }
+    Ok(())
+}
+
+/// What [`read_more`] adds to its complaints while priming.
+const BEFORE_FIRST: &str = " before the first reply";
+
+/// Reads into `room` (the free end of the read buffer): how many bytes came.
+/// No room left means one `unit` (a reply, a frame) outgrew the buffer.
+async fn read_more(stream: &mut TcpStream, room: &mut [u8], unit: &str, when: &str) -> Result<usize> {
+    if room.is_empty() {
+        bail!("{unit} longer than {READ_BUFFER} bytes{when}");
+    }
+    match stream.read(room).await? {
+        0 if when.is_empty() => bail!("server closed the connection"),
+        0 => bail!("server closed the connection before answering the first request"),
+        n => Ok(n),
+    }
+}
+
 fn ndjson_request(out: &mut Vec<u8>, id: u64, method: &str, params: &str) {
     let mut text = String::new();
     push_request(&mut text, id, method, params);
@@ -180,23 +206,13 @@ async fn ndjson(addr: &str, load: &Load, measure_from: Instant, stop_at: Instant
     let mut filled = prime_ndjson(&mut stream, load, &mut buf).await?;
     let error = Finder::new(b"\"error\"");
     let mut tally = Tally::new(load.window, measure_from, stop_at)?;
-    let now = Instant::now();
-    let owed = tally.owed(now);
-    stream.write_all(block.requests(0, owed)).await?;
-    tally.sent(owed, now);
+    send_owed(&mut stream, &block, &mut tally, Instant::now()).await?;
     loop {
         let now = if filled > 0 && memchr::memchr(b'\n', &buf[..filled]).is_some() {
             // Replies left over from priming.
             Instant::now()
         } else {
-            if filled == buf.len() {
-                bail!("a reply longer than {READ_BUFFER} bytes");
-            }
-            let n = stream.read(&mut buf[filled..]).await?;
-            if n == 0 {
-                bail!("server closed the connection");
-            }
-            filled += n;
+            filled += read_more(&mut stream, &mut buf[filled..], "a reply", "").await?;
             Instant::now()
         };
         if let Some(last) = memchr::memrchr(b'\n', &buf[..filled]) {
@@ -206,11 +222,7 @@ async fn ndjson(addr: &str, load: &Load, measure_from: Instant, stop_at: Instant
             buf.copy_within(last + 1..filled, 0);
             filled -= last + 1;
         }
-        let owed = tally.owed(now);
-        if owed > 0 {
-            stream.write_all(block.requests(tally.sent, owed)).await?;
-            tally.sent(owed, now);
-        }
+        send_owed(&mut stream, &block, &mut tally, now).await?;
         if tally.finished(now) {
             return Ok(tally.stats);
         }
@@ -234,14 +246,7 @@ async fn prime_ndjson(stream: &mut TcpStream, load: &Load, buf: &mut [u8]) -> Re
                 return Ok(filled);
             }
         }
-        if filled == buf.len() {
-            bail!("a line longer than {READ_BUFFER} bytes before the first reply");
-        }
-        let n = stream.read(&mut buf[filled..]).await?;
-        if n == 0 {
-            bail!("server closed the connection before answering the first request");
-        }
-        filled += n;
+        filled += read_more(stream, &mut buf[filled..], "a line", BEFORE_FIRST).await?;
     }
 }
 
@@ -259,22 +264,12 @@ async fn ws(load: &Load, measure_from: Instant, stop_at: Instant) -> Result<Conn
     let mut filled = prime_ws(&mut stream, load, &mut buf, early.len()).await?;
     let error = Finder::new(b"\"error\"");
     let mut tally = Tally::new(load.window, measure_from, stop_at)?;
-    let now = Instant::now();
-    let owed = tally.owed(now);
-    stream.write_all(block.requests(0, owed)).await?;
-    tally.sent(owed, now);
+    send_owed(&mut stream, &block, &mut tally, Instant::now()).await?;
     let mut pongs = Vec::new();
     let mut first = filled > 0;
     loop {
         if !first {
-            if filled == buf.len() {
-                bail!("a frame longer than {READ_BUFFER} bytes");
-            }
-            let n = stream.read(&mut buf[filled..]).await?;
-            if n == 0 {
-                bail!("server closed the connection");
-            }
-            filled += n;
+            filled += read_more(&mut stream, &mut buf[filled..], "a frame", "").await?;
         }
         first = false;
         let now = Instant::now();
@@ -293,11 +288,7 @@ async fn ws(load: &Load, measure_from: Instant, stop_at: Instant) -> Result<Conn
             stream.write_all(&pongs).await?;
             pongs.clear();
         }
-        let owed = tally.owed(now);
-        if owed > 0 {
-            stream.write_all(block.requests(tally.sent, owed)).await?;
-            tally.sent(owed, now);
-        }
+        send_owed(&mut stream, &block, &mut tally, now).await?;
         if tally.finished(now) {
             return Ok(tally.stats);
         }
@@ -325,14 +316,7 @@ async fn prime_ws(stream: &mut TcpStream, load: &Load, buf: &mut [u8], mut fille
                 return Ok(filled);
             }
         }
-        if filled == buf.len() {
-            bail!("a frame longer than {READ_BUFFER} bytes before the first reply");
-        }
-        let n = stream.read(&mut buf[filled..]).await?;
-        if n == 0 {
-            bail!("server closed the connection before answering the first request");
-        }
-        filled += n;
+        filled += read_more(stream, &mut buf[filled..], "a frame", BEFORE_FIRST).await?;
     }
 }
 
