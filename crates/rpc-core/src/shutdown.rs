@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tokio_util::task::TaskTracker;
 
 /// Default time connections get to finish after the first signal.
@@ -109,15 +109,17 @@ impl Shutdown {
         self.forced.is_cancelled()
     }
 
-    /// Resolves once draining has begun.
-    pub async fn draining(&self) {
-        self.drain.cancelled().await
+    /// Resolves once draining has begun. (The token's own future rather than
+    /// an `async fn` around it: every connection holds one for its life.)
+    pub fn draining(&self) -> WaitForCancellationFuture<'_> {
+        self.drain.cancelled()
     }
 
     /// Resolves once the grace period is over (or the stop was forced) and
-    /// everything must stop.
-    pub async fn aborted(&self) {
-        self.abort.cancelled().await
+    /// everything must stop. Always after [`Shutdown::draining`]: both ways
+    /// to stop begin the drain first.
+    pub fn aborted(&self) -> WaitForCancellationFuture<'_> {
+        self.abort.cancelled()
     }
 
     /// Spawns a task that shutdown waits for (a connection, an accept loop).

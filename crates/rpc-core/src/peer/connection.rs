@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::time::Instant;
+use tokio_util::sync::WaitForCancellationFuture;
 
 use super::config::PeerConfig;
 use super::dispatch::Dispatch;
@@ -63,27 +64,29 @@ impl<S: Send + Sync + 'static> Connection<S> {
         // Made once: building these futures anew for every turn would register
         // and unregister a waiter on each token every time.
         let closing = shared.closing.cancelled();
-        let draining = shutdown.draining();
-        let aborted = shutdown.aborted();
-        tokio::pin!(closing, draining, aborted);
+        let daemon = shutdown.draining();
+        tokio::pin!(closing, daemon);
         let reason = std::future::poll_fn(|cx| {
-            let mut signals =
-                Signals { closing: closing.as_mut(), draining: draining.as_mut(), aborted: aborted.as_mut() };
+            let mut signals = Signals { closing: closing.as_mut(), daemon: daemon.as_mut(), shutdown: &shutdown };
             driver.poll_run(&mut signals, cx)
         })
         .await;
-        driver.close(reason).await
+        // Boxed: what closing needs would otherwise be laid out in this
+        // future beside what running needs, for the connection's whole life.
+        Box::pin(driver.close(reason)).await
     }
 }
 
-/// The three signals a connection watches besides its own sources.
-struct Signals<'a, 'b> {
+/// The signals a connection watches besides its own sources.
+struct Signals<'a, 's> {
     /// The connection was closed from our side ([`PeerHandle::close`]).
-    closing: Pin<&'a mut (dyn Future<Output = ()> + Send + 'b)>,
-    /// The daemon began to shut down.
-    draining: Pin<&'a mut (dyn Future<Output = ()> + Send + 'b)>,
-    /// The grace period is over.
-    aborted: Pin<&'a mut (dyn Future<Output = ()> + Send + 'b)>,
+    closing: Pin<&'a mut WaitForCancellationFuture<'s>>,
+    /// The daemon's next step: while the connection serves, the beginning
+    /// of its shutdown; from then on, the end of the grace period (always
+    /// later, see [`Shutdown::aborted`]). One future for both keeps every
+    /// connection's task smaller.
+    daemon: Pin<&'a mut WaitForCancellationFuture<'s>>,
+    shutdown: &'s Shutdown,
 }
 
 /// Where a connection is in its life.
@@ -97,7 +100,7 @@ enum Phase {
     /// signal may still wait in the socket unread: they are read and answered
     /// `shutting_down` rather than closed on (a close with unread input is a
     /// reset, and they would go unanswered), until the input is quiet.
-    Sweeping(Sweep),
+    Sweeping(Box<Sweep>),
 }
 
 /// The sweep at the end of a drain: bounded in frames and time, for a peer
@@ -215,7 +218,8 @@ impl<S: Send + Sync + 'static> Driver<S> {
         if signals.closing.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Err(CloseReason::Closed));
         }
-        if !self.abandoned && signals.aborted.as_mut().poll(cx).is_ready() {
+        let draining = !matches!(self.phase, Phase::Serving);
+        if draining && !self.abandoned && signals.daemon.as_mut().poll(cx).is_ready() {
             return Poll::Ready(self.on_grace_over());
         }
         if let Some(turn) = self.next_phase() {
@@ -227,7 +231,8 @@ impl<S: Send + Sync + 'static> Driver<S> {
         source!(self.poll_notifications(cx));
         source!(self.poll_keepalive(cx));
         source!(self.poll_handshake(cx));
-        if matches!(self.phase, Phase::Serving) && signals.draining.as_mut().poll(cx).is_ready() {
+        if !draining && signals.daemon.as_mut().poll(cx).is_ready() {
+            signals.daemon.set(signals.shutdown.aborted());
             return Poll::Ready(self.on_drain_begun());
         }
         source!(self.poll_sweep(cx));
@@ -247,7 +252,7 @@ impl<S: Send + Sync + 'static> Driver<S> {
             return None;
         }
         if !swept && !self.input_ended {
-            self.phase = Phase::Sweeping(Sweep::new());
+            self.phase = Phase::Sweeping(Box::new(Sweep::new()));
             return Some(Ok(()));
         }
         Some(Err(CloseReason::Shutdown))
@@ -260,14 +265,10 @@ impl<S: Send + Sync + 'static> Driver<S> {
         self.work.refuse_waiting()
     }
 
-    /// The grace period is over: whatever still runs is answered
-    /// `shutting_down` and dropped.
+    /// The grace period is over (the drain began before it): whatever still
+    /// runs is answered `shutting_down` and dropped.
     fn on_grace_over(&mut self) -> Result<(), CloseReason> {
         self.abandoned = true;
-        if matches!(self.phase, Phase::Serving) {
-            self.phase = Phase::Draining { swept: false };
-        }
-        self.work.draining = true;
         self.work.abandon_all()
     }
 
