@@ -48,7 +48,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     pub fn new(handle: PeerHandle, router: Arc<Router<S>>, state: Arc<S>, drain: Drain) -> Self {
         Dispatch {
             conn: Arc::new(ConnCtx { peer: handle.clone(), state }),
-            incoming: Incoming::new(&handle.shared.config),
+            incoming: Incoming::new(),
             drain,
             handle,
             router,
@@ -91,7 +91,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         let full = self.outbox().is_full();
         self.write(Kind::Response, message::response_err(id, error))?;
         if full {
-            self.incoming.refuse(self.handle.conn_id())?;
+            self.incoming.refuse(self.handle.conn_id(), &self.handle.shared.config)?;
         }
         Ok(())
     }
@@ -188,10 +188,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         match message {
             Message::Request { id, method, params } => self.on_request(id, &method, params, size, cx),
             Message::Notification { method, params } => {
-                if !self.incoming.has_room(size) {
+                if !self.incoming.has_room(size, &self.handle.shared.config) {
                     let conn = self.handle.conn_id();
                     self.incoming.dropped_notification(conn, &self.handle.shared.counters);
-                    self.incoming.refuse(conn)?;
+                    self.incoming.refuse(conn, &self.handle.shared.config)?;
                     return Ok(());
                 }
                 match self.router.dispatch(self.ctx(None), &method, params) {
@@ -225,7 +225,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         }
         // In arrival order: nothing starts ahead of requests already waiting.
         let start_now = !self.incoming.has_waiting() && self.can_start();
-        if !start_now && !self.incoming.has_room(size) {
+        if !start_now && !self.incoming.has_room(size, &self.handle.shared.config) {
             return self.refuse_overloaded(&id);
         }
         if !start_now {
@@ -284,7 +284,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     fn refuse_overloaded(&mut self, id: &Id) -> Result<(), CloseReason> {
         self.handle.shared.counters.refused.fetch_add(1, Ordering::Relaxed);
         self.write(Kind::Response, message::response_err(id, &overloaded()))?;
-        Ok(self.incoming.refuse(self.handle.conn_id())?)
+        Ok(self.incoming.refuse(self.handle.conn_id(), &self.handle.shared.config)?)
     }
 
     /// Whether an unreadable message is really a malformed answer to one of
@@ -326,7 +326,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     fn on_batch(&mut self, items: Vec<Result<Message<'_>, Invalid>>, size: usize) -> Result<(), CloseReason> {
         let start_now = !self.incoming.has_waiting() && self.can_start();
         let has_requests = items.iter().any(|item| matches!(item, Ok(Message::Request { .. })));
-        if has_requests && !start_now && !self.incoming.has_room(size) {
+        if has_requests && !start_now && !self.incoming.has_room(size, &self.handle.shared.config) {
             return self.refuse_batch(items);
         }
         let mut ready = Vec::new();
@@ -397,7 +397,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             }
         }
         self.write(Kind::Response, message::batch(&replies))?;
-        Ok(self.incoming.refuse(self.handle.conn_id())?)
+        Ok(self.incoming.refuse(self.handle.conn_id(), &self.handle.shared.config)?)
     }
 }
 

@@ -8,7 +8,7 @@
 //! Past it a request is refused and a notification dropped; a peer that keeps
 //! sending past it is judged to be flooding.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -16,6 +16,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
+use rustc_hash::FxHashMap;
 use tokio::time::Instant;
 
 use super::config::PeerConfig;
@@ -54,21 +55,21 @@ pub(crate) struct Waiting {
 
 pub(crate) struct Incoming {
     /// Requests and batches whose handlers run, polled by the connection task.
-    running: FuturesUnordered<BoxFuture<'static, Done>>,
+    /// Made when the first handler has to wait (one that answers at once is
+    /// never put here): an idle connection holds no queue of its own.
+    running: Option<FuturesUnordered<BoxFuture<'static, Done>>>,
     /// Requests read but not started, in arrival order.
     waiting: VecDeque<Waiting>,
     /// Notification handlers, run one at a time in arrival order; the front
     /// one is running. Each with the size of its frame.
     notifications: VecDeque<(BoxFuture<'static, ()>, usize)>,
-    /// Messages and bytes waiting (requests and notifications together).
+    /// Messages and bytes waiting (requests and notifications together),
+    /// bounded by the config's `backlog` and `backlog_bytes`.
     len: usize,
     bytes: usize,
-    max_len: usize,
-    max_bytes: usize,
-    /// Messages refused since the backlog last took one: a peer past
-    /// `flood_limit` is disconnected.
+    /// Messages refused since the backlog last took one: a peer past the
+    /// config's `flood_limit` is disconnected.
     refused_in_a_row: usize,
-    flood_limit: usize,
     /// Notifications dropped since the last warning, and when that was.
     dropped_unreported: u64,
     last_warning: Option<Instant>,
@@ -76,7 +77,7 @@ pub(crate) struct Incoming {
     in_flight: IdSet,
     /// The ids of each batch in flight, by number, to answer them together if
     /// shutdown abandons the batch.
-    batches: HashMap<u64, Vec<Id>>,
+    batches: FxHashMap<u64, Vec<Id>>,
     next_batch: u64,
 }
 
@@ -84,32 +85,33 @@ pub(crate) struct Incoming {
 pub(crate) struct Flooding(pub String);
 
 impl Incoming {
-    pub fn new(config: &PeerConfig) -> Self {
+    pub fn new() -> Self {
         Incoming {
-            running: FuturesUnordered::new(),
+            running: None,
             waiting: VecDeque::new(),
             notifications: VecDeque::new(),
             len: 0,
             bytes: 0,
-            max_len: config.backlog.max(1),
-            max_bytes: config.backlog_bytes.max(1),
             refused_in_a_row: 0,
-            flood_limit: config.flood_limit.max(1),
             dropped_unreported: 0,
             last_warning: None,
             in_flight: IdSet::default(),
-            batches: HashMap::new(),
+            batches: FxHashMap::default(),
             next_batch: 0,
         }
     }
 
     /// Nothing runs and nothing waits.
     pub fn is_idle(&self) -> bool {
-        self.running.is_empty() && self.len == 0
+        self.running() == 0 && self.len == 0
     }
 
     pub fn running(&self) -> usize {
-        self.running.len()
+        self.running.as_ref().map_or(0, FuturesUnordered::len)
+    }
+
+    fn start(&mut self, run: BoxFuture<'static, Done>) {
+        self.running.get_or_insert_with(FuturesUnordered::new).push(run);
     }
 
     /// Requests read and not started.
@@ -124,14 +126,14 @@ impl Incoming {
     /// Room for a message of `size` bytes. An empty backlog takes any one
     /// message the framing let through, so a large request is not refused
     /// just for being large.
-    pub fn has_room(&self, size: usize) -> bool {
-        self.len == 0 || (self.len < self.max_len && self.bytes + size <= self.max_bytes)
+    pub fn has_room(&self, size: usize, config: &PeerConfig) -> bool {
+        self.len == 0 || (self.len < config.backlog && self.bytes + size <= config.backlog_bytes)
     }
 
     /// Runs request `id` now.
     pub fn run_request(&mut self, id: Id, run: BoxFuture<'static, Done>) {
         self.in_flight.insert(id);
-        self.running.push(run);
+        self.start(run);
     }
 
     /// Keeps request `id` until a slot is free.
@@ -151,7 +153,7 @@ impl Incoming {
     }
 
     pub fn run_batch(&mut self, run: BoxFuture<'static, Done>) {
-        self.running.push(run);
+        self.start(run);
     }
 
     pub fn queue_batch(&mut self, n: u64, run: BoxFuture<'static, Done>, size: usize, counters: &Counters) {
@@ -167,19 +169,19 @@ impl Incoming {
     /// Starts waiting requests, in arrival order, while `may_start` says so
     /// (given how many run).
     pub fn start_waiting(&mut self, counters: &Counters, may_start: impl Fn(usize) -> bool) {
-        while !self.waiting.is_empty() && may_start(self.running.len()) {
+        while !self.waiting.is_empty() && may_start(self.running()) {
             let waiting = self.waiting.pop_front().expect("not empty");
             self.remove(waiting.size, counters);
-            self.running.push(waiting.run);
+            self.start(waiting.run);
         }
     }
 
     /// A handler that finished, if one has.
     pub fn poll_finished(&mut self, cx: &mut Context<'_>) -> Poll<Option<Done>> {
-        if self.running.is_empty() {
-            return Poll::Ready(None);
+        match &mut self.running {
+            Some(running) if !running.is_empty() => running.poll_next_unpin(cx),
+            _ => Poll::Ready(None),
         }
-        self.running.poll_next_unpin(cx)
     }
 
     /// The ids `owed` held are answered: no longer in flight. Returns them.
@@ -208,7 +210,7 @@ impl Incoming {
     /// grace period is over); the batches and single requests then still
     /// owed, for their `shutting_down` answers.
     pub fn abandon(&mut self, counters: &Counters) -> Vec<Owed> {
-        self.running = FuturesUnordered::new();
+        self.running = None;
         while !self.notifications.is_empty() {
             self.finish_front_notification(counters);
         }
@@ -233,9 +235,9 @@ impl Incoming {
     }
 
     /// Counts a refused message; `Err` once the peer is flooding.
-    pub fn refuse(&mut self, conn: u64) -> Result<(), Flooding> {
+    pub fn refuse(&mut self, conn: u64, config: &PeerConfig) -> Result<(), Flooding> {
         self.refused_in_a_row += 1;
-        if self.refused_in_a_row > self.flood_limit {
+        if self.refused_in_a_row > config.flood_limit.max(1) {
             tracing::warn!(
                 conn,
                 refused = self.refused_in_a_row,

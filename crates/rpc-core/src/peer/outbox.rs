@@ -212,10 +212,15 @@ impl Outbox {
         self.writer.wake();
     }
 
-    /// Moves every queued item into `into` (which must be empty), keeping both
-    /// buffers' capacity: the two ping-pong instead of reallocating. The bytes
-    /// stay counted until each item is handed to the transport.
+    /// Moves every queued item into `into` (which must be empty) by swapping
+    /// the two buffers, so a busy connection's ping-pong instead of
+    /// reallocating. With nothing queued nothing moves: the drain then holds
+    /// the last buffer it emptied, and frees it (see `Drain::write_batch`).
+    /// The bytes stay counted until each item is handed to the transport.
     fn take_all(&self, into: &mut VecDeque<Outbound>) {
+        if self.len.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let mut queue = self.queue.lock();
         std::mem::swap(&mut queue.items, into);
         self.len.store(0, Ordering::Relaxed);
@@ -425,6 +430,14 @@ impl Drain {
                 Poll::Ready(_) => Poll::Ready(Ok(Drained::Closed)),
                 Poll::Pending => self.blocked(outbox, cx),
             });
+        }
+        // All written and nothing queued: the batch's buffer goes back to
+        // the allocator rather than stay with an idle connection (most of
+        // them, in a daemon holding thousands). A busy one pays an
+        // allocation a turn for items other tasks queued; its own replies
+        // never come this way (`write_now`).
+        if self.batch.capacity() != 0 {
+            self.batch = VecDeque::new();
         }
         None
     }
