@@ -49,8 +49,10 @@ pub async fn upgrade(State(broker): State<Arc<Broker>>, mut request: Request) ->
     let task_broker = broker.clone();
     // Two futures, chained: the one that lets the peer in (and holds the
     // upgrade and the request's details) is gone by the time the connection
-    // runs, rather than kept beside it for the connection's life.
-    let opening = async move {
+    // runs, rather than kept beside it for the connection's life. It is
+    // boxed: the task is as large as the larger of the two, and an idle
+    // connection should cost what running needs, not what opening did.
+    let opening = Box::pin(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
                 let ws = websocket::server(TokioIo::new(upgraded), max_message).await;
@@ -61,7 +63,7 @@ pub async fn upgrade(State(broker): State<Arc<Broker>>, mut request: Request) ->
                 None
             }
         }
-    };
+    });
     broker.shutdown.spawn(opening.then(|opened| OptionFuture::from(opened.map(Opened::serve))));
     Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)

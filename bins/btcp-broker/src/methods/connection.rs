@@ -1,6 +1,7 @@
 //! `hello` and `ping`.
 
-use rpc_core::{Ctx, NoParams, RpcError};
+use rpc_core::router::Answer;
+use rpc_core::{ConnCtx, Ctx, NoParams, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -60,6 +61,7 @@ pub struct Pong {
     pong: bool,
 }
 
-pub async fn ping(_: Ctx<ConnState>, _: NoParams) -> Result<Pong, RpcError> {
-    Ok(Pong { pong: true })
+/// Answered by the read loop itself (`method_now`): no future, no per-call context.
+pub fn ping(_: &ConnCtx<ConnState>, _: NoParams) -> Answer<Pong> {
+    Answer::Now(Ok(Pong { pong: true }))
 }

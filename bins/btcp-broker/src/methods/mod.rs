@@ -15,14 +15,14 @@ use crate::state::ConnState;
 pub fn router() -> Arc<Router<ConnState>> {
     Router::new()
         .method("hello", connection::hello)
-        .method("ping", connection::ping)
+        .method_now("ping", connection::ping)
         .method("session/join", session::join)
         .method("session/leave", session::leave)
         .method("tools/register", tools::register)
         .method("tools/list", tools::list)
         .method("tools/call", tools::call)
         .method("notifications/cancelled", tools::cancelled)
-        .guard(|cx, method| allowed_for(cx.state.client_type, method))
+        .guard_conn(|cx, method| allowed_for(cx.state.client_type, method))
         // The public btcp-client answers a failed tool with both `result`
         // (carrying isError: true) and `error`; the result is the answer. Only
         // browsers answer the broker's requests, so only they can send it.
