@@ -21,6 +21,8 @@ pub struct RalphBench {
     cores: Option<pin::Cores>,
     timeout: Duration,
     rounds: usize,
+    /// The agent's timed lines: what each subscriber makes room for.
+    lines: usize,
 }
 
 impl RalphBench {
@@ -47,7 +49,7 @@ impl RalphBench {
             agent.extend(["--cpu".into(), cores.load.to_string()]);
         }
         let timeout = paced + Duration::from_secs_f64(seconds + warmup + 30.0);
-        Ok(RalphBench { root, agent, cores, timeout, rounds: 0 })
+        Ok(RalphBench { root, agent, cores, timeout, rounds: 0, lines: args.lines as usize })
     }
 
     /// One run of ralph-server with `subscribers`: the latency percentiles of
@@ -83,13 +85,13 @@ impl RalphBench {
             self.cores.map(|c| c.server),
         )?;
         let socket = sockets.join("bench.sock");
-        let (load_core, timeout) = (self.cores.map(|c| c.load), self.timeout);
+        let (load_core, timeout, lines) = (self.cores.map(|c| c.load), self.timeout, self.lines);
         let tallies = std::thread::spawn(move || -> Result<Vec<Tally>> {
             if let Some(cpu) = load_core {
                 pin::pin_current_thread(cpu)?;
             }
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            runtime.block_on(subscribe_and_read(&socket, &go, subscribers, timeout))
+            runtime.block_on(subscribe_and_read(&socket, &go, subscribers, lines, timeout))
         })
         .join()
         .map_err(|_| anyhow::anyhow!("the subscribers' thread panicked"))??;
@@ -102,7 +104,9 @@ impl RalphBench {
         let mut hist = Histogram::<u64>::new(3)?;
         let mut dropped = 0;
         for tally in &tallies {
-            hist.add(&tally.hist)?;
+            for &sample in &tally.samples {
+                hist.record(sample)?;
+            }
             dropped += tally.dropped;
         }
         let mut report = Report::from_histogram(&hist, hist.len(), dropped, flood.seconds);
