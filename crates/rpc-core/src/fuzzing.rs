@@ -91,10 +91,11 @@ pub fn websocket(data: &[u8]) {
         let Some(item) = item else { break };
         assert!(!matches!(last, Some(Frame::Unsupported { .. }) | Some(Frame::TooLarge(_))), "a frame after {last:?}");
         let Ok(frame) = item else { break };
-        if let Frame::Message(text) = &frame {
+        assert!(!matches!(frame, Frame::Message(_)), "a text frame not marked as checked UTF-8");
+        if let Frame::Text(text) = &frame {
             assert!(text.len() <= MAX_MESSAGE, "a message of {} bytes passed the limit", text.len());
-            assert!(std::str::from_utf8(text).is_ok(), "a text message that is not UTF-8");
-            parse(text);
+            assert!(std::str::from_utf8(text.as_bytes()).is_ok(), "a text message that is not UTF-8");
+            parse(text.as_bytes());
         }
         last = Some(frame);
     }

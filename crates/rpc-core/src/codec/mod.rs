@@ -17,6 +17,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::{Sink, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite};
 
 pub use content_length::ContentLengthCodec;
@@ -33,6 +34,9 @@ pub const DEFAULT_MAX_MESSAGE: usize = 16 * 1024 * 1024;
 pub enum Frame {
     /// One JSON text (a message or a batch), not yet parsed.
     Message(Bytes),
+    /// The same from a framing that has checked it is UTF-8 (a WebSocket
+    /// text frame), so it is not checked again.
+    Text(Utf8Bytes),
     /// A message over the size limit was skipped without being buffered. Framings
     /// that could look at its first bytes say what it seemed to be; `None` means
     /// nothing is known and it is answered with `id: null`.

@@ -227,7 +227,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Stream for Reader<S> {
             let item = ready!(self.inner.poll_next_unpin(cx));
             let frame = match item {
                 None | Some(Ok(Message::Close(_))) => None,
-                Some(Ok(Message::Text(text))) => Some(Ok(Frame::Message(text.into()))),
+                Some(Ok(Message::Text(text))) => Some(Ok(Frame::Text(text))),
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => Some(Ok(Frame::Alive)),
                 Some(Ok(Message::Frame(_))) => continue,
                 Some(Ok(Message::Binary(_))) => {
@@ -249,7 +249,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Stream for Reader<S> {
                 Some(Err(WsError::ConnectionClosed | WsError::AlreadyClosed)) => None,
                 Some(Err(e)) => Some(Err(to_io(e))),
             };
-            if !matches!(frame, Some(Ok(Frame::Message(_) | Frame::Alive))) {
+            if !matches!(frame, Some(Ok(Frame::Text(_) | Frame::Alive))) {
                 self.done = true;
             }
             return Poll::Ready(frame);
@@ -274,7 +274,7 @@ mod tests {
     async fn text_frames_are_messages_and_replies_are_text() {
         let (mut t, mut client) = pair().await;
         client.send(Message::text(r#"{"a":1}"#)).await.unwrap();
-        assert_eq!(t.reader.next().await.unwrap().unwrap(), Frame::Message(r#"{"a":1}"#.into()));
+        assert_eq!(t.reader.next().await.unwrap().unwrap(), Frame::Text(r#"{"a":1}"#.into()));
         t.writer.send(Outbound::message(Kind::Response, r#"{"b":2}"#)).await.unwrap();
         assert_eq!(client.next().await.unwrap().unwrap(), Message::text(r#"{"b":2}"#));
     }

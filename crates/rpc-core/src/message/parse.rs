@@ -67,6 +67,12 @@ pub fn parse(frame: &[u8], max_batch: usize) -> Parsed<'_> {
     let Ok(text) = std::str::from_utf8(frame) else {
         return Parsed::Rejected(RpcError::parse_error("invalid UTF-8"));
     };
+    parse_text(text, max_batch)
+}
+
+/// Parses one frame already known to be UTF-8 (a WebSocket text frame,
+/// which the framing checked): [`parse`] without checking it again.
+pub fn parse_text(text: &str, max_batch: usize) -> Parsed<'_> {
     let Some(first) = text.bytes().find(|b| !b.is_ascii_whitespace()) else {
         return Parsed::Rejected(RpcError::parse_error("empty message"));
     };

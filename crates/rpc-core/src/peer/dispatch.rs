@@ -147,7 +147,14 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     /// Handles one frame, in the connection task's poll (`cx`).
     pub fn on_frame(&mut self, frame: Frame, cx: &mut Context<'_>) -> Result<(), CloseReason> {
         match frame {
-            Frame::Message(bytes) => self.on_message(&bytes, cx),
+            Frame::Message(bytes) => {
+                let parsed = message::parse(&bytes, self.handle.shared.config.max_batch);
+                self.on_message(&bytes, parsed, cx)
+            }
+            Frame::Text(text) => {
+                let parsed = message::parse_text(text.as_str(), self.handle.shared.config.max_batch);
+                self.on_message(text.as_bytes(), parsed, cx)
+            }
             Frame::TooLarge(None) => self.write_error(&Id::Null, &too_large()),
             Frame::TooLarge(Some(sniffed)) => match sniffed.id {
                 Some(id) if sniffed.has_method => self.write_error(&id, &too_large()),
@@ -164,9 +171,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         }
     }
 
-    fn on_message(&mut self, bytes: &[u8], cx: &mut Context<'_>) -> Result<(), CloseReason> {
+    /// A frame (`bytes`) and what it parsed to.
+    fn on_message(&mut self, bytes: &[u8], parsed: Parsed<'_>, cx: &mut Context<'_>) -> Result<(), CloseReason> {
         let size = bytes.len();
-        match message::parse(bytes, self.handle.shared.config.max_batch) {
+        match parsed {
             Parsed::Rejected(error) => self.write_error(&Id::Null, &error),
             Parsed::Single(Ok(message)) => self.on_single(message, size, cx),
             Parsed::Single(Err(invalid)) if self.is_our_call(&invalid) => {
