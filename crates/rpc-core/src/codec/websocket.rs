@@ -13,8 +13,8 @@ use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use futures_util::stream::SplitStream;
-use futures_util::{SinkExt, Stream, StreamExt};
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::error::ProtocolError;
@@ -181,11 +181,36 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (sink, stream) = ws.split();
-    let writer = sink.with(|item: Outbound| async move { Ok::<_, WsError>(to_message(item)) });
     Transport {
         reader: Box::pin(Reader { inner: stream, done: false }),
-        writer: Box::pin(writer.sink_map_err(to_io)),
+        writer: Box::pin(Writer { inner: sink }),
         wants_keepalive: true,
+    }
+}
+
+/// The write half: each item becomes its message as it is handed over (not
+/// through `SinkExt::with`, which makes and polls a future per item).
+struct Writer<S> {
+    inner: SplitSink<WebSocketStream<S>, Message>,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Outbound> for Writer<S> {
+    type Error = io::Error;
+
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.inner.poll_ready_unpin(cx).map_err(to_io)
+    }
+
+    fn start_send(mut self: Pin<&mut Self>, item: Outbound) -> io::Result<()> {
+        self.inner.start_send_unpin(to_message(item)).map_err(to_io)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.inner.poll_flush_unpin(cx).map_err(to_io)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.inner.poll_close_unpin(cx).map_err(to_io)
     }
 }
 
