@@ -26,7 +26,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::exact::{ConnStats, reply_id};
-use super::spec::{Load, Report, push_request};
+use super::spec::{Load, Report, Scheme, push_request};
 use super::websocket;
 
 /// One round trip in this many is timed.
@@ -150,12 +150,9 @@ impl Tally {
 }
 
 pub(super) async fn connection(load: &Load, measure_from: Instant, stop_at: Instant) -> Result<ConnStats> {
-    if let Some(addr) = load.target.strip_prefix("tcp://") {
-        ndjson(addr, load, measure_from, stop_at).await
-    } else if load.target.starts_with("ws://") {
-        ws(load, measure_from, stop_at).await
-    } else {
-        bail!("target must start with tcp:// or ws://: {}", load.target)
+    match load.scheme()? {
+        Scheme::Ndjson(addr) => ndjson(addr, load, measure_from, stop_at).await,
+        Scheme::WebSocket => ws(load, measure_from, stop_at).await,
     }
 }
 

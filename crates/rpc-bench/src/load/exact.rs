@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::spec::{Load, push_request, request};
+use super::spec::{Load, Scheme, push_request, request};
 
 pub(super) struct ConnStats {
     pub(super) hist: Histogram<u64>,
@@ -104,12 +104,9 @@ impl Flight {
 }
 
 pub(super) async fn connection(load: &Load, measure_from: Instant, stop_at: Instant) -> Result<ConnStats> {
-    if let Some(addr) = load.target.strip_prefix("tcp://") {
-        ndjson_connection(addr, load, measure_from, stop_at).await
-    } else if load.target.starts_with("ws://") {
-        ws_connection(load, measure_from, stop_at).await
-    } else {
-        bail!("target must start with tcp:// or ws://: {}", load.target)
+    match load.scheme()? {
+        Scheme::Ndjson(addr) => ndjson_connection(addr, load, measure_from, stop_at).await,
+        Scheme::WebSocket => ws_connection(load, measure_from, stop_at).await,
     }
 }
 

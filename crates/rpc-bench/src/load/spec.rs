@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use anyhow::{Result, bail};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
@@ -29,7 +30,26 @@ pub struct Load {
     pub servers: Vec<u32>,
 }
 
+/// The framing a load speaks, by its target's scheme.
+pub(crate) enum Scheme<'a> {
+    /// `tcp://HOST:PORT`: NDJSON to that address.
+    Ndjson(&'a str),
+    /// `ws://...`: WebSocket text frames to that URL (the whole target).
+    WebSocket,
+}
+
 impl Load {
+    /// The framing the target asks for; an error names a target that is neither.
+    pub(crate) fn scheme(&self) -> Result<Scheme<'_>> {
+        if let Some(addr) = self.target.strip_prefix("tcp://") {
+            Ok(Scheme::Ndjson(addr))
+        } else if self.target.starts_with("ws://") {
+            Ok(Scheme::WebSocket)
+        } else {
+            bail!("target must start with tcp:// or ws://: {}", self.target)
+        }
+    }
+
     /// The same load, with the server's processes to watch.
     pub fn watching(mut self, pids: &[u32]) -> Load {
         self.servers = pids.to_vec();
