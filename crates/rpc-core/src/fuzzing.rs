@@ -81,8 +81,7 @@ pub fn content_length(data: &[u8]) {
 pub fn websocket(data: &[u8]) {
     let read_size = data.first().map_or(1, |&b| usize::from(b % 64) + 1);
     let io = Replay { data: data.to_vec(), at: 0, read_size };
-    let ws = codec::websocket::server(io, MAX_MESSAGE).now_or_never().expect("wrapping a socket does not wait");
-    let mut reader = codec::websocket::transport(ws).reader;
+    let mut reader = codec::websocket::server_transport(io, MAX_MESSAGE).reader;
     let mut last = None;
     loop {
         let Some(item) = reader.next().now_or_never() else {

@@ -55,8 +55,8 @@ pub async fn upgrade(State(broker): State<Arc<Broker>>, mut request: Request) ->
     let opening = Box::pin(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
-                let ws = websocket::server(TokioIo::new(upgraded), max_message).await;
-                Some(peer::open_peer(task_broker, websocket::transport(ws), spec).await)
+                let transport = websocket::server_transport(TokioIo::new(upgraded), max_message);
+                Some(peer::open_peer(task_broker, transport, spec).await)
             }
             Err(e) => {
                 tracing::debug!(error = %e, "websocket upgrade did not complete");

@@ -37,10 +37,9 @@ pub async fn upgrade(State(site): State<Arc<Site>>, mut request: Request) -> Res
             Ok(upgraded) => upgraded,
             Err(e) => return tracing::debug!(error = %e, "websocket upgrade did not complete"),
         };
-        let ws = websocket::server(TokioIo::new(upgraded), serving.max_message).await;
+        let transport = websocket::server_transport(TokioIo::new(upgraded), serving.max_message);
         let session = Arc::new(ControlSession::new(serving.host.clone()));
-        let (peer, conn) =
-            Connection::new(websocket::transport(ws), serving.control.clone(), session, serving.peer.clone());
+        let (peer, conn) = Connection::new(transport, serving.control.clone(), session, serving.peer.clone());
         tracing::info!(conn = peer.conn_id(), "page connected");
         let reason = conn.with_shutdown(&serving.shutdown).run().await;
         tracing::info!(conn = peer.conn_id(), ?reason, "page disconnected");

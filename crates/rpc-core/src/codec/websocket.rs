@@ -11,15 +11,17 @@
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Waker, ready};
 
-use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
+use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::error::ProtocolError;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig, WebSocketContext};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
 use super::{Frame, Outbound, Transport};
@@ -55,17 +57,198 @@ const ON_DEMAND_READ_BUFFER: usize = 256;
 /// 64 pipelined pings in one read.
 const READ_CHUNK: usize = 8 * 1024;
 
-/// The server side of an upgraded connection, for a daemon that holds many
-/// mostly idle ones: the socket is read through a [`ReadOnDemand`] buffer,
-/// which exists only while input is waiting to be taken, and tungstenite's
-/// own buffer is 256 bytes. An idle connection holds about 2 KiB less than
-/// with [`config`]; a busy one reads 8 KiB a system call instead of 2 KiB.
-pub async fn server<S>(io: S, max_message: usize) -> WebSocketStream<ReadOnDemand<S>>
+/// The server side of an upgraded connection (the handshake done), for a
+/// daemon that holds many mostly idle ones: the socket is read through a
+/// [`ReadOnDemand`] buffer, which exists only while input is waiting to be
+/// taken, and tungstenite's own buffer is 256 bytes. An idle connection holds
+/// about 2 KiB less than with [`config`]; a busy one reads 8 KiB a system call
+/// instead of 2 KiB.
+///
+/// tungstenite's protocol state is driven directly, with the connection
+/// task's own context ([`Direct`]), rather than through tokio-tungstenite's
+/// `WebSocketStream` split in two: that layer (waker proxies registered on
+/// every read, a `BiLock` per half) was a fifth of a broker's CPU per ping.
+pub fn server_transport<S>(io: S, max_message: usize) -> Transport
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let config = config(max_message).read_buffer_size(ON_DEMAND_READ_BUFFER);
-    WebSocketStream::from_raw_socket(ReadOnDemand::new(io), Role::Server, Some(config)).await
+    let direct = Direct::new(ReadOnDemand::new(io), max_message);
+    Transport {
+        reader: Box::pin(Reader { inner: direct.clone(), done: false }),
+        writer: Box::pin(Writer { inner: direct }),
+        wants_keepalive: true,
+    }
+}
+
+/// A WebSocket's protocol state and its socket, shared by the transport's two
+/// halves, which the connection's one task polls: each call passes that
+/// task's context to the socket itself. A read that has to answer a ping
+/// writes too, and registers the same task for the socket's write readiness
+/// as the writer would, so no wake-up is lost between the halves. (Halves
+/// polled by two tasks could each take the other's registration: nothing in
+/// rpc-core does that; tokio-tungstenite's proxies are for that case.)
+struct Direct<S> {
+    shared: Arc<Shared<S>>,
+}
+
+struct Shared<S> {
+    state: Mutex<DirectState<S>>,
+    /// What tokio-tungstenite's sink calls `ready`: the last write did not
+    /// block, so the next may be started without flushing first. Outside the
+    /// lock: the writer asks before every message, and it is nearly always
+    /// yes (a lock taken and released is two atomic exchanges).
+    ready: AtomicBool,
+}
+
+struct DirectState<S> {
+    io: S,
+    ws: WebSocketContext,
+    /// The read side saw the end or an error: it yields nothing more.
+    ended: bool,
+    /// A close is queued and flushing.
+    closing: bool,
+}
+
+impl<S> Clone for Direct<S> {
+    fn clone(&self) -> Self {
+        Direct { shared: self.shared.clone() }
+    }
+}
+
+impl<S> Direct<S> {
+    fn new(io: S, max_message: usize) -> Self {
+        let config = config(max_message).read_buffer_size(ON_DEMAND_READ_BUFFER);
+        let ws = WebSocketContext::new(Role::Server, Some(config));
+        let state = Mutex::new(DirectState { io, ws, ended: false, closing: false });
+        Direct { shared: Arc::new(Shared { state, ready: AtomicBool::new(true) }) }
+    }
+}
+
+/// The socket as tungstenite's blocking `Read + Write`, for one poll: an
+/// operation that would wait is `WouldBlock`, with `cx` registered to wake.
+struct Polled<'a, 'b, S> {
+    io: &'a mut S,
+    cx: &'a mut Context<'b>,
+}
+
+impl<S: AsyncRead + Unpin> io::Read for Polled<'_, '_, S> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut buf = ReadBuf::new(buf);
+        match Pin::new(&mut *self.io).poll_read(self.cx, &mut buf) {
+            Poll::Ready(Ok(())) => Ok(buf.filled().len()),
+            Poll::Ready(Err(e)) => Err(e),
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> io::Write for Polled<'_, '_, S> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match Pin::new(&mut *self.io).poll_write(self.cx, buf) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match Pin::new(&mut *self.io).poll_flush(self.cx) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> DirectState<S> {
+    /// Runs one tungstenite operation on the socket; `WouldBlock` is `Pending`.
+    fn poll<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        op: impl FnOnce(&mut WebSocketContext, &mut Polled<'_, '_, S>) -> Result<T, WsError>,
+    ) -> Poll<Result<T, WsError>> {
+        match op(&mut self.ws, &mut Polled { io: &mut self.io, cx }) {
+            Err(WsError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => Poll::Pending,
+            other => Poll::Ready(other),
+        }
+    }
+}
+
+/// The read half: tokio-tungstenite's `Stream` for `WebSocketStream`.
+impl<S: AsyncRead + AsyncWrite + Unpin> Stream for Direct<S> {
+    type Item = Result<Message, WsError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut state = self.shared.state.lock();
+        if state.ended {
+            return Poll::Ready(None);
+        }
+        match ready!(state.poll(cx, |ws, io| ws.read(io))) {
+            Ok(message) => Poll::Ready(Some(Ok(message))),
+            Err(e) => {
+                state.ended = true;
+                match e {
+                    WsError::AlreadyClosed | WsError::ConnectionClosed => Poll::Ready(None),
+                    e => Poll::Ready(Some(Err(e))),
+                }
+            }
+        }
+    }
+}
+
+/// The write half: tokio-tungstenite's `Sink` for `WebSocketStream`.
+impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for Direct<S> {
+    type Error = WsError;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        if self.shared.ready.load(Ordering::Acquire) {
+            return Poll::Ready(Ok(()));
+        }
+        // The last write blocked: flush it away first.
+        let flushed = ready!(self.shared.state.lock().poll(cx, |ws, io| ws.flush(io)));
+        self.shared.ready.store(true, Ordering::Release);
+        Poll::Ready(flushed)
+    }
+
+    fn start_send(self: Pin<&mut Self>, message: Message) -> Result<(), WsError> {
+        // No context here: a write that would block is queued by tungstenite,
+        // and the `poll_ready` or `poll_flush` that must follow registers the
+        // task with the socket (the no-op waker's registration is replaced).
+        let mut cx = Context::from_waker(Waker::noop());
+        let written = self.shared.state.lock().poll(&mut cx, |ws, io| ws.write(io, message));
+        // Blocked: queued, and the next `poll_ready` flushes first.
+        self.shared.ready.store(!written.is_pending(), Ordering::Release);
+        match written {
+            Poll::Ready(Err(e)) => Err(e),
+            Poll::Ready(Ok(())) | Poll::Pending => Ok(()),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        let flushed = ready!(self.shared.state.lock().poll(cx, |ws, io| ws.flush(io)));
+        self.shared.ready.store(true, Ordering::Release);
+        match flushed {
+            // The close handshake just completed: flushed, not an error.
+            Err(WsError::ConnectionClosed) => Poll::Ready(Ok(())),
+            other => Poll::Ready(other),
+        }
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        self.shared.ready.store(true, Ordering::Release);
+        let mut state = self.shared.state.lock();
+        let closed = if state.closing {
+            state.poll(cx, |ws, io| ws.flush(io))
+        } else {
+            state.poll(cx, |ws, io| ws.close(io, None))
+        };
+        match closed {
+            Poll::Ready(Ok(()) | Err(WsError::ConnectionClosed)) => Poll::Ready(Ok(())),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                state.closing = true;
+                Poll::Pending
+            }
+        }
+    }
 }
 
 /// A socket whose reads go through a buffer that is allocated when the socket
@@ -175,7 +358,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ReadOnDemand<S> {
     }
 }
 
-/// Wraps an established WebSocket as a transport.
+/// Wraps an established WebSocket (a client's, or a server's that
+/// tokio-tungstenite accepted) as a transport.
 pub fn transport<S>(ws: WebSocketStream<S>) -> Transport
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -190,11 +374,11 @@ where
 
 /// The write half: each item becomes its message as it is handed over (not
 /// through `SinkExt::with`, which makes and polls a future per item).
-struct Writer<S> {
-    inner: SplitSink<WebSocketStream<S>, Message>,
+struct Writer<W> {
+    inner: W,
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Outbound> for Writer<S> {
+impl<W: Sink<Message, Error = WsError> + Unpin> Sink<Outbound> for Writer<W> {
     type Error = io::Error;
 
     fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -236,12 +420,12 @@ fn to_io(e: WsError) -> io::Error {
     }
 }
 
-struct Reader<S> {
-    inner: SplitStream<WebSocketStream<S>>,
+struct Reader<R> {
+    inner: R,
     done: bool,
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> Stream for Reader<S> {
+impl<R: Stream<Item = Result<Message, WsError>> + Unpin> Stream for Reader<R> {
     type Item = io::Result<Frame>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
@@ -287,44 +471,143 @@ mod tests {
     use super::*;
     use crate::message::Kind;
     use futures_util::SinkExt;
+    use tokio::io::DuplexStream;
 
-    async fn pair() -> (Transport, WebSocketStream<tokio::io::DuplexStream>) {
-        let (a, b) = tokio::io::duplex(1 << 16);
-        let server = WebSocketStream::from_raw_socket(a, Role::Server, Some(config(1024))).await;
-        let client = WebSocketStream::from_raw_socket(b, Role::Client, None).await;
-        (transport(server), client)
+    type Client = WebSocketStream<DuplexStream>;
+
+    /// A server transport of each kind (driven directly, and through
+    /// tokio-tungstenite) with a client on the other end of a pipe of
+    /// `pipe` bytes each way.
+    async fn pairs(max_message: usize, pipe: usize) -> [(&'static str, Transport, Client); 2] {
+        let (a, b) = tokio::io::duplex(pipe);
+        let direct = server_transport(a, max_message);
+        let direct_client = WebSocketStream::from_raw_socket(b, Role::Client, None).await;
+        let (a, b) = tokio::io::duplex(pipe);
+        let split = WebSocketStream::from_raw_socket(a, Role::Server, Some(config(max_message))).await;
+        let split_client = WebSocketStream::from_raw_socket(b, Role::Client, None).await;
+        [("direct", direct, direct_client), ("tokio-tungstenite", transport(split), split_client)]
     }
 
     #[tokio::test]
     async fn text_frames_are_messages_and_replies_are_text() {
-        let (mut t, mut client) = pair().await;
-        client.send(Message::text(r#"{"a":1}"#)).await.unwrap();
-        assert_eq!(t.reader.next().await.unwrap().unwrap(), Frame::Text(r#"{"a":1}"#.into()));
-        t.writer.send(Outbound::message(Kind::Response, r#"{"b":2}"#)).await.unwrap();
-        assert_eq!(client.next().await.unwrap().unwrap(), Message::text(r#"{"b":2}"#));
+        for (kind, mut t, mut client) in pairs(1024, 1 << 16).await {
+            client.send(Message::text(r#"{"a":1}"#)).await.unwrap();
+            assert_eq!(t.reader.next().await.unwrap().unwrap(), Frame::Text(r#"{"a":1}"#.into()), "{kind}");
+            t.writer.send(Outbound::message(Kind::Response, r#"{"b":2}"#)).await.unwrap();
+            assert_eq!(client.next().await.unwrap().unwrap(), Message::text(r#"{"b":2}"#), "{kind}");
+        }
     }
 
     #[tokio::test]
     async fn binary_frames_are_unsupported_with_1003() {
-        let (mut t, mut client) = pair().await;
-        client.send(Message::binary(vec![1, 2, 3])).await.unwrap();
-        let frame = t.reader.next().await.unwrap().unwrap();
-        assert!(matches!(frame, Frame::Unsupported { close_code: 1003, .. }));
-        assert!(t.reader.next().await.is_none());
+        for (kind, mut t, mut client) in pairs(1024, 1 << 16).await {
+            client.send(Message::binary(vec![1, 2, 3])).await.unwrap();
+            let frame = t.reader.next().await.unwrap().unwrap();
+            assert!(matches!(frame, Frame::Unsupported { close_code: 1003, .. }), "{kind}: {frame:?}");
+            assert!(t.reader.next().await.is_none(), "{kind}");
+        }
     }
 
     #[tokio::test]
     async fn oversized_messages_are_unsupported_with_1009() {
-        let (mut t, mut client) = pair().await;
-        client.send(Message::text("x".repeat(4096))).await.unwrap();
-        let frame = t.reader.next().await.unwrap().unwrap();
-        assert!(matches!(frame, Frame::Unsupported { close_code: 1009, .. }), "{frame:?}");
+        for (kind, mut t, mut client) in pairs(1024, 1 << 16).await {
+            client.send(Message::text("x".repeat(4096))).await.unwrap();
+            let frame = t.reader.next().await.unwrap().unwrap();
+            assert!(matches!(frame, Frame::Unsupported { close_code: 1009, .. }), "{kind}: {frame:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn invalid_utf8_is_unsupported_with_1007() {
+        for (kind, mut t, mut client) in pairs(1024, 1 << 16).await {
+            let frame = tokio_tungstenite::tungstenite::protocol::frame::Frame::message(
+                vec![b'"', 0xff, b'"'],
+                tokio_tungstenite::tungstenite::protocol::frame::coding::OpCode::Data(
+                    tokio_tungstenite::tungstenite::protocol::frame::coding::Data::Text,
+                ),
+                true,
+            );
+            client.send(Message::Frame(frame)).await.unwrap();
+            let frame = t.reader.next().await.unwrap().unwrap();
+            assert!(matches!(frame, Frame::Unsupported { close_code: 1007, .. }), "{kind}: {frame:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn pings_are_answered_even_when_the_write_side_is_full() {
+        // A pipe of 64 bytes: the pongs for 200 pings cannot be written while
+        // the client is not reading, so answering blocks, and the reader must
+        // be woken to go on when the client reads again. tungstenite answers
+        // the latest ping it has read (RFC 6455 allows skipping older ones):
+        // the pongs come in order and the last ping is answered.
+        for (kind, t, client) in pairs(1024, 64).await {
+            let (mut client_sink, mut client_stream) = client.split();
+            let mut reader = t.reader;
+            let server = tokio::spawn(async move {
+                let (mut alive, mut texts) = (0, 0);
+                while let Some(frame) = reader.next().await {
+                    match frame {
+                        Ok(Frame::Alive) => alive += 1,
+                        Ok(Frame::Text(_)) => texts += 1,
+                        other => panic!("{other:?}"),
+                    }
+                }
+                (alive, texts)
+            });
+            let pinger = tokio::spawn(async move {
+                for n in 0..200u32 {
+                    client_sink.send(Message::Ping(n.to_be_bytes().to_vec().into())).await.unwrap();
+                }
+                client_sink.send(Message::text("done")).await.unwrap();
+                client_sink
+            });
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            let mut last = None;
+            while last != Some(199) {
+                let message = tokio::time::timeout(std::time::Duration::from_secs(5), client_stream.next())
+                    .await
+                    .unwrap_or_else(|_| panic!("{kind}: the last pong was {last:?}"));
+                let Message::Pong(payload) = message.unwrap().unwrap() else { panic!("{kind}: not a pong") };
+                let n = u32::from_be_bytes(payload[..].try_into().unwrap());
+                assert!(last.is_none_or(|last| n > last), "{kind}: pong {n} after {last:?}");
+                last = Some(n);
+            }
+            let mut client = pinger.await.unwrap().reunite(client_stream).unwrap();
+            client.close(None).await.unwrap();
+            assert_eq!(server.await.unwrap(), (200, 1), "{kind}");
+            drop(t.writer);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reply_larger_than_the_pipe_is_written_in_full() {
+        for (kind, mut t, mut client) in pairs(1 << 20, 1024).await {
+            let big = format!(r#"{{"b":"{}"}}"#, "y".repeat(300_000));
+            let expected = big.clone();
+            let reading = tokio::spawn(async move { client.next().await.unwrap().unwrap() });
+            let limit = std::time::Duration::from_secs(5);
+            let sent = tokio::time::timeout(limit, t.writer.send(Outbound::message(Kind::Response, big))).await;
+            sent.unwrap_or_else(|_| panic!("{kind}: the writer was never woken")).unwrap();
+            assert_eq!(tokio::time::timeout(limit, reading).await.unwrap().unwrap(), Message::text(expected), "{kind}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_close_from_the_client_ends_the_input_and_is_answered() {
+        for (kind, mut t, mut client) in pairs(1024, 1 << 16).await {
+            client.close(None).await.unwrap();
+            assert!(t.reader.next().await.is_none(), "{kind}");
+            // tungstenite queued the answering close; the writer flushes it.
+            let _ = t.writer.close().await;
+            let answer = tokio::time::timeout(std::time::Duration::from_secs(5), client.next()).await.unwrap();
+            assert!(matches!(answer, Some(Ok(Message::Close(_))) | None), "{kind}: {answer:?}");
+        }
     }
 
     #[tokio::test]
     async fn on_demand_reads_big_messages_and_holds_no_buffer_when_idle() {
         let (a, b) = tokio::io::duplex(1 << 16);
-        let mut server = server(a, 4 << 20).await;
+        let mut server = Direct::new(ReadOnDemand::new(a), 4 << 20);
         let mut client = WebSocketStream::from_raw_socket(b, Role::Client, None).await;
         let big = "x".repeat(3 << 20);
         let writer = tokio::spawn(async move {
@@ -339,7 +622,7 @@ mod tests {
         let mut client = writer.await.unwrap();
         // The next read finds nothing and gives the buffer back.
         assert!(futures_util::FutureExt::now_or_never(server.next()).is_none());
-        assert!(!server.get_ref().holds_buffer());
+        assert!(!server.shared.state.lock().io.holds_buffer());
         // ...and a later message is read as before.
         client.send(Message::text(r#"{"a":1}"#)).await.unwrap();
         assert_eq!(server.next().await.unwrap().unwrap(), Message::text(r#"{"a":1}"#));
@@ -350,10 +633,11 @@ mod tests {
 
     #[tokio::test]
     async fn close_carries_the_code() {
-        let (mut t, mut client) = pair().await;
-        t.writer.send(Outbound::Close { code: 4001, reason: "replaced".into() }).await.unwrap();
-        let Message::Close(Some(frame)) = client.next().await.unwrap().unwrap() else { panic!() };
-        assert_eq!(u16::from(frame.code), 4001);
-        assert_eq!(frame.reason.as_str(), "replaced");
+        for (kind, mut t, mut client) in pairs(1024, 1 << 16).await {
+            t.writer.send(Outbound::Close { code: 4001, reason: "replaced".into() }).await.unwrap();
+            let Message::Close(Some(frame)) = client.next().await.unwrap().unwrap() else { panic!("{kind}") };
+            assert_eq!(u16::from(frame.code), 4001, "{kind}");
+            assert_eq!(frame.reason.as_str(), "replaced", "{kind}");
+        }
     }
 }
