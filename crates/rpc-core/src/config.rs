@@ -4,7 +4,7 @@
 //! the same spellings and refuse the same things in the same words.
 //!
 //! No command-line parser here: the functions take text and return typed
-//! errors, and [`crate::cli`] (feature `cli`) plugs them into clap.
+//! errors, and `rpc_core::cli` (feature `cli`) plugs them into clap.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};

@@ -37,7 +37,7 @@ pub const DEFAULT_MAX_MESSAGE: usize = 4 * 1024 * 1024;
 /// 7 KiB); a window of 64 pipelined pings then takes two reads instead of one.
 /// The write buffer only grows while a burst is being written.
 ///
-/// A server that holds many idle connections does better with [`server`].
+/// A server that holds many idle connections does better with [`server_transport`].
 pub fn config(max_message: usize) -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(2 * 1024)
@@ -65,7 +65,7 @@ const READ_CHUNK: usize = 8 * 1024;
 /// instead of 2 KiB.
 ///
 /// tungstenite's protocol state is driven directly, with the connection
-/// task's own context ([`Direct`]), rather than through tokio-tungstenite's
+/// task's own context (`Direct`, below), rather than through tokio-tungstenite's
 /// `WebSocketStream` split in two: that layer (waker proxies registered on
 /// every read, a `BiLock` per half) was a fifth of a broker's CPU per ping.
 pub fn server_transport<S>(io: S, max_message: usize) -> Transport
