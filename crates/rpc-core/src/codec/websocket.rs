@@ -100,13 +100,13 @@ struct Shared<S> {
     ready: AtomicBool,
 }
 
+/// The socket and tungstenite's state for it. What ended (the read side,
+/// the close handshake) is tungstenite's own state: once the read side has
+/// ended, [`Reader`] polls it no more, and `close` queues the close frame
+/// once and only flushes after that.
 struct DirectState<S> {
     io: S,
     ws: WebSocketContext,
-    /// The read side saw the end or an error: it yields nothing more.
-    ended: bool,
-    /// A close is queued and flushing.
-    closing: bool,
 }
 
 impl<S> Clone for Direct<S> {
@@ -119,7 +119,7 @@ impl<S> Direct<S> {
     fn new(io: S, max_message: usize) -> Self {
         let config = config(max_message).read_buffer_size(ON_DEMAND_READ_BUFFER);
         let ws = WebSocketContext::new(Role::Server, Some(config));
-        let state = Mutex::new(DirectState { io, ws, ended: false, closing: false });
+        let state = Mutex::new(DirectState { io, ws });
         Direct { shared: Arc::new(Shared { state, ready: AtomicBool::new(true) }) }
     }
 }
@@ -177,19 +177,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Stream for Direct<S> {
     type Item = Result<Message, WsError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let mut state = self.shared.state.lock();
-        if state.ended {
-            return Poll::Ready(None);
-        }
-        match ready!(state.poll(cx, |ws, io| ws.read(io))) {
+        match ready!(self.shared.state.lock().poll(cx, |ws, io| ws.read(io))) {
             Ok(message) => Poll::Ready(Some(Ok(message))),
-            Err(e) => {
-                state.ended = true;
-                match e {
-                    WsError::AlreadyClosed | WsError::ConnectionClosed => Poll::Ready(None),
-                    e => Poll::Ready(Some(Err(e))),
-                }
-            }
+            Err(WsError::AlreadyClosed | WsError::ConnectionClosed) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
         }
     }
 }
@@ -203,9 +194,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for Direct<S> {
             return Poll::Ready(Ok(()));
         }
         // The last write blocked: flush it away first.
-        let flushed = ready!(self.shared.state.lock().poll(cx, |ws, io| ws.flush(io)));
-        self.shared.ready.store(true, Ordering::Release);
-        Poll::Ready(flushed)
+        self.write_out(cx)
     }
 
     fn start_send(self: Pin<&mut Self>, message: Message) -> Result<(), WsError> {
@@ -223,9 +212,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for Direct<S> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
-        let flushed = ready!(self.shared.state.lock().poll(cx, |ws, io| ws.flush(io)));
-        self.shared.ready.store(true, Ordering::Release);
-        match flushed {
+        match ready!(self.write_out(cx)) {
             // The close handshake just completed: flushed, not an error.
             Err(WsError::ConnectionClosed) => Poll::Ready(Ok(())),
             other => Poll::Ready(other),
@@ -234,20 +221,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for Direct<S> {
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
         self.shared.ready.store(true, Ordering::Release);
-        let mut state = self.shared.state.lock();
-        let closed = if state.closing {
-            state.poll(cx, |ws, io| ws.flush(io))
-        } else {
-            state.poll(cx, |ws, io| ws.close(io, None))
-        };
-        match closed {
-            Poll::Ready(Ok(()) | Err(WsError::ConnectionClosed)) => Poll::Ready(Ok(())),
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => {
-                state.closing = true;
-                Poll::Pending
-            }
+        // Queues the close frame the first time, then only flushes.
+        match ready!(self.shared.state.lock().poll(cx, |ws, io| ws.close(io, None))) {
+            Ok(()) | Err(WsError::ConnectionClosed) => Poll::Ready(Ok(())),
+            Err(e) => Poll::Ready(Err(e)),
         }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Direct<S> {
+    /// Writes out what tungstenite holds; the writer may start the next
+    /// message once this is done, whatever it gave.
+    fn write_out(&self, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        let flushed = ready!(self.shared.state.lock().poll(cx, |ws, io| ws.flush(io)));
+        self.shared.ready.store(true, Ordering::Release);
+        Poll::Ready(flushed)
     }
 }
 
