@@ -178,7 +178,7 @@ fn check(item: Result<Message<'_>, message::Invalid>) {
 fn replies_read_back(id: &Id, error: &RpcError) {
     match message::parse(&message::response_err(id, error), 1) {
         Parsed::Single(Ok(Message::Response { id: back, outcome: Outcome::Error(e) })) => {
-            assert_eq!((&back, &e), (id, error));
+            assert_eq!((&back, &*e), (id, error));
         }
         other => panic!("the error reply to id {id} reads as {other:?}"),
     }

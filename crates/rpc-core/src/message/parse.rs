@@ -23,14 +23,16 @@ pub enum Message<'a> {
     Response { id: Id, outcome: Outcome<'a> },
 }
 
-/// What a response carried.
+/// What a response carried. Errors are boxed, as in [`Invalid`]: they are
+/// the rare case, and a [`Message`] that holds one inline is twice the size,
+/// which every parse then moves.
 #[derive(Debug)]
 pub enum Outcome<'a> {
     Result(&'a RawValue),
-    Error(RpcError),
+    Error(Box<RpcError>),
     /// Both members present: invalid by the letter of the spec, but some clients
     /// send it for tool errors. The peer decides what to do with it.
-    Both(&'a RawValue, RpcError),
+    Both(&'a RawValue, Box<RpcError>),
     /// An `error` member that is not a valid error object.
     Malformed(String),
 }
@@ -57,7 +59,11 @@ pub enum Parsed<'a> {
     Batch(Vec<Result<Message<'a>, Invalid>>),
     /// The frame as a whole is answered with this one error (bad JSON, `[]`, an
     /// over-long batch, a top-level value that is not an object or array).
-    Rejected(RpcError),
+    Rejected(Box<RpcError>),
+}
+
+fn rejected(error: RpcError) -> Parsed<'static> {
+    Parsed::Rejected(Box::new(error))
 }
 
 /// Parses one frame. `max_batch` caps the length of a batch.
@@ -65,7 +71,7 @@ pub fn parse(frame: &[u8], max_batch: usize) -> Parsed<'_> {
     // One UTF-8 check for the whole frame; after it serde reads `&str` input,
     // which it does not re-validate string by string.
     let Ok(text) = std::str::from_utf8(frame) else {
-        return Parsed::Rejected(RpcError::parse_error("invalid UTF-8"));
+        return rejected(RpcError::parse_error("invalid UTF-8"));
     };
     parse_text(text, max_batch)
 }
@@ -74,17 +80,17 @@ pub fn parse(frame: &[u8], max_batch: usize) -> Parsed<'_> {
 /// which the framing checked): [`parse`] without checking it again.
 pub fn parse_text(text: &str, max_batch: usize) -> Parsed<'_> {
     let Some(first) = text.bytes().find(|b| !b.is_ascii_whitespace()) else {
-        return Parsed::Rejected(RpcError::parse_error("empty message"));
+        return rejected(RpcError::parse_error("empty message"));
     };
     match first {
         b'[' => match serde_json::from_str::<Vec<&RawValue>>(text) {
-            Ok(items) if items.is_empty() => Parsed::Rejected(RpcError::invalid_request("empty batch")),
-            Ok(items) if items.len() > max_batch => Parsed::Rejected(RpcError::invalid_request(format!(
+            Ok(items) if items.is_empty() => rejected(RpcError::invalid_request("empty batch")),
+            Ok(items) if items.len() > max_batch => rejected(RpcError::invalid_request(format!(
                 "batch of {} messages exceeds the limit of {max_batch}",
                 items.len()
             ))),
             Ok(items) => Parsed::Batch(items.into_iter().map(|raw| parse_object(raw.get())).collect()),
-            Err(e) => Parsed::Rejected(classify(text, e)),
+            Err(e) => rejected(classify(text, e)),
         },
         b'{' => {
             let single = parse_object(text);
@@ -92,13 +98,13 @@ pub fn parse_text(text: &str, max_batch: usize) -> Parsed<'_> {
             if let Err(Invalid { error, .. }) = &single
                 && error.code == RpcError::PARSE_ERROR
             {
-                return Parsed::Rejected(*single.unwrap_err().error);
+                return Parsed::Rejected(single.unwrap_err().error);
             }
             Parsed::Single(single)
         }
         _ => match serde_json::from_str::<IgnoredAny>(text) {
-            Ok(_) => Parsed::Rejected(RpcError::invalid_request("a message must be an object or an array")),
-            Err(e) => Parsed::Rejected(RpcError::parse_error(e)),
+            Ok(_) => rejected(RpcError::invalid_request("a message must be an object or an array")),
+            Err(e) => rejected(RpcError::parse_error(e)),
         },
     }
 }
@@ -135,6 +141,7 @@ pub(super) fn members_by_serde(text: &str) -> serde_json::Result<Members<'_>> {
         params: raw.params,
         result: raw.result,
         error: raw.error,
+        plain: false,
     })
 }
 
@@ -177,13 +184,18 @@ pub(super) fn parse_object(text: &str) -> Result<Message<'_>, Invalid> {
     message_from(members)
 }
 
-pub(super) fn message_from(raw: Members<'_>) -> Result<Message<'_>, Invalid> {
+pub(super) fn message_from<'a>(raw: Members<'a>) -> Result<Message<'a>, Invalid> {
     let invalid = |id: Option<Id>, detail: &str| Invalid {
         id: id.unwrap_or(Id::Null),
         error: Box::new(RpcError::invalid_request(detail)),
         lacks_outcome: false,
     };
 
+    // A string the scanner read has no escapes: its content is its text.
+    let string = |text: &'a str| match raw.plain {
+        true => text.strip_prefix('"').and_then(|s| s.strip_suffix('"')).map(Cow::Borrowed),
+        false => decode_str(text),
+    };
     let id = match raw.id {
         None => None,
         // A string that does not decode (a lone surrogate escape) is no id,
@@ -194,13 +206,13 @@ pub(super) fn message_from(raw: Members<'_>) -> Result<Message<'_>, Invalid> {
         },
     };
     match raw.jsonrpc {
-        Some(v) if decode_str(v).as_deref() == Some(JSONRPC_VERSION) => {}
+        Some(v) if string(v).as_deref() == Some(JSONRPC_VERSION) => {}
         Some(_) => return Err(invalid(id, "jsonrpc must be exactly \"2.0\"")),
         None => return Err(invalid(id, "missing jsonrpc member")),
     }
 
     if let Some(method) = raw.method {
-        let Some(method) = decode_str(method) else {
+        let Some(method) = string(method) else {
             return Err(invalid(id, "method must be a string"));
         };
         let params = match raw.params {
@@ -221,9 +233,9 @@ pub(super) fn message_from(raw: Members<'_>) -> Result<Message<'_>, Invalid> {
         let Some(id) = id else {
             return Err(invalid(None, "a response must carry an id"));
         };
-        let error = raw
-            .error
-            .map(|e| serde_json::from_str::<RpcError>(e.get()).map_err(|err| format!("invalid error object: {err}")));
+        let error = raw.error.map(|e| {
+            serde_json::from_str::<Box<RpcError>>(e.get()).map_err(|err| format!("invalid error object: {err}"))
+        });
         let outcome = match (raw.result, error) {
             (_, Some(Err(problem))) => Outcome::Malformed(problem),
             (Some(result), None) => Outcome::Result(result),

@@ -19,7 +19,7 @@ fn single(text: &str) -> Result<Message<'_>, Invalid> {
 
 fn rejected(text: &str) -> RpcError {
     match parse(text.as_bytes(), 1000) {
-        Parsed::Rejected(e) => e,
+        Parsed::Rejected(e) => *e,
         other => panic!("expected a rejection, got {other:?}"),
     }
 }
@@ -207,6 +207,8 @@ fn the_scanner_reads_common_messages_and_leaves_the_rest_to_serde() {
         r#"{}"#,
         r#"{"jsonrpc":1,"id":2}"#,
         r#"{"jsonrpc":"2.0","idx":5,"i":1,"methods":2,"method":"m","":1}"#,
+        "{\"jsonrpc\":\"2.0\", \"method\" :\"m\",\n\"id\":\t7}",
+        r#"{"jsonrpc":"2.0","jsonrpcx":"2.0","method":"m"}"#,
     ];
     for text in fast {
         assert!(scan(text).is_some(), "{text:?} should take the fast path");
@@ -233,6 +235,10 @@ fn the_scanner_reads_common_messages_and_leaves_the_rest_to_serde() {
         r#"{"jsonrpc":"2.0","method":"m""#,
         r#"[{"jsonrpc":"2.0","method":"m"}]"#,
         r#"{"jsonrpc" "2.0"}"#,
+        r#"{"jsonrpc":"2.0","jsonrpc":"2.0","method":"m"}"#,
+        r#"{"jsonrpc":"2.0","method":"m","jsonrpc":"1.0"}"#,
+        r#"{"jsonrpc":"2.0",}"#,
+        r#"{"jsonrpc":"2.0","#,
         "",
     ];
     for text in slow {

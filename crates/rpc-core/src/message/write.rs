@@ -1,6 +1,8 @@
 //! Writing messages: responses, requests and batches, serialised once,
 //! straight into their bytes.
 
+use std::cell::RefCell;
+
 use serde::Serialize;
 
 use super::error::RpcError;
@@ -28,19 +30,33 @@ pub fn response_ok(id: &Id, result_json: &[u8]) -> Vec<u8> {
 
 /// Serialises a success response, the result written straight after the id.
 ///
-/// A small response is written on the stack first and then allocated at its
+/// It is written into a buffer this thread keeps, then copied out at its
 /// exact size: a buffer with spare capacity costs `Bytes` an extra
-/// allocation (and two frees) on its way to the socket.
+/// allocation (and two frees) on its way to the socket, and a buffer on the
+/// stack has to be zeroed first, every time.
 pub fn response_with<R: Serialize + ?Sized>(id: &Id, result: &R) -> serde_json::Result<Vec<u8>> {
-    const SMALL: usize = 256;
-    let mut small = std::io::Cursor::new([0u8; SMALL]);
-    if write_response(&mut small, id, result).is_ok() {
-        let len = small.position() as usize;
-        return Ok(small.get_ref()[..len].to_vec());
+    /// Past this, the buffer goes after use: a thread keeps at most this
+    /// much for the next response, however large one was.
+    const KEEP: usize = 16 * 1024;
+    thread_local! {
+        static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     }
-    let mut out = Vec::with_capacity(SMALL * 2);
-    write_response(&mut out, id, result)?;
-    Ok(out)
+    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+        Ok(mut out) => {
+            out.clear();
+            let written = write_response(&mut *out, id, result).map(|()| out.to_vec());
+            if out.capacity() > KEEP {
+                *out = Vec::new();
+            }
+            written
+        }
+        // A result whose serialisation writes a response of its own.
+        Err(_) => {
+            let mut out = Vec::new();
+            write_response(&mut out, id, result)?;
+            Ok(out)
+        }
+    })
 }
 
 fn write_response<W: std::io::Write, R: Serialize + ?Sized>(

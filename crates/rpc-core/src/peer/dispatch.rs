@@ -312,7 +312,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     fn on_response(&self, id: Id, outcome: Outcome<'_>) {
         let reply = match outcome {
             Outcome::Result(result) => Ok(result.to_owned()),
-            Outcome::Error(error) => Err(CallError::Rpc(error)),
+            Outcome::Error(error) => Err(CallError::Rpc(*error)),
             Outcome::Both(result, error) if self.router.accepts_result_with_error(result, &error) => {
                 Ok(result.to_owned())
             }
