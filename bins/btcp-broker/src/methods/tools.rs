@@ -7,6 +7,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
+use memchr::memmem::Finder;
 use rpc_core::{CallError, Ctx, Id, NoParams, PeerHandle, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -201,17 +202,18 @@ fn reports_tool_error(result: &RawValue) -> bool {
         #[serde(rename = "isError", default)]
         is_error: bool,
     }
+    static IS_ERROR: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("\"isError\""));
     let text = result.get();
-    may_say_true(text, "\"isError\"") && serde_json::from_str::<ToolResult>(text).is_ok_and(|r| r.is_error)
+    may_say_true(text, &IS_ERROR) && serde_json::from_str::<ToolResult>(text).is_ok_and(|r| r.is_error)
 }
 
 /// Whether `key` occurs in `text` followed (after blanks, a colon, blanks) by
-/// `true`. memchr's searcher: building std's `str` searcher for each answer
-/// was 2 % of a forwarded call.
-fn may_say_true(text: &str, key: &str) -> bool {
+/// `true`. memchr's searcher, built once: building a searcher for each
+/// answer was 2 % of a forwarded call with std's, 4 % with memchr's.
+fn may_say_true(text: &str, key: &Finder<'_>) -> bool {
     let blank = |c: char| matches!(c, ' ' | '\t' | '\n' | '\r');
-    memchr::memmem::find_iter(text.as_bytes(), key).any(|at| {
-        let rest = text[at + key.len()..].trim_start_matches(blank);
+    key.find_iter(text.as_bytes()).any(|at| {
+        let rest = text[at + key.needle().len()..].trim_start_matches(blank);
         rest.strip_prefix(':').is_some_and(|value| value.trim_start_matches(blank).starts_with("true"))
     })
 }
