@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use integration_tests::{Daemon, LogReader, eventually, free_port};
+use integration_tests::{Daemon, LogReader, eventually, free_port, free_ports};
 use serde_json::{Value, json};
 
 /// How each test's daemon writes its log.
@@ -84,7 +84,7 @@ pub fn bridge(env: &[(&str, &str)], log: Log) -> Bridge {
     let dir = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap().join("project");
     std::fs::create_dir_all(&root).unwrap();
-    let (port, repl_port) = (free_port().to_string(), free_port().to_string());
+    let [port, repl_port] = free_ports().map(|port| port.to_string());
     let logs = dir.path().join("logs").display().to_string();
     let mut all: Vec<(&str, &str)> =
         vec![("SUPEX_PORT", &port), ("SUPEX_REPL_PORT", &repl_port), ("SUPEX_LOG_DIR", &logs)];

@@ -5,7 +5,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use integration_tests::{LineClient, bin_path, eventually, free_port, require_tool};
+use integration_tests::{LineClient, bin_path, eventually, free_ports, require_tool};
 use serde_json::json;
 
 use crate::repo;
@@ -34,7 +34,7 @@ fn supex_bridge_socket_as_shipped_activates_the_bridge_and_the_repl() {
         return;
     }
     // The same unit on free ports, the daemon told those ports, as an env file would.
-    let (bridge, repl) = (free_port(), free_port());
+    let [bridge, repl] = free_ports();
     let project = tempfile::tempdir().unwrap();
     let log = project.path().join("daemon.log");
     let child = Command::new("systemd-socket-activate")

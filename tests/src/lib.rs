@@ -31,6 +31,19 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// `count` distinct free ports. Each listener is held until all are chosen:
+/// two calls of [`free_port`] in a row may be handed the same port, since the
+/// first listener is gone before the second asks.
+pub fn distinct_free_ports(count: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..count).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    listeners.iter().map(|listener| listener.local_addr().unwrap().port()).collect()
+}
+
+/// [`distinct_free_ports`] as an array, for destructuring.
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    distinct_free_ports(N).try_into().expect("as many ports as asked for")
+}
+
 /// Whether an external program the test needs is installed. Missing: the test
 /// should return early after this reported the skip (see [`skip`]); under
 /// `CI=true` a missing tool is a failure instead, because CI installs it.
@@ -663,7 +676,8 @@ impl NatsServer {
     /// Servers joined in one NATS cluster by routes, each with JetStream and
     /// the server name and cluster name JetStream clustering asks for.
     pub fn start_cluster(count: usize) -> Vec<NatsServer> {
-        let route_ports: Vec<u16> = (0..count).map(|_| free_port()).collect();
+        let ports = distinct_free_ports(2 * count);
+        let (route_ports, client_ports) = ports.split_at(count);
         let routes: Vec<String> = route_ports.iter().map(|p| format!("nats://127.0.0.1:{p}")).collect();
         let routes = routes.join(",");
         (0..count)
@@ -671,7 +685,7 @@ impl NatsServer {
                 let name = format!("n{i}");
                 let listen = format!("nats://127.0.0.1:{}", route_ports[i]);
                 let extra = ["-n", &name, "--cluster_name", "btcp-test", "--cluster", &listen, "--routes", &routes];
-                Self::start_with(free_port(), &extra)
+                Self::start_with(client_ports[i], &extra)
             })
             .collect()
     }

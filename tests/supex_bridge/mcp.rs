@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use integration_tests::{Daemon, McpClient, bin_path, free_port, require_tool};
+use integration_tests::{Daemon, McpClient, bin_path, free_ports, require_tool};
 use serde_json::{Value, json};
 
 use super::support::{BIN, Bridge};
@@ -101,7 +101,7 @@ fn mcp_reports_a_stopped_bridge_and_reconnects_when_it_is_back() {
         return;
     }
     let Some(mut mcp) = McpClient::start() else { return };
-    let (port, repl_port) = (free_port(), free_port());
+    let [port, repl_port] = free_ports();
     open(&mut mcp, port, &[], &[], "auto");
 
     // With the bridge down the agent still sees its tools (and a call says

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use integration_tests::{Daemon, LineClient, free_port, require_tool};
+use integration_tests::{Daemon, LineClient, free_ports, require_tool};
 use serde_json::{Value, json};
 
 pub const BIN: &str = "supex-bridge";
@@ -39,7 +39,7 @@ impl Bridge {
         let root = base.join("project");
         let logs = base.join("logs");
         std::fs::create_dir_all(&root).unwrap();
-        let (bridge_port, repl_port) = (free_port(), free_port());
+        let [bridge_port, repl_port] = free_ports();
         let (bp, rp) = (bridge_port.to_string(), repl_port.to_string());
         let logs_text = logs.to_string_lossy().into_owned();
         let mut all: Vec<(&str, &str)> =
