@@ -48,7 +48,7 @@ pub fn route(session: &Session, tool: &str) -> Result<PeerHandle, Unroutable> {
 /// cancels this call (`notifications/cancelled`) or goes away, the browser is
 /// told which of its calls to stop, and its late answer is dropped.
 pub async fn forward<S>(cx: &Ctx<S>, browser: &PeerHandle, call: &ToolCall<'_>, timeout: Duration) -> Reply {
-    ask(browser, call, timeout, &cx.cancel_token()).await
+    browser.request_abandonable("tools/call", call, Some(timeout), cx.abandoned(), Some(CancelNotice::MCP)).await
 }
 
 /// Asks `browser` on behalf of whoever holds `abandoned`: an agent here

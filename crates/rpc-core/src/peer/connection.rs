@@ -418,6 +418,7 @@ impl<S: Send + Sync + 'static> Driver<S> {
         let (config, outbox) = (&shared.config, &shared.outbox);
         shared.calls.fail_all();
         shared.closing.cancel();
+        shared.tokens.end();
         // Dropping the work cancels handlers still running (they lost their peer).
         let Dispatch { mut drain, .. } = work;
         if !sink_done {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::handle::PeerHandle;
+use super::tokens::Signal;
 use crate::message::Id;
 
 /// What a handler gets besides its params: the connection it serves, that
@@ -65,6 +66,29 @@ impl<S> Ctx<S> {
         match &self.call {
             Some(id) => self.peer.call_token(id),
             None => self.peer.close_token(),
+        }
+    }
+
+    /// Resolves on the same events as [`cancel_token`](Self::cancel_token)
+    /// fires, for work that only waits for them (a call forwarded on this
+    /// call's behalf: [`PeerHandle::request_abandonable`]). It costs a flag
+    /// and a wait, where a token's every clone, check and drop takes its
+    /// tree's lock. It may be handed to spawned work like the token: it still
+    /// resolves when the connection closes after the call is over.
+    pub fn abandoned(&self) -> impl Future<Output = ()> + Send + 'static {
+        enum Waits {
+            Call(Arc<Signal>),
+            Connection(PeerHandle),
+        }
+        let waits = match &self.call {
+            Some(id) => Waits::Call(self.peer.call_signal(id)),
+            None => Waits::Connection(self.peer.clone()),
+        };
+        async move {
+            match waits {
+                Waits::Call(signal) => signal.fired().await,
+                Waits::Connection(peer) => peer.closed().await,
+            }
         }
     }
 }

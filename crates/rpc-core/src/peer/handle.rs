@@ -17,7 +17,7 @@ use super::config::PeerConfig;
 use super::incoming::Counters;
 use super::outbox::{Outbox, PushError};
 use super::outgoing::{CallError, ForgetOnDrop, OutgoingCalls, Reply};
-use super::tokens::CallTokens;
+use super::tokens::{CallTokens, Signal};
 use crate::codec::Outbound;
 use crate::message::{self, Id, Kind};
 
@@ -152,7 +152,7 @@ impl PeerHandle {
         params: &P,
         timeout: Option<Duration>,
     ) -> Reply {
-        self.request_inner(method, params, timeout, None).await
+        self.request_inner(method, params, timeout, None::<(std::future::Pending<()>, _)>).await
     }
 
     /// [`request_raw`](Self::request_raw) that our caller may abandon: when
@@ -167,7 +167,22 @@ impl PeerHandle {
         cancel: &CancellationToken,
         notice: Option<CancelNotice>,
     ) -> Reply {
-        self.request_inner(method, params, timeout, Some((cancel, notice))).await
+        self.request_inner(method, params, timeout, Some((cancel.cancelled(), notice))).await
+    }
+
+    /// [`request_cancellable`](Self::request_cancellable) abandoned when
+    /// `abandoned` resolves: a call made on behalf of one this daemon is
+    /// handling passes that call's [`Ctx::abandoned`](super::Ctx::abandoned),
+    /// which costs less than its token.
+    pub async fn request_abandonable<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: &P,
+        timeout: Option<Duration>,
+        abandoned: impl Future<Output = ()>,
+        notice: Option<CancelNotice>,
+    ) -> Reply {
+        self.request_inner(method, params, timeout, Some((abandoned, notice))).await
     }
 
     async fn request_inner<P: Serialize + ?Sized>(
@@ -175,7 +190,7 @@ impl PeerHandle {
         method: &str,
         params: &P,
         timeout: Option<Duration>,
-        cancel: Option<(&CancellationToken, Option<CancelNotice>)>,
+        cancel: Option<(impl Future<Output = ()>, Option<CancelNotice>)>,
     ) -> Reply {
         let shared = &self.shared;
         let deadline = timeout.map(|limit| Instant::now() + limit);
@@ -206,9 +221,9 @@ impl PeerHandle {
         };
         let answer = match cancel {
             None => exchange.await,
-            Some((token, notice)) => tokio::select! {
+            Some((abandoned, notice)) => tokio::select! {
                 answer = exchange => answer,
-                _ = token.cancelled() => {
+                () = abandoned => {
                     drop(forget);
                     if let Some(notice) = notice {
                         let params = serde_json::json!({ notice.id_field: call.id });
@@ -248,6 +263,7 @@ impl PeerHandle {
     pub fn close(&self, code: u16, reason: &str) {
         let _ = self.shared.outbox.push_now(Outbound::Close { code, reason: reason.to_owned() });
         self.shared.closing.cancel();
+        self.shared.tokens.end();
     }
 
     /// Closes the connection once the reply of the request being handled has
@@ -267,9 +283,10 @@ impl PeerHandle {
         self.shared.handshaken.load(Ordering::Acquire)
     }
 
-    /// Cancels the token of an incoming call in progress (one whose handler
-    /// asked for it with [`Ctx::cancel_token`](super::ctx::Ctx::cancel_token)),
-    /// for a daemon's cancel message. Returns whether there was one.
+    /// Cancels an incoming call in progress whose handler asked to hear of it
+    /// ([`Ctx::cancel_token`](super::ctx::Ctx::cancel_token),
+    /// [`Ctx::abandoned`](super::ctx::Ctx::abandoned)), for a daemon's cancel
+    /// message. Returns whether there was one.
     pub fn cancel_call(&self, id: &Id) -> bool {
         self.shared.tokens.cancel(id)
     }
@@ -295,11 +312,16 @@ impl PeerHandle {
         self.shared.tokens.token(id, &self.shared.closing)
     }
 
+    /// The same events as [`call_token`](Self::call_token), as a signal.
+    pub(crate) fn call_signal(&self, id: &Id) -> Arc<Signal> {
+        self.shared.tokens.signal(id)
+    }
+
     /// The other side will send nothing more: our calls fail now rather than
     /// at their timeouts, and every call token fires.
     pub(crate) fn end_of_input(&self) {
         self.shared.calls.fail_all();
-        self.shared.tokens.end_of_input();
+        self.shared.tokens.end();
     }
 
     pub(crate) fn has_pending_calls(&self) -> bool {

@@ -17,7 +17,6 @@ use rpc_core::{CallError, Ctx, Gate, Id, NoParams, PeerConfig, Router, RpcError,
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 /// How long a test waits for any one message.
 const WAIT: Duration = Duration::from_secs(2);
@@ -122,12 +121,32 @@ struct CancelParams {
     id: Id,
 }
 
-/// Spawns a task that records when `token` fires, as a handler hands its
-/// token to work it starts (a forwarded call, a dialog).
-fn record_when_fired(tokens: &Arc<Tokens>, id: Option<Id>, token: CancellationToken) {
+/// How a handler hears that its call is abandoned: its cancellation token,
+/// or the cheaper [`Ctx::abandoned`]. Every test below runs with both.
+#[derive(Clone, Copy, Debug)]
+enum Hears {
+    Token,
+    Abandoned,
+}
+
+impl Hears {
+    fn abandoned(self, cx: &Ctx<()>) -> futures_util::future::BoxFuture<'static, ()> {
+        match self {
+            Hears::Token => {
+                let token = cx.cancel_token();
+                Box::pin(async move { token.cancelled().await })
+            }
+            Hears::Abandoned => Box::pin(cx.abandoned()),
+        }
+    }
+}
+
+/// Spawns a task that records when `abandoned` resolves, as a handler hands
+/// its token to work it starts (a forwarded call, a dialog).
+fn record_when_fired(tokens: &Arc<Tokens>, id: Option<Id>, abandoned: impl Future<Output = ()> + Send + 'static) {
     let tokens = tokens.clone();
     tokio::spawn(async move {
-        token.cancelled().await;
+        abandoned.await;
         tokens.fired.lock().push((id, Instant::now()));
     });
 }
@@ -135,17 +154,16 @@ fn record_when_fired(tokens: &Arc<Tokens>, id: Option<Id>, token: CancellationTo
 /// `watch`: a handler that waits on a person (up to 30 s), with a task
 /// watching its token; it gives up when the token fires. `spawn_watch`: the
 /// same task, but the handler answers at once. `cancel {id}` cancels a call.
-fn token_router(tokens: Arc<Tokens>) -> Arc<Router<()>> {
+fn token_router(tokens: Arc<Tokens>, hears: Hears) -> Arc<Router<()>> {
     let (spawns, cancels) = (tokens.clone(), tokens.clone());
     Router::new()
         .method("watch", move |cx: Ctx<()>, _: NoParams| {
             let tokens = tokens.clone();
             async move {
-                let token = cx.cancel_token();
-                record_when_fired(&tokens, cx.request_id().cloned(), token.clone());
+                record_when_fired(&tokens, cx.request_id().cloned(), hears.abandoned(&cx));
                 tokens.started.notify_one();
                 tokio::select! {
-                    () = token.cancelled() => Err(RpcError::new(-32800, "cancelled")),
+                    () = hears.abandoned(&cx) => Err(RpcError::new(-32800, "cancelled")),
                     () = tokio::time::sleep(Duration::from_secs(30)) => Ok("answered"),
                 }
             }
@@ -153,7 +171,7 @@ fn token_router(tokens: Arc<Tokens>) -> Arc<Router<()>> {
         .method("spawn_watch", move |cx: Ctx<()>, _: NoParams| {
             let tokens = spawns.clone();
             async move {
-                record_when_fired(&tokens, cx.request_id().cloned(), cx.cancel_token());
+                record_when_fired(&tokens, cx.request_id().cloned(), hears.abandoned(&cx));
                 Ok("watching")
             }
         })
@@ -180,11 +198,10 @@ async fn fired_within(tokens: &Tokens, since: Instant, limit: Duration) -> Optio
     }
 }
 
-#[tokio::test]
-async fn a_token_handed_to_spawned_work_fires_when_the_client_disconnects() {
+async fn spawned_work_hears_when_the_client_disconnects(hears: Hears) {
     let shutdown = Shutdown::new();
     let tokens = Arc::new(Tokens::default());
-    let addr = serve_tcp(token_router(tokens.clone()), &shutdown, || ());
+    let addr = serve_tcp(token_router(tokens.clone(), hears), &shutdown, || ());
     let mut c = Line::connect(addr).await;
     c.send(request("spawn_watch", json!({}), json!(1))).await;
     assert_eq!(c.recv(WAIT).await["result"], "watching");
@@ -204,11 +221,10 @@ async fn a_token_handed_to_spawned_work_fires_when_the_client_disconnects() {
 /// A client that disconnects while its call waits on a person (a dialog, a
 /// call forwarded elsewhere with no timeout) must see that call's token fire,
 /// so the work is abandoned rather than leaked (§10).
-#[tokio::test]
-async fn the_token_of_a_running_call_fires_when_the_client_disconnects() {
+async fn a_running_call_hears_when_the_client_disconnects(hears: Hears) {
     let shutdown = Shutdown::new();
     let tokens = Arc::new(Tokens::default());
-    let addr = serve_tcp(token_router(tokens.clone()), &shutdown, || ());
+    let addr = serve_tcp(token_router(tokens.clone(), hears), &shutdown, || ());
     let mut c = Line::connect(addr).await;
     c.send(request("watch", json!({}), json!(1))).await;
     tokio::time::timeout(Duration::from_secs(2), tokens.started.notified()).await.expect("watch never started");
@@ -224,11 +240,10 @@ async fn the_token_of_a_running_call_fires_when_the_client_disconnects() {
     shutdown.begin();
 }
 
-#[tokio::test]
-async fn the_cancel_token_fires_when_the_call_is_cancelled_and_the_connection_stays() {
+async fn a_cancelled_call_hears_it_and_the_connection_stays(hears: Hears) {
     let shutdown = Shutdown::new();
     let tokens = Arc::new(Tokens::default());
-    let addr = serve_tcp(token_router(tokens.clone()), &shutdown, || ());
+    let addr = serve_tcp(token_router(tokens.clone(), hears), &shutdown, || ());
     let mut c = Line::connect(addr).await;
     c.send(request("watch", json!({}), json!(7))).await;
     c.send(request("watch", json!({}), json!(8))).await;
@@ -263,6 +278,38 @@ async fn the_cancel_token_fires_when_the_call_is_cancelled_and_the_connection_st
     assert_eq!(c.recv(WAIT).await["id"], 10);
     assert_eq!(*tokens.cancelled.lock(), [true, false]);
     shutdown.begin();
+}
+
+// Each of the three above, with the token and with `Ctx::abandoned`.
+
+#[tokio::test]
+async fn spawned_work_hears_when_the_client_disconnects_by_its_token() {
+    spawned_work_hears_when_the_client_disconnects(Hears::Token).await;
+}
+
+#[tokio::test]
+async fn spawned_work_hears_when_the_client_disconnects_by_abandoned() {
+    spawned_work_hears_when_the_client_disconnects(Hears::Abandoned).await;
+}
+
+#[tokio::test]
+async fn a_running_call_hears_when_the_client_disconnects_by_its_token() {
+    a_running_call_hears_when_the_client_disconnects(Hears::Token).await;
+}
+
+#[tokio::test]
+async fn a_running_call_hears_when_the_client_disconnects_by_abandoned() {
+    a_running_call_hears_when_the_client_disconnects(Hears::Abandoned).await;
+}
+
+#[tokio::test]
+async fn a_cancelled_call_hears_it_and_the_connection_stays_by_its_token() {
+    a_cancelled_call_hears_it_and_the_connection_stays(Hears::Token).await;
+}
+
+#[tokio::test]
+async fn a_cancelled_call_hears_it_and_the_connection_stays_by_abandoned() {
+    a_cancelled_call_hears_it_and_the_connection_stays(Hears::Abandoned).await;
 }
 
 /// Per connection: whether the peer's `initialize` finished, and a signal
