@@ -517,6 +517,18 @@ pub fn peak_rss(pid: u32, window: Duration) -> u64 {
     peak
 }
 
+/// The lowest resident size of `pid` over `window`: what it holds once the
+/// moment's buffers are gone, where [`peak_rss`] includes them.
+pub fn settled_rss(pid: u32, window: Duration) -> u64 {
+    let deadline = Instant::now() + window;
+    let mut lowest = u64::MAX;
+    while Instant::now() < deadline {
+        lowest = lowest.min(rss_bytes(pid));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    lowest
+}
+
 /// How much `pid` grew, in MiB, at its peak over `window` from `before` bytes;
 /// prints the figures with `what` (the reading a test's closing note quotes).
 pub fn rss_growth_mib(pid: u32, before: u64, window: Duration, what: &str) -> u64 {
