@@ -198,7 +198,7 @@ async fn fired_within(tokens: &Tokens, since: Instant, limit: Duration) -> Optio
     }
 }
 
-async fn spawned_work_hears_when_the_client_disconnects(hears: Hears) {
+async fn spawned_work_hears_when_the_client_disconnects_with(hears: Hears) {
     let shutdown = Shutdown::new();
     let tokens = Arc::new(Tokens::default());
     let addr = serve_tcp(token_router(tokens.clone(), hears), &shutdown, || ());
@@ -221,7 +221,7 @@ async fn spawned_work_hears_when_the_client_disconnects(hears: Hears) {
 /// A client that disconnects while its call waits on a person (a dialog, a
 /// call forwarded elsewhere with no timeout) must see that call's token fire,
 /// so the work is abandoned rather than leaked (§10).
-async fn a_running_call_hears_when_the_client_disconnects(hears: Hears) {
+async fn a_running_call_hears_when_the_client_disconnects_with(hears: Hears) {
     let shutdown = Shutdown::new();
     let tokens = Arc::new(Tokens::default());
     let addr = serve_tcp(token_router(tokens.clone(), hears), &shutdown, || ());
@@ -240,7 +240,7 @@ async fn a_running_call_hears_when_the_client_disconnects(hears: Hears) {
     shutdown.begin();
 }
 
-async fn a_cancelled_call_hears_it_and_the_connection_stays(hears: Hears) {
+async fn a_cancelled_call_hears_it_and_the_connection_stays_with(hears: Hears) {
     let shutdown = Shutdown::new();
     let tokens = Arc::new(Tokens::default());
     let addr = serve_tcp(token_router(tokens.clone(), hears), &shutdown, || ());
@@ -280,36 +280,27 @@ async fn a_cancelled_call_hears_it_and_the_connection_stays(hears: Hears) {
     shutdown.begin();
 }
 
-// Each of the three above, with the token and with `Ctx::abandoned`.
-
-#[tokio::test]
-async fn spawned_work_hears_when_the_client_disconnects_by_its_token() {
-    spawned_work_hears_when_the_client_disconnects(Hears::Token).await;
+/// Runs `test` with the token, then with `Ctx::abandoned`, saying which.
+async fn with_both(test: impl AsyncFn(Hears)) {
+    for hears in [Hears::Token, Hears::Abandoned] {
+        eprintln!("-- the handler hears by {hears:?}");
+        test(hears).await;
+    }
 }
 
 #[tokio::test]
-async fn spawned_work_hears_when_the_client_disconnects_by_abandoned() {
-    spawned_work_hears_when_the_client_disconnects(Hears::Abandoned).await;
+async fn spawned_work_hears_when_the_client_disconnects() {
+    with_both(spawned_work_hears_when_the_client_disconnects_with).await;
 }
 
 #[tokio::test]
-async fn a_running_call_hears_when_the_client_disconnects_by_its_token() {
-    a_running_call_hears_when_the_client_disconnects(Hears::Token).await;
+async fn a_running_call_hears_when_the_client_disconnects() {
+    with_both(a_running_call_hears_when_the_client_disconnects_with).await;
 }
 
 #[tokio::test]
-async fn a_running_call_hears_when_the_client_disconnects_by_abandoned() {
-    a_running_call_hears_when_the_client_disconnects(Hears::Abandoned).await;
-}
-
-#[tokio::test]
-async fn a_cancelled_call_hears_it_and_the_connection_stays_by_its_token() {
-    a_cancelled_call_hears_it_and_the_connection_stays(Hears::Token).await;
-}
-
-#[tokio::test]
-async fn a_cancelled_call_hears_it_and_the_connection_stays_by_abandoned() {
-    a_cancelled_call_hears_it_and_the_connection_stays(Hears::Abandoned).await;
+async fn a_cancelled_call_hears_it_and_the_connection_stays() {
+    with_both(a_cancelled_call_hears_it_and_the_connection_stays_with).await;
 }
 
 /// Per connection: whether the peer's `initialize` finished, and a signal
