@@ -506,27 +506,26 @@ pub fn rss_bytes(pid: u32) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// The highest RSS of `pid` seen while sampling it every 50 ms for `window`.
-pub fn peak_rss(pid: u32, window: Duration) -> u64 {
+/// The RSS of `pid` sampled every 50 ms for `window`.
+fn rss_samples(pid: u32, window: Duration) -> Vec<u64> {
     let deadline = Instant::now() + window;
-    let mut peak = 0;
+    let mut samples = Vec::new();
     while Instant::now() < deadline {
-        peak = peak.max(rss_bytes(pid));
+        samples.push(rss_bytes(pid));
         std::thread::sleep(Duration::from_millis(50));
     }
-    peak
+    samples
 }
 
-/// The lowest resident size of `pid` over `window`: what it holds once the
-/// moment's buffers are gone, where [`peak_rss`] includes them.
+/// The highest RSS of `pid` seen while sampling it every 50 ms for `window`.
+pub fn peak_rss(pid: u32, window: Duration) -> u64 {
+    rss_samples(pid, window).into_iter().max().unwrap_or(0)
+}
+
+/// The lowest RSS of `pid` over `window`: what it holds once the moment's
+/// buffers are gone, where [`peak_rss`] includes them.
 pub fn settled_rss(pid: u32, window: Duration) -> u64 {
-    let deadline = Instant::now() + window;
-    let mut lowest = u64::MAX;
-    while Instant::now() < deadline {
-        lowest = lowest.min(rss_bytes(pid));
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    lowest
+    rss_samples(pid, window).into_iter().min().unwrap_or(u64::MAX)
 }
 
 /// How much `pid` grew, in MiB, at its peak over `window` from `before` bytes;
