@@ -29,14 +29,20 @@ pub fn response_ok(id: &Id, result_json: &[u8]) -> Vec<u8> {
 }
 
 /// Serialises a success response, the result written straight after the id.
-///
-/// It is written into a buffer this thread keeps, then copied out at its
-/// exact size: a buffer with spare capacity costs `Bytes` an extra
-/// allocation (and two frees) on its way to the socket, and a buffer on the
-/// stack has to be zeroed first, every time.
 pub fn response_with<R: Serialize + ?Sized>(id: &Id, result: &R) -> serde_json::Result<Vec<u8>> {
+    exact_size(|out| write_response(out, id, result))
+}
+
+/// What `write` writes, in a buffer of exactly its size.
+///
+/// It is written into a buffer this thread keeps, then copied out: a buffer
+/// with spare capacity costs `Bytes` an extra allocation (and two frees) on
+/// its way to the socket, one that grows as it is written is allocated and
+/// copied again at every doubling, and one on the stack has to be zeroed
+/// first, every time.
+fn exact_size(write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>) -> serde_json::Result<Vec<u8>> {
     /// Past this, the buffer goes after use: a thread keeps at most this
-    /// much for the next response, however large one was.
+    /// much for the next message, however large one was.
     const KEEP: usize = 16 * 1024;
     thread_local! {
         static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -44,16 +50,16 @@ pub fn response_with<R: Serialize + ?Sized>(id: &Id, result: &R) -> serde_json::
     SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
         Ok(mut out) => {
             out.clear();
-            let written = write_response(&mut *out, id, result).map(|()| out.to_vec());
+            let written = write(&mut out).map(|()| out.to_vec());
             if out.capacity() > KEEP {
                 *out = Vec::new();
             }
             written
         }
-        // A result whose serialisation writes a response of its own.
+        // A value whose serialisation writes a message of its own.
         Err(_) => {
             let mut out = Vec::new();
-            write_response(&mut out, id, result)?;
+            write(&mut out)?;
             Ok(out)
         }
     })
@@ -89,26 +95,27 @@ pub fn response_err(id: &Id, error: &RpcError) -> Vec<u8> {
 
 /// Serialises a request (`id: Some`) or a notification (`id: None`).
 pub fn request<P: Serialize + ?Sized>(id: Option<&Id>, method: &str, params: &P) -> serde_json::Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(64);
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",");
-    if let Some(id) = id {
-        out.extend_from_slice(b"\"id\":");
-        id.write_json(&mut out);
-        out.push(b',');
-    }
-    out.extend_from_slice(b"\"method\":");
-    write_json_str(&mut out, method);
-    let start = out.len();
-    out.extend_from_slice(b",\"params\":");
-    let params_at = out.len();
-    serde_json::to_writer(&mut out, params)?;
-    // `()` and `None` serialise as null: leave the member out rather than send
-    // a value some peers reject.
-    if &out[params_at..] == b"null" {
-        out.truncate(start);
-    }
-    out.push(b'}');
-    Ok(out)
+    exact_size(|out| {
+        out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",");
+        if let Some(id) = id {
+            out.extend_from_slice(b"\"id\":");
+            id.write_json(out);
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"method\":");
+        write_json_str(out, method);
+        let start = out.len();
+        out.extend_from_slice(b",\"params\":");
+        let params_at = out.len();
+        serde_json::to_writer(&mut *out, params)?;
+        // `()` and `None` serialise as null: leave the member out rather than
+        // send a value some peers reject.
+        if &out[params_at..] == b"null" {
+            out.truncate(start);
+        }
+        out.push(b'}');
+        Ok(())
+    })
 }
 
 /// Serialises several replies as one batch array.
