@@ -164,6 +164,9 @@ struct Driver<S> {
     keepalive: Option<tokio::time::Interval>,
     missed_pings: u32,
     handshake: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Set for the earliest deadline of our calls in flight (see
+    /// `OutgoingCalls`); `None` while none has one.
+    call_deadline: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl<S: Send + Sync + 'static> Driver<S> {
@@ -187,6 +190,7 @@ impl<S: Send + Sync + 'static> Driver<S> {
             keepalive,
             missed_pings: 0,
             handshake,
+            call_deadline: None,
         }
     }
 
@@ -231,6 +235,7 @@ impl<S: Send + Sync + 'static> Driver<S> {
         source!(self.poll_notifications(cx));
         source!(self.poll_keepalive(cx));
         source!(self.poll_handshake(cx));
+        source!(self.poll_call_deadlines(cx));
         if !draining && signals.daemon.as_mut().poll(cx).is_ready() {
             signals.daemon.set(signals.shutdown.aborted());
             return Poll::Ready(self.on_drain_begun());
@@ -347,6 +352,27 @@ impl<S: Send + Sync + 'static> Driver<S> {
         let limit = self.config().handshake_deadline.unwrap_or_default();
         tracing::info!(conn = self.handle.conn_id(), ?limit, "no handshake within the deadline; closing");
         Poll::Ready(Err(CloseReason::Failed(format!("no handshake within {limit:?}"))))
+    }
+
+    /// Our calls whose deadlines passed fail with a timeout. The timer is
+    /// set again whenever a new call's deadline comes before it.
+    fn poll_call_deadlines(&mut self, cx: &mut Context<'_>) -> Turn {
+        if let Some(armed) = self.handle.shared.calls.take_rearm() {
+            self.set_call_deadline(armed);
+        }
+        let Some(timer) = &mut self.call_deadline else { return Poll::Pending };
+        ready!(timer.as_mut().poll(cx));
+        let next = self.handle.shared.calls.expire(Instant::now());
+        self.set_call_deadline(next);
+        Poll::Ready(Ok(()))
+    }
+
+    fn set_call_deadline(&mut self, at: Option<Instant>) {
+        match (at, &mut self.call_deadline) {
+            (None, timer) => *timer = None,
+            (Some(at), Some(timer)) => timer.as_mut().reset(at),
+            (Some(at), timer @ None) => *timer = Some(Box::pin(tokio::time::sleep_until(at))),
+        }
     }
 
     /// The sweep is over when the input has been quiet long enough, or it

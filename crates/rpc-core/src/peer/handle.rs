@@ -194,14 +194,17 @@ impl PeerHandle {
     ) -> Reply {
         let shared = &self.shared;
         let deadline = timeout.map(|limit| Instant::now() + limit);
-        let call = shared.calls.register()?;
+        // The connection fails the call at its deadline (one timer for all
+        // its calls, see `OutgoingCalls`).
+        let call = shared.calls.register(deadline.zip(timeout))?;
         let mut forget = ForgetOnDrop { calls: &shared.calls, id: Some(call.id) };
         let json = message::request(Some(&Id::from(call.id)), method, params)
             .map_err(|e| CallError::Malformed(format!("params did not serialise: {e}")))?;
-        if call.first {
+        if call.wake {
             // The connection reads while calls are pending, however full its
-            // outbox: it must look again now, even if this request itself
-            // waits for room (and so wakes no one).
+            // outbox, and sets its timer for the earliest deadline: it must
+            // look again now, even if this request itself waits for room
+            // (and so wakes no one).
             shared.outbox.wake_connection();
         }
         let exchange = async {
@@ -210,14 +213,7 @@ impl PeerHandle {
                 Err(PushError::Closed) => return Err(CallError::Disconnected),
                 Err(PushError::TimedOut) => return Err(CallError::Timeout(timeout.unwrap_or_default())),
             }
-            let answer = match deadline {
-                Some(deadline) => match tokio::time::timeout_at(deadline, call.answer).await {
-                    Ok(answer) => answer,
-                    Err(_) => return Err(CallError::Timeout(timeout.unwrap_or_default())),
-                },
-                None => call.answer.await,
-            };
-            answer.map_err(|_| CallError::Disconnected)
+            call.answer.await.map_err(|_| CallError::Disconnected)
         };
         let answer = match cancel {
             None => exchange.await,

@@ -2,12 +2,16 @@
 //! them, their count and their ids (lsp-server's `req_queue.rs`, outgoing
 //! half). The incoming half is `incoming.rs`.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::message::{Id, RpcError};
 
@@ -34,11 +38,20 @@ pub type Reply = Result<Box<RawValue>, CallError>;
 /// Our requests waiting for an answer, by id. Closed for good when the
 /// connection ends, so a request made after that fails at once instead of
 /// waiting for a timeout.
+///
+/// Their deadlines share one timer, the connection's: a call records its
+/// deadline here, and the connection fails the calls whose deadlines passed
+/// ([`expire`](Self::expire)) when its timer fires, then sets it for the next
+/// one. A timer of each call's own would be registered in and removed from
+/// the runtime's timer wheel for every call, answered or not.
 pub(crate) struct OutgoingCalls {
     pending: Mutex<Pending>,
     /// How many are pending, read without the lock (the reader reads while
     /// calls are pending, whatever else holds it back).
     len: AtomicUsize,
+    /// A call's deadline came before the one the connection's timer is set
+    /// for: the connection must set it again ([`take_rearm`](Self::take_rearm)).
+    rearm: AtomicBool,
     next_id: AtomicU64,
     /// Keys that scramble our ids, when they must be unguessable.
     scrambler: Option<IdScrambler>,
@@ -47,17 +60,31 @@ pub(crate) struct OutgoingCalls {
 #[derive(Default)]
 struct Pending {
     /// By our own ids, which the other side does not choose: a fast hash is safe.
-    calls: FxHashMap<u64, oneshot::Sender<Reply>>,
+    calls: FxHashMap<u64, Waiting>,
+    /// The deadlines of calls that have one, earliest first. A call answered
+    /// in time leaves its entry behind, to be skipped when it comes up; the
+    /// heap is rebuilt from the calls when such entries outnumber them.
+    deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// When the connection's timer fires next; `None` while it is unset.
+    armed: Option<Instant>,
     closed: bool,
 }
 
-/// A call just registered: its id, where its answer arrives, and whether it is
-/// the only one pending (the connection must then look again at whether it
-/// may read).
+/// A call waiting for its answer.
+struct Waiting {
+    answer: oneshot::Sender<Reply>,
+    /// When it times out, and the timeout it was given (for the error).
+    deadline: Option<(Instant, Duration)>,
+}
+
+/// A call just registered: its id, where its answer arrives, and whether the
+/// connection must look again at its duties: the call is the only one
+/// pending (the connection reads while calls are pending), or its deadline
+/// comes before the one the connection's timer is set for.
 pub(crate) struct Registered {
     pub id: u64,
     pub answer: oneshot::Receiver<Reply>,
-    pub first: bool,
+    pub wake: bool,
 }
 
 impl OutgoingCalls {
@@ -65,13 +92,16 @@ impl OutgoingCalls {
         OutgoingCalls {
             pending: Mutex::default(),
             len: AtomicUsize::new(0),
+            rearm: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
             scrambler: unguessable_ids.then(IdScrambler::new),
         }
     }
 
-    /// A new call; `Disconnected` once the connection has ended.
-    pub fn register(&self) -> Result<Registered, CallError> {
+    /// A new call, failed with [`CallError::Timeout`] at `deadline` (`Some((at,
+    /// timeout))`) if no answer came by then; `Disconnected` once the
+    /// connection has ended.
+    pub fn register(&self, deadline: Option<(Instant, Duration)>) -> Result<Registered, CallError> {
         let mut id = self.next_id.fetch_add(1, Ordering::Relaxed);
         if let Some(keys) = &self.scrambler {
             id = keys.scramble(id);
@@ -81,9 +111,21 @@ impl OutgoingCalls {
         if pending.closed {
             return Err(CallError::Disconnected);
         }
-        pending.calls.insert(id, tx);
+        pending.calls.insert(id, Waiting { answer: tx, deadline });
         self.len.store(pending.calls.len(), Ordering::Relaxed);
-        Ok(Registered { id, answer, first: pending.calls.len() == 1 })
+        let mut wake = pending.calls.len() == 1;
+        if let Some((at, _)) = deadline {
+            if pending.deadlines.len() >= 2 * pending.calls.len() + 64 {
+                pending.rebuild_deadlines();
+            }
+            pending.deadlines.push(Reverse((at, id)));
+            if pending.armed.is_none_or(|armed| at < armed) {
+                pending.armed = Some(at);
+                self.rearm.store(true, Ordering::Release);
+                wake = true;
+            }
+        }
+        Ok(Registered { id, answer, wake })
     }
 
     /// Hands `reply` to the call `id` is the answer to; `false` when no call
@@ -96,6 +138,45 @@ impl OutgoingCalls {
         true
     }
 
+    /// Whether the connection's timer must be set again, and when for
+    /// (`None`: unset). Asking clears the request.
+    pub fn take_rearm(&self) -> Option<Option<Instant>> {
+        if !self.rearm.swap(false, Ordering::Acquire) {
+            return None;
+        }
+        Some(self.pending.lock().armed)
+    }
+
+    /// The connection's timer fired: fails every call whose deadline is
+    /// not after `now` with [`CallError::Timeout`], and returns when to fire
+    /// next (the earliest deadline still pending), if ever.
+    pub fn expire(&self, now: Instant) -> Option<Instant> {
+        let mut overdue = Vec::new();
+        let next = {
+            let mut pending = self.pending.lock();
+            let pending = &mut *pending;
+            let next = loop {
+                let Some(&Reverse((at, id))) = pending.deadlines.peek() else { break None };
+                let answered = !pending.calls.contains_key(&id);
+                if !answered && at > now {
+                    break Some(at);
+                }
+                pending.deadlines.pop();
+                if let Some(waiting) = pending.calls.remove(&id) {
+                    overdue.push(waiting);
+                }
+            };
+            self.len.store(pending.calls.len(), Ordering::Relaxed);
+            pending.armed = next;
+            next
+        };
+        for waiting in overdue {
+            let limit = waiting.deadline.map(|(_, limit)| limit).unwrap_or_default();
+            let _ = waiting.answer.send(Err(CallError::Timeout(limit)));
+        }
+        next
+    }
+
     /// Forgets a call that will not be answered here (timed out, cancelled).
     pub fn forget(&self, id: u64) {
         self.take(id);
@@ -103,9 +184,9 @@ impl OutgoingCalls {
 
     fn take(&self, id: u64) -> Option<oneshot::Sender<Reply>> {
         let mut pending = self.pending.lock();
-        let sender = pending.calls.remove(&id);
+        let waiting = pending.calls.remove(&id);
         self.len.store(pending.calls.len(), Ordering::Relaxed);
-        sender
+        waiting.map(|waiting| waiting.answer)
     }
 
     pub fn contains(&self, id: &Id) -> bool {
@@ -126,11 +207,23 @@ impl OutgoingCalls {
             let mut pending = self.pending.lock();
             pending.closed = true;
             self.len.store(0, Ordering::Relaxed);
+            pending.deadlines = BinaryHeap::new();
             std::mem::take(&mut pending.calls)
         };
-        for (_, tx) in calls {
-            let _ = tx.send(Err(CallError::Disconnected));
+        for (_, waiting) in calls {
+            let _ = waiting.answer.send(Err(CallError::Disconnected));
         }
+    }
+}
+
+impl Pending {
+    /// The deadlines of the calls still pending, without the entries of
+    /// those answered: the heap holds at most about twice as many entries
+    /// as there are calls, and rebuilding it costs each call that left an
+    /// entry behind a constant share.
+    fn rebuild_deadlines(&mut self) {
+        let live = self.calls.iter().filter_map(|(&id, waiting)| waiting.deadline.map(|(at, _)| Reverse((at, id))));
+        self.deadlines = live.collect();
     }
 }
 
@@ -194,21 +287,60 @@ mod tests {
     }
 
     #[test]
+    fn deadlines_of_answered_calls_do_not_pile_up_and_only_overdue_calls_fail() {
+        let calls = OutgoingCalls::new(false);
+        let start = Instant::now();
+        let limit = Duration::from_secs(30);
+        let long = calls.register(Some((start + Duration::from_secs(60), limit))).unwrap();
+        for n in 0..10_000 {
+            let call = calls.register(Some((start + Duration::from_millis(n), limit))).unwrap();
+            assert!(calls.complete(&Id::from(call.id), Err(CallError::Cancelled)));
+            let entries = calls.pending.lock().deadlines.len();
+            // At most twice the calls pending before the answer, plus 64.
+            assert!(entries <= 2 * (calls.len() + 1) + 64, "{entries} deadlines kept for {} calls", calls.len());
+        }
+        let due = calls.register(Some((start + Duration::from_secs(1), limit))).unwrap();
+        // Answered calls' deadlines are skipped; the one overdue call fails.
+        assert_eq!(calls.expire(start + Duration::from_secs(2)), Some(start + Duration::from_secs(60)));
+        assert_eq!(due.answer.blocking_recv().unwrap().unwrap_err(), CallError::Timeout(limit));
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls.expire(start + Duration::from_secs(61)), None);
+        assert_eq!(long.answer.blocking_recv().unwrap().unwrap_err(), CallError::Timeout(limit));
+        assert!(calls.is_empty());
+    }
+
+    #[test]
+    fn an_earlier_deadline_asks_for_the_timer_again_and_a_later_one_does_not() {
+        let calls = OutgoingCalls::new(false);
+        let start = Instant::now();
+        let limit = Duration::from_secs(1);
+        let _a = calls.register(Some((start + Duration::from_secs(5), limit))).unwrap();
+        assert_eq!(calls.take_rearm(), Some(Some(start + Duration::from_secs(5))));
+        assert_eq!(calls.take_rearm(), None, "asked once");
+        let b = calls.register(Some((start + Duration::from_secs(9), limit))).unwrap();
+        assert!(!b.wake);
+        assert_eq!(calls.take_rearm(), None);
+        let c = calls.register(Some((start + Duration::from_secs(2), limit))).unwrap();
+        assert!(c.wake);
+        assert_eq!(calls.take_rearm(), Some(Some(start + Duration::from_secs(2))));
+    }
+
+    #[test]
     fn the_count_follows_every_change() {
         let calls = OutgoingCalls::new(false);
-        let a = calls.register().unwrap();
-        assert!(a.first);
-        let b = calls.register().unwrap();
-        assert!(!b.first);
+        let a = calls.register(None).unwrap();
+        assert!(a.wake);
+        let b = calls.register(None).unwrap();
+        assert!(!b.wake);
         assert_eq!(calls.len(), 2);
         assert!(calls.complete(&Id::from(a.id), Err(CallError::Cancelled)));
         assert!(!calls.complete(&Id::from(a.id), Err(CallError::Cancelled)), "answered once");
         calls.forget(b.id);
         assert!(calls.is_empty());
-        let c = calls.register().unwrap();
+        let c = calls.register(None).unwrap();
         calls.fail_all();
         assert!(calls.is_empty());
         assert_eq!(c.answer.blocking_recv().unwrap().unwrap_err(), CallError::Disconnected);
-        assert!(matches!(calls.register(), Err(CallError::Disconnected)));
+        assert!(matches!(calls.register(None), Err(CallError::Disconnected)));
     }
 }

@@ -63,6 +63,36 @@ async fn outgoing_request_times_out_and_a_late_answer_is_dropped() {
     assert_eq!(echoed, json!({"still": "alive"}));
 }
 
+/// The connection keeps one timer for all its calls: each call still fails
+/// at its own deadline, whether it comes before, between or after those of
+/// the calls made before it, and a call answered in time is unaffected.
+#[tokio::test(start_paused = true)]
+async fn each_call_times_out_at_its_own_deadline_in_any_order() {
+    let (server, _client) = pair(Router::<()>::empty(), client_router(), PeerConfig::default());
+    let started = Instant::now();
+    let calls = [500, 100, 300, 50, 300].map(|ms| {
+        let server = server.clone();
+        tokio::spawn(async move {
+            let result = server.request_raw("hang", &[10_000], Some(Duration::from_millis(ms))).await;
+            (ms, result, started.elapsed())
+        })
+    });
+    let answered = server.request_raw("confirm", &[21], Some(Duration::from_millis(200))).await;
+    assert_eq!(answered.unwrap().get(), "42");
+    for call in calls {
+        let (ms, result, elapsed) = call.await.unwrap();
+        let limit = Duration::from_millis(ms);
+        assert_eq!(result.unwrap_err(), CallError::Timeout(limit));
+        assert!(
+            elapsed >= limit && elapsed < limit + Duration::from_millis(20),
+            "{ms} ms call failed after {elapsed:?}"
+        );
+    }
+    // A call made after the timer went quiet sets it again.
+    let late = server.request_raw("hang", &[10_000], Some(Duration::from_millis(70))).await;
+    assert_eq!(late.unwrap_err(), CallError::Timeout(Duration::from_millis(70)));
+}
+
 #[tokio::test(start_paused = true)]
 async fn pending_calls_fail_at_once_when_the_connection_drops() {
     let (server, client) = pair(Router::<()>::empty(), client_router(), PeerConfig::default());
