@@ -10,19 +10,32 @@
 
 use std::time::Duration;
 
+use rpc_core::message::{WriteJson, write_json_str};
 use rpc_core::peer::Reply;
 use rpc_core::{CancelNotice, Ctx, PeerHandle};
-use serde::Serialize;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use super::session::Session;
 
 /// What the browser receives: the call without the broker's own `timeout`.
-#[derive(Serialize)]
 pub struct ToolCall<'a> {
     pub name: &'a str,
     pub arguments: &'a RawValue,
+}
+
+/// Written straight into the request: the arguments are JSON the broker
+/// already holds, and serde's map and raw-value machinery cost 5 % of a
+/// forwarded call to write these two members.
+impl WriteJson for ToolCall<'_> {
+    fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        out.extend_from_slice(b"{\"name\":");
+        write_json_str(out, self.name);
+        out.extend_from_slice(b",\"arguments\":");
+        out.extend_from_slice(self.arguments.get().as_bytes());
+        out.push(b'}');
+        Ok(())
+    }
 }
 
 /// Why a call cannot be sent at all.
@@ -55,4 +68,25 @@ pub async fn forward<S>(cx: &Ctx<S>, browser: &PeerHandle, call: &ToolCall<'_>, 
 /// ([`forward`]) or, in a cluster, an agent on another node.
 pub async fn ask(browser: &PeerHandle, call: &ToolCall<'_>, timeout: Duration, abandoned: &CancellationToken) -> Reply {
     browser.request_cancellable("tools/call", call, Some(timeout), abandoned, Some(CancelNotice::MCP)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tool_call_writes_the_json_serde_would() {
+        for (name, arguments) in [
+            ("echo", "{}"),
+            ("say \"hi\"\\ \u{1}\n é 🦀", r#"{"text":"a\"b","n":[1,2.5e3,{"deep":null}]}"#),
+            ("", "[]"),
+        ] {
+            let arguments = RawValue::from_string(arguments.to_owned()).unwrap();
+            let mut written = Vec::new();
+            ToolCall { name, arguments: &arguments }.write_json(&mut written).unwrap();
+            let parsed: serde_json::Value = serde_json::from_slice(&written).unwrap();
+            let expected = serde_json::json!({ "name": name, "arguments": serde_json::from_str::<serde_json::Value>(arguments.get()).unwrap() });
+            assert_eq!(parsed, expected, "{}", String::from_utf8_lossy(&written));
+        }
+    }
 }

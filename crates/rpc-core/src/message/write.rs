@@ -7,7 +7,6 @@ use serde::Serialize;
 
 use super::error::RpcError;
 use super::id::Id;
-use super::text::write_json_str;
 
 /// The kind of an outgoing message, for transports that label them (SSE events).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,8 +92,28 @@ pub fn response_err(id: &Id, error: &RpcError) -> Vec<u8> {
     out
 }
 
+/// A request's params, written into the request as JSON. Anything
+/// `Serialize` is, through serde; a type on a hot path may write itself
+/// instead (a forwarded call that only wraps JSON it already holds, where
+/// serde's map and raw-value machinery cost more than the bytes).
+pub trait WriteJson {
+    /// Appends exactly one JSON value to `out`.
+    fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()>;
+}
+
+impl<T: Serialize + ?Sized> WriteJson for T {
+    fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        serde_json::to_writer(out, self)
+    }
+}
+
+/// Appends `s` as a JSON string.
+pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
+    serde_json::to_writer(out, s).expect("writing to a Vec cannot fail");
+}
+
 /// Serialises a request (`id: Some`) or a notification (`id: None`).
-pub fn request<P: Serialize + ?Sized>(id: Option<&Id>, method: &str, params: &P) -> serde_json::Result<Vec<u8>> {
+pub fn request<P: WriteJson + ?Sized>(id: Option<&Id>, method: &str, params: &P) -> serde_json::Result<Vec<u8>> {
     exact_size(|out| {
         out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",");
         if let Some(id) = id {
@@ -107,7 +126,7 @@ pub fn request<P: Serialize + ?Sized>(id: Option<&Id>, method: &str, params: &P)
         let start = out.len();
         out.extend_from_slice(b",\"params\":");
         let params_at = out.len();
-        serde_json::to_writer(&mut *out, params)?;
+        params.write_json(out)?;
         // `()` and `None` serialise as null: leave the member out rather than
         // send a value some peers reject.
         if &out[params_at..] == b"null" {

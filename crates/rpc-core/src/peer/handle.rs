@@ -19,7 +19,7 @@ use super::outbox::{Outbox, PushError};
 use super::outgoing::{CallError, ForgetOnDrop, OutgoingCalls, Reply};
 use super::tokens::{CallTokens, Signal};
 use crate::codec::Outbound;
-use crate::message::{self, Id, Kind};
+use crate::message::{self, Id, Kind, WriteJson};
 
 /// How to tell the other side that we abandoned a request: a notification
 /// naming its id. The dialects differ: MCP sends `notifications/cancelled`
@@ -146,7 +146,7 @@ impl PeerHandle {
     /// untouched. `timeout: None` waits as long as the connection lives (a call
     /// that waits on a person); the time spent waiting for room in a full
     /// outbox counts towards the timeout.
-    pub async fn request_raw<P: Serialize + ?Sized>(
+    pub async fn request_raw<P: WriteJson + ?Sized>(
         &self,
         method: &str,
         params: &P,
@@ -159,7 +159,7 @@ impl PeerHandle {
     /// `cancel` fires first, the call is forgotten (a late answer is dropped),
     /// `notice` tells the other side which request to stop, and the result is
     /// [`CallError::Cancelled`].
-    pub async fn request_cancellable<P: Serialize + ?Sized>(
+    pub async fn request_cancellable<P: WriteJson + ?Sized>(
         &self,
         method: &str,
         params: &P,
@@ -174,7 +174,7 @@ impl PeerHandle {
     /// `abandoned` resolves: a call made on behalf of one this daemon is
     /// handling passes that call's [`Ctx::abandoned`](super::Ctx::abandoned),
     /// which costs less than its token.
-    pub async fn request_abandonable<P: Serialize + ?Sized>(
+    pub async fn request_abandonable<P: WriteJson + ?Sized>(
         &self,
         method: &str,
         params: &P,
@@ -185,7 +185,7 @@ impl PeerHandle {
         self.request_inner(method, params, timeout, Some((abandoned, notice))).await
     }
 
-    async fn request_inner<P: Serialize + ?Sized>(
+    async fn request_inner<P: WriteJson + ?Sized>(
         &self,
         method: &str,
         params: &P,
