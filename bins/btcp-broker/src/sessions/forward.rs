@@ -60,14 +60,27 @@ pub fn route(session: &Session, tool: &str) -> Result<PeerHandle, Unroutable> {
 /// Asks `browser` and waits at most `timeout` for its answer. When the agent
 /// cancels this call (`notifications/cancelled`) or goes away, the browser is
 /// told which of its calls to stop, and its late answer is dropped.
-pub async fn forward<S>(cx: &Ctx<S>, browser: &PeerHandle, call: &ToolCall<'_>, timeout: Duration) -> Reply {
-    browser.request_abandonable("tools/call", call, Some(timeout), cx.abandoned(), Some(CancelNotice::MCP)).await
+///
+/// Not an `async fn`: one would hold its arguments and the engine's future
+/// over again, in the future of every forwarded call.
+pub fn forward<S>(
+    cx: &Ctx<S>,
+    browser: &PeerHandle,
+    call: &ToolCall<'_>,
+    timeout: Duration,
+) -> impl Future<Output = Reply> {
+    browser.request_abandonable("tools/call", call, Some(timeout), cx.abandoned(), Some(CancelNotice::MCP))
 }
 
 /// Asks `browser` on behalf of whoever holds `abandoned`: an agent here
 /// ([`forward`]) or, in a cluster, an agent on another node.
-pub async fn ask(browser: &PeerHandle, call: &ToolCall<'_>, timeout: Duration, abandoned: &CancellationToken) -> Reply {
-    browser.request_cancellable("tools/call", call, Some(timeout), abandoned, Some(CancelNotice::MCP)).await
+pub fn ask(
+    browser: &PeerHandle,
+    call: &ToolCall<'_>,
+    timeout: Duration,
+    abandoned: &CancellationToken,
+) -> impl Future<Output = Reply> {
+    browser.request_cancellable("tools/call", call, Some(timeout), abandoned, Some(CancelNotice::MCP))
 }
 
 #[cfg(test)]

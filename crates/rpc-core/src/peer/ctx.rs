@@ -1,6 +1,8 @@
 //! What a handler gets besides its params: [`Ctx`].
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use tokio_util::sync::CancellationToken;
 
@@ -75,20 +77,38 @@ impl<S> Ctx<S> {
     /// and a wait, where a token's every clone, check and drop takes its
     /// tree's lock. It may be handed to spawned work like the token: it still
     /// resolves when the connection closes after the call is over.
-    pub fn abandoned(&self) -> impl Future<Output = ()> + Send + 'static {
-        enum Waits {
-            Call(Arc<Signal>),
-            Connection(PeerHandle),
-        }
-        let waits = match &self.call {
+    pub fn abandoned(&self) -> Abandoned {
+        Abandoned(match &self.call {
             Some(id) => Waits::Call(self.peer.call_signal(id)),
-            None => Waits::Connection(self.peer.clone()),
-        };
-        async move {
-            match waits {
-                Waits::Call(signal) => signal.fired().await,
-                Waits::Connection(peer) => peer.closed().await,
+            None => {
+                let peer = self.peer.clone();
+                Waits::Connection(Box::pin(async move { peer.closed().await }))
             }
+        })
+    }
+}
+
+/// A future that resolves when a call is abandoned: [`Ctx::abandoned`].
+///
+/// A pointer in size, and `Unpin`: a call forwarded on a handler's behalf
+/// keeps it in its own future (moved into its box, and once more for every
+/// `async fn` it passes through) and polls it in place.
+pub struct Abandoned(Waits);
+
+enum Waits {
+    /// A request's: its signal in the call table.
+    Call(Arc<Signal>),
+    /// A notification has no entry in the call table: its connection's close.
+    Connection(Pin<Box<dyn Future<Output = ()> + Send>>),
+}
+
+impl Future for Abandoned {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        match &mut self.0 {
+            Waits::Call(signal) => signal.poll_fired(cx),
+            Waits::Connection(closed) => closed.as_mut().poll(cx),
         }
     }
 }

@@ -146,96 +146,106 @@ impl PeerHandle {
     /// untouched. `timeout: None` waits as long as the connection lives (a call
     /// that waits on a person); the time spent waiting for room in a full
     /// outbox counts towards the timeout.
-    pub async fn request_raw<P: WriteJson + ?Sized>(
+    ///
+    /// This and the other `request_*` methods are `fn`s that return the call's
+    /// future rather than `async fn`s: an `async fn` that only awaits another
+    /// lays out its arguments twice and the inner future again, in a future
+    /// a handler that forwards is boxed with.
+    pub fn request_raw<P: WriteJson + ?Sized>(
         &self,
         method: &str,
         params: &P,
         timeout: Option<Duration>,
-    ) -> Reply {
-        self.request_inner(method, params, timeout, None::<(std::future::Pending<()>, _)>).await
+    ) -> impl Future<Output = Reply> {
+        self.request_inner(method, params, timeout, None::<(std::future::Pending<()>, _)>)
     }
 
     /// [`request_raw`](Self::request_raw) that our caller may abandon: when
     /// `cancel` fires first, the call is forgotten (a late answer is dropped),
     /// `notice` tells the other side which request to stop, and the result is
     /// [`CallError::Cancelled`].
-    pub async fn request_cancellable<P: WriteJson + ?Sized>(
+    pub fn request_cancellable<P: WriteJson + ?Sized>(
         &self,
         method: &str,
         params: &P,
         timeout: Option<Duration>,
         cancel: &CancellationToken,
         notice: Option<CancelNotice>,
-    ) -> Reply {
-        self.request_inner(method, params, timeout, Some((cancel.cancelled(), notice))).await
+    ) -> impl Future<Output = Reply> {
+        self.request_inner(method, params, timeout, Some((cancel.cancelled(), notice)))
     }
 
     /// [`request_cancellable`](Self::request_cancellable) abandoned when
     /// `abandoned` resolves: a call made on behalf of one this daemon is
     /// handling passes that call's [`Ctx::abandoned`](super::Ctx::abandoned),
     /// which costs less than its token.
-    pub async fn request_abandonable<P: WriteJson + ?Sized>(
+    pub fn request_abandonable<P: WriteJson + ?Sized>(
         &self,
         method: &str,
         params: &P,
         timeout: Option<Duration>,
         abandoned: impl Future<Output = ()>,
         notice: Option<CancelNotice>,
-    ) -> Reply {
-        self.request_inner(method, params, timeout, Some((abandoned, notice))).await
+    ) -> impl Future<Output = Reply> {
+        self.request_inner(method, params, timeout, Some((abandoned, notice)))
     }
 
-    async fn request_inner<P: WriteJson + ?Sized>(
+    /// Written as a block rather than an `async fn`, whose arguments would
+    /// be laid out twice in its future.
+    #[allow(clippy::manual_async_fn, reason = "an async fn lays its arguments out twice")]
+    fn request_inner<P: WriteJson + ?Sized>(
         &self,
         method: &str,
         params: &P,
         timeout: Option<Duration>,
         cancel: Option<(impl Future<Output = ()>, Option<CancelNotice>)>,
-    ) -> Reply {
-        let shared = &self.shared;
-        let deadline = timeout.map(|limit| Instant::now() + limit);
-        // The connection fails the call at its deadline (one timer for all
-        // its calls, see `OutgoingCalls`).
-        let call = shared.calls.register(deadline.zip(timeout))?;
-        let mut forget = ForgetOnDrop { calls: &shared.calls, id: Some(call.id) };
-        let json = message::request(Some(&Id::from(call.id)), method, params)
-            .map_err(|e| CallError::Malformed(format!("params did not serialise: {e}")))?;
-        if call.wake {
-            // The connection reads while calls are pending, however full its
-            // outbox, and sets its timer for the earliest deadline: it must
-            // look again now, even if this request itself waits for room
-            // (and so wakes no one).
-            shared.outbox.wake_connection();
-        }
-        let exchange = async {
-            match shared.outbox.push(Outbound::message(Kind::Request, json), deadline).await {
-                Ok(()) => {}
-                Err(PushError::Closed) => return Err(CallError::Disconnected),
-                Err(PushError::TimedOut) => return Err(CallError::Timeout(timeout.unwrap_or_default())),
+    ) -> impl Future<Output = Reply> {
+        async move {
+            let shared = &self.shared;
+            let deadline = timeout.map(|limit| Instant::now() + limit);
+            // The connection fails the call at its deadline (one timer for all
+            // its calls, see `OutgoingCalls`).
+            let call = shared.calls.register(deadline.zip(timeout))?;
+            let mut forget = ForgetOnDrop { calls: &shared.calls, id: Some(call.id) };
+            let json = message::request(Some(&Id::from(call.id)), method, params)
+                .map_err(|e| CallError::Malformed(format!("params did not serialise: {e}")))?;
+            if call.wake {
+                // The connection reads while calls are pending, however full its
+                // outbox, and sets its timer for the earliest deadline: it must
+                // look again now, even if this request itself waits for room
+                // (and so wakes no one).
+                shared.outbox.wake_connection();
             }
-            call.answer.await.map_err(|_| CallError::Disconnected)
-        };
-        let answer = match cancel {
-            None => exchange.await,
-            Some((abandoned, notice)) => tokio::select! {
-                answer = exchange => answer,
-                () = abandoned => {
-                    drop(forget);
-                    if let Some(notice) = notice {
-                        let params = serde_json::json!({ notice.id_field: call.id });
-                        let _ = self.notify(notice.method, params).await;
-                    }
-                    return Err(CallError::Cancelled);
+            let exchange = async {
+                match shared.outbox.push(Outbound::message(Kind::Request, json), deadline).await {
+                    Ok(()) => {}
+                    Err(PushError::Closed) => return Err(CallError::Disconnected),
+                    Err(PushError::TimedOut) => return Err(CallError::Timeout(timeout.unwrap_or_default())),
                 }
-            },
-        };
-        match answer {
-            Ok(reply) => {
-                // Whoever answered already took the entry out of the map.
-                forget.id = None;
-                reply
+                call.answer.await.map_err(|_| CallError::Disconnected)
+            };
+            let answer = match cancel {
+                None => exchange.await,
+                Some((abandoned, notice)) => tokio::select! {
+                    answer = exchange => answer,
+                    () = abandoned => {
+                        drop(forget);
+                        if let Some(notice) = notice {
+                            let params = serde_json::json!({ notice.id_field: call.id });
+                            let _ = self.notify(notice.method, params).await;
+                        }
+                        return Err(CallError::Cancelled);
+                    }
+                },
+            };
+            match answer {
+                Ok(reply) => {
+                    // Whoever answered already took the entry out of the map.
+                    forget.id = None;
+                    reply
+                }
+                Err(e) => Err(e),
             }
-            Err(e) => Err(e),
         }
     }
 

@@ -40,6 +40,6 @@ mod tokens;
 
 pub use config::{DEFAULT_BACKLOG, DEFAULT_BACKLOG_BYTES, DEFAULT_WRITE_BUDGET, PeerConfig};
 pub use connection::Connection;
-pub use ctx::{ConnCtx, Ctx};
+pub use ctx::{Abandoned, ConnCtx, Ctx};
 pub use handle::{CancelNotice, CloseReason, Closed, PeerHandle, PeerStats};
 pub use outgoing::{CallError, Reply};

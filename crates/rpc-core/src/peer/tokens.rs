@@ -13,7 +13,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -79,24 +79,21 @@ impl Signal {
         }
     }
 
-    /// Resolves once the signal has fired.
-    pub async fn fired(&self) {
-        std::future::poll_fn(|cx| {
-            if self.fired.load(Ordering::Acquire) {
-                return Poll::Ready(());
-            }
-            let mut waiters = self.waiters.lock();
-            // Checked again under the lock that `fire` empties the list under:
-            // a fire in between is seen here, or finds this waker listed.
-            if self.fired.load(Ordering::Acquire) {
-                return Poll::Ready(());
-            }
-            if !waiters.iter().any(|waiting| waiting.will_wake(cx.waker())) {
-                waiters.push(cx.waker().clone());
-            }
-            Poll::Pending
-        })
-        .await
+    /// Ready once the signal has fired; until then, `cx` is woken when it does.
+    pub fn poll_fired(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.fired.load(Ordering::Acquire) {
+            return Poll::Ready(());
+        }
+        let mut waiters = self.waiters.lock();
+        // Checked again under the lock that `fire` empties the list under:
+        // a fire in between is seen here, or finds this waker listed.
+        if self.fired.load(Ordering::Acquire) {
+            return Poll::Ready(());
+        }
+        if !waiters.iter().any(|waiting| waiting.will_wake(cx.waker())) {
+            waiters.push(cx.waker().clone());
+        }
+        Poll::Pending
     }
 }
 
