@@ -232,7 +232,9 @@ impl PeerHandle {
                         drop(forget);
                         if let Some(notice) = notice {
                             let params = serde_json::json!({ notice.id_field: call.id });
-                            let _ = self.notify(notice.method, params).await;
+                            // Boxed: the notice's future would otherwise
+                            // size every call's.
+                            let _ = Box::pin(self.notify(notice.method, params)).await;
                         }
                         return Err(CallError::Cancelled);
                     }

@@ -108,11 +108,17 @@ impl Outbox {
     /// Queues an item from any task, waiting for room until `deadline`
     /// (`None`: as long as the connection lives).
     pub async fn push(&self, item: Outbound, deadline: Option<Instant>) -> Result<(), PushError> {
-        let mut item = match self.try_push(item) {
-            Ok(()) => return Ok(()),
-            Err(Some(item)) => item,
-            Err(None) => return Err(PushError::Closed),
-        };
+        match self.try_push(item) {
+            Ok(()) => Ok(()),
+            // Boxed: waiting holds a timer and a waiter, and every call's
+            // future (each boxed by the engine) would otherwise carry their
+            // size for a wait that few of them ever do.
+            Err(Some(item)) => Box::pin(self.wait_for_room(item, deadline)).await,
+            Err(None) => Err(PushError::Closed),
+        }
+    }
+
+    async fn wait_for_room(&self, mut item: Outbound, deadline: Option<Instant>) -> Result<(), PushError> {
         // Counted before the check below (and the drain counts room before it
         // looks at this), so room made in between is never missed: one side
         // always sees the other's write (both are SeqCst).
