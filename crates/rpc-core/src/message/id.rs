@@ -7,8 +7,7 @@ use serde::de::Deserializer;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::text::decode_str;
-use super::write::write_json_str;
+use super::text::{decode_str, write_json_str};
 
 /// Maps and sets keyed by the other side's request ids. The ids are chosen by
 /// whoever sends them, so the hasher is seeded (foldhash, a random seed per

@@ -13,3 +13,8 @@ pub(super) fn decode_str(text: &str) -> Option<Cow<'_, str>> {
     }
     serde_json::from_str::<String>(text).ok().map(Cow::Owned)
 }
+
+/// Appends `s` as a JSON string.
+pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
+    serde_json::to_writer(out, s).expect("writing to a Vec cannot fail");
+}

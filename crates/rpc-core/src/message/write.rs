@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::error::RpcError;
 use super::id::Id;
+use super::text::write_json_str;
 
 /// The kind of an outgoing message, for transports that label them (SSE events).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,11 +106,6 @@ impl<T: Serialize + ?Sized> WriteJson for T {
     fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
         serde_json::to_writer(out, self)
     }
-}
-
-/// Appends `s` as a JSON string.
-pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
-    serde_json::to_writer(out, s).expect("writing to a Vec cannot fail");
 }
 
 /// Serialises a request (`id: Some`) or a notification (`id: None`).
