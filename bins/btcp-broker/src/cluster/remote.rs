@@ -137,9 +137,8 @@ pub async fn join(links: &Links, link: &Link) -> Result<(), usize> {
 /// A call's name, for its cancel: unique across the cluster's nodes (64
 /// random bits drawn once per process, then a count), in hex. Drawing 64
 /// fresh bits from the OS and formatting them byte by byte took 5 % of the
-/// agent's node's time per call.
+/// agent's node's time per call, and `write!` with hex formatting 1.7 %.
 fn crate_id() -> String {
-    use std::fmt::Write;
     use std::sync::LazyLock;
     use std::sync::atomic::{AtomicU64, Ordering};
     static PREFIX: LazyLock<u64> = LazyLock::new(|| {
@@ -148,9 +147,19 @@ fn crate_id() -> String {
         u64::from_le_bytes(bits)
     });
     static COUNT: AtomicU64 = AtomicU64::new(0);
-    let mut id = String::with_capacity(32);
-    let _ = write!(id, "{:016x}{:x}", *PREFIX, COUNT.fetch_add(1, Ordering::Relaxed));
-    id
+    hex_id(*PREFIX, COUNT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// `prefix` in 16 hex digits, then `count` in as few as it takes, as
+/// `format!("{prefix:016x}{count:x}")` writes them.
+fn hex_id(prefix: u64, count: u64) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let count_digits = (64 - count.leading_zeros()).div_ceil(4).max(1);
+    let mut text = Vec::with_capacity(32);
+    for (value, digits) in [(prefix, 16), (count, count_digits)] {
+        text.extend((0..digits).rev().map(|i| HEX[((value >> (4 * i)) & 15) as usize]));
+    }
+    String::from_utf8(text).expect("hex digits are ASCII")
 }
 
 #[cfg(test)]
@@ -164,5 +173,12 @@ mod tests {
         let prefixes: std::collections::HashSet<&str> = ids.iter().map(|id| &id[..16]).collect();
         assert_eq!(prefixes.len(), 1);
         assert!(ids.iter().all(|id| id.len() > 16 && id.bytes().all(|b| b.is_ascii_hexdigit())));
+    }
+
+    #[test]
+    fn call_ids_read_as_formatted_hex() {
+        for (prefix, count) in [(0, 0), (1, 1), (0xdead_beef, 15), (u64::MAX, 16), (0x0123_4567_89ab_cdef, u64::MAX)] {
+            assert_eq!(hex_id(prefix, count), format!("{prefix:016x}{count:x}"));
+        }
     }
 }
