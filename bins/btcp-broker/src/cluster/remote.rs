@@ -18,6 +18,7 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::link::{Link, Links, Owner};
+use super::subject::HEX;
 use super::wire::{Answer, Control, Joined, RemoteCall, Unanswered};
 use crate::toolset::ToolSet;
 
@@ -153,7 +154,6 @@ fn crate_id() -> String {
 /// `prefix` in 16 hex digits, then `count` in as few as it takes, as
 /// `format!("{prefix:016x}{count:x}")` writes them.
 fn hex_id(prefix: u64, count: u64) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let count_digits = (64 - count.leading_zeros()).div_ceil(4).max(1);
     let mut text = Vec::with_capacity(32);
     for (value, digits) in [(prefix, 16), (count, count_digits)] {

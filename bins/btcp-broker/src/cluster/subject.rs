@@ -39,7 +39,8 @@ pub fn session_key(id: &str) -> String {
     key
 }
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
+/// Lowercase hex digits, by value.
+pub(super) const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// The subjects of one cluster.
 #[derive(Clone, Debug)]
