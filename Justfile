@@ -31,7 +31,8 @@ bench:
     ./target/release/rpc-bench suite --plot benchmarks/scaling.svg --write benchmarks/latest.md
 
 # Fuzz every parser of untrusted input for `seconds` each, from fuzz/seeds
-# (installs cargo-fuzz and a nightly toolchain when missing). CI: `just fuzz 10`.
+# (installs cargo-fuzz and a nightly toolchain when missing). CI runs
+# `FUZZ_BUILD=dev scripts/fuzz-ci 10`: an unoptimised build, for its time.
 fuzz seconds="60" *targets:
     ./scripts/fuzz-ci {{seconds}} {{targets}}
 
