@@ -65,16 +65,38 @@ pub(crate) struct Signal {
     fired: AtomicBool,
     /// One waker per task that waited, woken once by [`fire`](Self::fire).
     /// A waiter that gives up leaves its waker (a spurious wake-up at
-    /// most): nearly always there is one, the call's own task. tokio's
-    /// `Notify`, which links and unlinks every waiter under its lock, made a
-    /// forwarded call 1.5 % dearer.
-    waiters: Mutex<Vec<Waker>>,
+    /// most). tokio's `Notify`, which links and unlinks every waiter under
+    /// its lock, made a forwarded call 1.5 % dearer.
+    waiters: Mutex<Waiters>,
+}
+
+/// Nearly always one waker, the call's own task's: it is kept in place, and
+/// only a second task that waits makes the list allocate (a signal is made
+/// for every forwarded call).
+#[derive(Default)]
+struct Waiters {
+    first: Option<Waker>,
+    more: Vec<Waker>,
+}
+
+impl Waiters {
+    fn add(&mut self, waker: &Waker) {
+        let listed = |waiting: &Waker| waiting.will_wake(waker);
+        if self.first.as_ref().is_some_and(listed) || self.more.iter().any(listed) {
+            return;
+        }
+        match &self.first {
+            None => self.first = Some(waker.clone()),
+            Some(_) => self.more.push(waker.clone()),
+        }
+    }
 }
 
 impl Signal {
     fn fire(&self) {
         self.fired.store(true, Ordering::Release);
-        for waker in std::mem::take(&mut *self.waiters.lock()) {
+        let Waiters { first, more } = std::mem::take(&mut *self.waiters.lock());
+        for waker in first.into_iter().chain(more) {
             waker.wake();
         }
     }
@@ -90,9 +112,7 @@ impl Signal {
         if self.fired.load(Ordering::Acquire) {
             return Poll::Ready(());
         }
-        if !waiters.iter().any(|waiting| waiting.will_wake(cx.waker())) {
-            waiters.push(cx.waker().clone());
-        }
+        waiters.add(cx.waker());
         Poll::Pending
     }
 }
@@ -161,5 +181,39 @@ impl CallTokens {
                 signal.fire();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    /// A task's waker that counts its wake-ups.
+    #[derive(Default)]
+    struct Counted(AtomicUsize);
+
+    impl Wake for Counted {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_signal_wakes_every_task_that_waited_once_and_stays_fired() {
+        let signal = Signal::default();
+        let tasks: Vec<Arc<Counted>> = (0..3).map(|_| Arc::default()).collect();
+        let wakers: Vec<Waker> = tasks.iter().map(|task| Waker::from(task.clone())).collect();
+        // The first task waits twice: it is listed once.
+        for waker in [&wakers[0], &wakers[0], &wakers[1], &wakers[2]] {
+            assert!(signal.poll_fired(&mut Context::from_waker(waker)).is_pending());
+        }
+        signal.fire();
+        let woken: Vec<usize> = tasks.iter().map(|task| task.0.load(Ordering::Relaxed)).collect();
+        assert_eq!(woken, [1, 1, 1]);
+        assert!(signal.poll_fired(&mut Context::from_waker(&wakers[1])).is_ready());
+        signal.fire();
+        assert_eq!(tasks[0].0.load(Ordering::Relaxed), 1, "a second fire finds nobody waiting");
     }
 }
