@@ -63,6 +63,35 @@ async fn agents_on_two_nodes_use_a_browser_on_a_third() {
     assert!(limited, "the rate limit applies on the agent's node");
 }
 
+/// The owner tells its browser which of its calls an agent on another node
+/// cancelled, and, for a second call, which one an agent that left gave up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owners_browser_hears_which_call_a_remote_agent_gave_up() {
+    if !nats_available() {
+        return;
+    }
+    let nats = NatsServer::start();
+    let nodes = brokers(&[nats.url()], 2, &[]);
+    let mut browser = nodes[0].browser("s-cancel").await;
+    browser.register(&["silent"]).await;
+    wait_owned(&nodes[1], "s-cancel", "node1");
+
+    let mut agent = nodes[1].agent("s-cancel").await;
+    agent.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "silent"}})).await;
+    let forwarded = browser.request().await;
+    assert_eq!(forwarded["params"]["name"], "silent", "{forwarded}");
+    agent.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})).await;
+    assert_eq!(agent.response(&json!(1)).await["error"]["code"], -32800);
+    let cancelled = browser.notification("notifications/cancelled").await;
+    assert_eq!(cancelled["params"]["requestId"], forwarded["id"], "{cancelled} for {forwarded}");
+
+    agent.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "silent"}})).await;
+    let forwarded = browser.request().await;
+    agent.close().await;
+    let cancelled = browser.notification("notifications/cancelled").await;
+    assert_eq!(cancelled["params"]["requestId"], forwarded["id"], "{cancelled} for {forwarded}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_tool_list_reaches_agents_on_other_nodes() {
     if !nats_available() {
