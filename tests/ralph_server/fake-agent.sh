@@ -15,6 +15,8 @@
 #   ticks N      print "tick <ns since epoch>" every 20 ms, N times, then pass
 #   flood N      print N lines of 100 bytes as fast as it can, then pass
 #   bursts N     the same, 100 lines every 0.2 s
+#   paced N      the same in bursts of 100, each followed by creating
+#                $RALPH_TASK_DIR/burst and waiting until the test removes it
 #   interactive  ask for a line on its terminal, echo it, then pass
 #   gate         print "waiting at the gate", wait while $RALPH_TASK_DIR/gate
 #                exists, then pass
@@ -81,6 +83,17 @@ case "$mode" in
         while [ "$i" -lt "${count:-1000}" ]; do
             echo "flood $i $pad"; i=$((i + 1))
             [ $((i % 100)) = 0 ] && sleep 0.2
+        done
+        pass ;;
+    paced)
+        i=0
+        pad=$(printf '%090d' 0)
+        while [ "$i" -lt "${count:-1000}" ]; do
+            echo "flood $i $pad"; i=$((i + 1))
+            if [ $((i % 100)) = 0 ]; then
+                : > "$RALPH_TASK_DIR/burst"
+                while [ -f "$RALPH_TASK_DIR/burst" ]; do sleep 0.01; done
+            fi
         done
         pass ;;
     interactive)

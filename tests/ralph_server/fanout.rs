@@ -3,18 +3,28 @@
 //! keeps its connection and, when it reads again, learns how many it missed.
 
 use std::io::{BufRead, BufReader};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use crate::support::{Client, Task};
 
 const LINES: usize = 5_000;
+/// The fake agent's `paced` mode writes this many lines, then waits for the
+/// test to say every reader has them.
+const BURST: usize = 100;
 
+/// The agent writes its flood in bursts, each let go only once every
+/// reading subscriber has read the one before: a reader is never more than
+/// a burst behind, however the machine schedules its thread, so any line it
+/// misses is the daemon's doing. The stalled subscriber reads nothing and
+/// falls the whole flood behind.
 #[test]
 fn a_hundred_subscribers_get_every_line_while_one_that_never_reads_only_loses_its_own() {
     let task = Task::new("many", 2);
-    std::fs::write(task.dir().join("fake-mode-US-001"), format!("bursts {LINES}\n")).unwrap();
+    std::fs::write(task.dir().join("fake-mode-US-001"), format!("paced {LINES}\n")).unwrap();
     std::fs::write(task.dir().join("fake-mode-US-002"), "slow 100000\n").unwrap();
     task.hold();
     let mut daemon = task.run(&[]);
@@ -27,9 +37,13 @@ fn a_hundred_subscribers_get_every_line_while_one_that_never_reads_only_loses_it
     }
     stalled.call("subscribe", json!({"events": ["*"]}));
     task.release();
+    // Each reader's flood lines read and lines it was told it lost.
+    let progress: Vec<Arc<[AtomicUsize; 2]>> = readers.iter().map(|_| Arc::default()).collect();
     let counting: Vec<_> = readers
         .into_iter()
-        .map(|client| {
+        .zip(&progress)
+        .map(|(client, progress)| {
+            let progress = progress.clone();
             std::thread::spawn(move || {
                 let Client { reader, .. } = client;
                 let (mut floods, mut dropped) = (0, 0);
@@ -37,10 +51,12 @@ fn a_hundred_subscribers_get_every_line_while_one_that_never_reads_only_loses_it
                     let line = line.unwrap();
                     if line.contains("\"flood ") {
                         floods += 1;
+                        progress[0].store(floods, Ordering::Release);
                     }
                     if line.contains("\"type\":\"dropped\"") {
                         let value: serde_json::Value = serde_json::from_str(&line).unwrap();
                         dropped += value["params"]["data"]["count"].as_u64().unwrap() as usize;
+                        progress[1].store(dropped, Ordering::Release);
                     }
                     if line.contains("marked US-001") {
                         break;
@@ -50,6 +66,21 @@ fn a_hundred_subscribers_get_every_line_while_one_that_never_reads_only_loses_it
             })
         })
         .collect();
+    let burst = task.dir().join("burst");
+    for written in (BURST..=LINES).step_by(BURST) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let lost: usize = progress.iter().map(|p| p[1].load(Ordering::Acquire)).sum();
+            assert_eq!(lost, 0, "reading subscribers were told they lost lines, {written} written");
+            let slowest = progress.iter().map(|p| p[0].load(Ordering::Acquire)).min().unwrap();
+            if burst.exists() && slowest >= written {
+                break;
+            }
+            assert!(Instant::now() < deadline, "after {written} lines written, a reader has read only {slowest}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::fs::remove_file(&burst).unwrap();
+    }
     for reader in counting {
         let (got, dropped) = reader.join().unwrap();
         assert_eq!((got, dropped), (LINES, 0), "a reading subscriber missed lines");
