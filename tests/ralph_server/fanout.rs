@@ -25,7 +25,7 @@ const BURST: usize = 100;
 fn a_hundred_subscribers_get_every_line_while_one_that_never_reads_only_loses_its_own() {
     let task = Task::new("many", 2);
     std::fs::write(task.dir().join("fake-mode-US-001"), format!("paced {LINES}\n")).unwrap();
-    std::fs::write(task.dir().join("fake-mode-US-002"), "slow 100000\n").unwrap();
+    quiet_after_the_first_story(&task);
     task.hold();
     let mut daemon = task.run(&[]);
     let mut stalled = task.connect(&daemon);
@@ -107,6 +107,16 @@ fn a_hundred_subscribers_get_every_line_while_one_that_never_reads_only_loses_it
     assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(3));
 }
 
+/// The second story's agent prints one line and waits at a gate until the
+/// daemon is stopped. Readers that fell behind the flood skip to the oldest
+/// event the ring still holds, and the first story's last line must still be
+/// among them however late they read: an agent that went on printing would
+/// push it out of the ring (1024 events) and leave them waiting for it.
+fn quiet_after_the_first_story(task: &Task) {
+    std::fs::write(task.dir().join("fake-mode-US-002"), "gate\n").unwrap();
+    std::fs::write(task.dir().join("gate"), "").unwrap();
+}
+
 /// What one subscriber of `output` read up to the first story's end.
 #[derive(Debug, Default)]
 struct Seen {
@@ -159,7 +169,7 @@ fn many_subscribers_of_a_flood_account_for_every_event_and_the_daemon_stays_smal
     const SUBSCRIBERS: usize = 250;
     let task = Task::new("ring", 2);
     std::fs::write(task.dir().join("fake-mode-US-001"), format!("flood {FLOOD}\n")).unwrap();
-    std::fs::write(task.dir().join("fake-mode-US-002"), "slow 100000\n").unwrap();
+    quiet_after_the_first_story(&task);
     task.hold();
     let mut daemon = task.run(&[]);
     let mut stalled = task.connect(&daemon);
