@@ -145,7 +145,33 @@ impl Tally {
 
     /// Done: nothing more will be sent, and the replies are in or overdue.
     pub(crate) fn finished(&self, now: Instant) -> bool {
-        now >= self.stop_at && self.sent == self.received || now > self.stop_at + Duration::from_secs(10)
+        now >= self.stop_at && self.sent == self.received || now > self.overdue()
+    }
+
+    /// Replies still owed after this never come.
+    fn overdue(&self) -> Instant {
+        self.stop_at + OVERDUE
+    }
+}
+
+/// How long after the measured time a connection waits for the replies it
+/// is still owed.
+const OVERDUE: Duration = Duration::from_secs(10);
+
+/// Reads more replies into `room`, unless there is nothing left to wait for:
+/// `None` once `tally` is finished. A connection whose handshake and priming
+/// ended only after the measured time (512 WebSocket connections to a busy
+/// server with a short warm-up) sent nothing, and reading would wait for
+/// ever; a server that stops answering is waited for until the replies it
+/// owes are overdue.
+async fn read_owed(stream: &mut TcpStream, room: &mut [u8], unit: &str, tally: &Tally) -> Result<Option<usize>> {
+    if tally.finished(Instant::now()) {
+        return Ok(None);
+    }
+    let overdue = tokio::time::Instant::from_std(tally.overdue());
+    match tokio::time::timeout_at(overdue, read_more(stream, room, unit, "")).await {
+        Ok(read) => read.map(Some),
+        Err(_) => Ok(None),
     }
 }
 
@@ -209,7 +235,10 @@ async fn ndjson(addr: &str, load: &Load, measure_from: Instant, stop_at: Instant
             // Replies left over from priming.
             Instant::now()
         } else {
-            filled += read_more(&mut stream, &mut buf[filled..], "a reply", "").await?;
+            let Some(read) = read_owed(&mut stream, &mut buf[filled..], "a reply", &tally).await? else {
+                return Ok(tally.stats);
+            };
+            filled += read;
             Instant::now()
         };
         if let Some(last) = memchr::memrchr(b'\n', &buf[..filled]) {
@@ -266,7 +295,10 @@ async fn ws(load: &Load, measure_from: Instant, stop_at: Instant) -> Result<Conn
     let mut first = filled > 0;
     loop {
         if !first {
-            filled += read_more(&mut stream, &mut buf[filled..], "a frame", "").await?;
+            let Some(read) = read_owed(&mut stream, &mut buf[filled..], "a frame", &tally).await? else {
+                return Ok(tally.stats);
+            };
+            filled += read;
         }
         first = false;
         let now = Instant::now();

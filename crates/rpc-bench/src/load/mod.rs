@@ -122,6 +122,24 @@ mod tests {
         });
     }
 
+    /// Connections ready only after the measured time (here all of them: it
+    /// is over before they connect) end, with nothing counted, instead of
+    /// waiting for replies to requests they never sent.
+    #[test]
+    fn a_counting_run_whose_connections_are_ready_only_after_it_ended_ends() {
+        runtime().block_on(async {
+            let any = "127.0.0.1:0".parse().unwrap();
+            let tcp = crate::baseline::echo_server(any).await.unwrap();
+            let ws = crate::baseline::ws_echo_server(any).await.unwrap();
+            for target in [format!("tcp://{tcp}"), format!("ws://{ws}")] {
+                let late = Load { duration: Duration::ZERO, warmup: Duration::ZERO, ..load(target.clone(), 64) };
+                let run = tokio::time::timeout(Duration::from_secs(5), measure(&late)).await;
+                let run = run.unwrap_or_else(|_| panic!("{target}: still waiting after 5 s")).unwrap();
+                assert_eq!(run.report.requests, 0, "{target}");
+            }
+        });
+    }
+
     #[test]
     fn a_counting_run_counts_error_replies_and_skips_what_came_before_its_first_reply() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
