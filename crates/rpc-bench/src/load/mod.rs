@@ -103,13 +103,18 @@ mod tests {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
     }
 
+    /// The raw TCP and WebSocket echoes, in this process, as load targets.
+    async fn echo_targets() -> [String; 2] {
+        let any = "127.0.0.1:0".parse().unwrap();
+        let tcp = crate::baseline::echo_server(any).await.unwrap();
+        let ws = crate::baseline::ws_echo_server(any).await.unwrap();
+        [format!("tcp://{tcp}"), format!("ws://{ws}")]
+    }
+
     #[test]
     fn counting_runs_over_real_sockets_count_echoed_requests_as_replies_and_time_some() {
         runtime().block_on(async {
-            let any = "127.0.0.1:0".parse().unwrap();
-            let tcp = crate::baseline::echo_server(any).await.unwrap();
-            let ws = crate::baseline::ws_echo_server(any).await.unwrap();
-            for target in [format!("tcp://{tcp}"), format!("ws://{ws}")] {
+            for target in echo_targets().await {
                 for (window, exact) in [(64, false), (1, true)] {
                     let run = measure(&Load { exact, ..load(target.clone(), window) }).await.unwrap();
                     assert!(run.report.requests > 100, "{target}: {:?}", run.report);
@@ -128,10 +133,7 @@ mod tests {
     #[test]
     fn a_counting_run_whose_connections_are_ready_only_after_it_ended_ends() {
         runtime().block_on(async {
-            let any = "127.0.0.1:0".parse().unwrap();
-            let tcp = crate::baseline::echo_server(any).await.unwrap();
-            let ws = crate::baseline::ws_echo_server(any).await.unwrap();
-            for target in [format!("tcp://{tcp}"), format!("ws://{ws}")] {
+            for target in echo_targets().await {
                 let late = Load { duration: Duration::ZERO, warmup: Duration::ZERO, ..load(target.clone(), 64) };
                 let run = tokio::time::timeout(Duration::from_secs(5), measure(&late)).await;
                 let run = run.unwrap_or_else(|_| panic!("{target}: still waiting after 5 s")).unwrap();
