@@ -12,7 +12,11 @@ use serde_json::{Value, json};
 use crate::load::{self, Block, Busy, Measured, Tally};
 use crate::pin;
 
-use super::pipe::{Pipe, frame, take_frames};
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
+
+use super::pipe::{Pipe, frame};
 
 /// The command the suite runs to start one measured run.
 pub const COMMAND: &str = "bench/getMessage";
@@ -57,10 +61,43 @@ enum Asked {
     Exit,
 }
 
-/// A reply to one of our calls: no method (the host's answer) or our own
-/// method (the echo's copy of the request).
-fn is_reply(body: &[u8]) -> bool {
-    memchr::memmem::find(body, b"\"method\":").is_none() || memchr::memmem::find(body, OWN_METHOD).is_some()
+/// What a frame is to the measured loop.
+#[derive(Debug, PartialEq)]
+enum Read {
+    /// A reply to one of our calls: the host's answer (no method), or the
+    /// echo's copy of the request (our own method).
+    Reply { error: bool },
+    /// Something the host asks or tells.
+    FromHost,
+}
+
+/// Tells replies from the host's messages. The usual shape, as the host and
+/// our own requests are written (`{"jsonrpc":"2.0","id":N,` then the member
+/// that decides), is read without a search; anything else by searches built
+/// once. Run for every message of the baseline, so it must cost the echo
+/// nothing it would not.
+fn read(body: &[u8]) -> Read {
+    static METHOD: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"method\":"));
+    static OWN: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(OWN_METHOD));
+    static ERROR: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"error\""));
+    if let Some(rest) = body.strip_prefix(br#"{"jsonrpc":"2.0","id":"#) {
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        let next = &rest[digits..];
+        if digits > 0 && next.first() == Some(&b',') {
+            let next = &next[1..];
+            if next.starts_with(b"\"result\":") || next.starts_with(OWN_METHOD) {
+                return Read::Reply { error: false };
+            }
+            if next.starts_with(b"\"error\":") {
+                return Read::Reply { error: true };
+            }
+        }
+    }
+    if METHOD.find(body).is_none() || OWN.find(body).is_some() {
+        Read::Reply { error: ERROR.find(body).is_some() }
+    } else {
+        Read::FromHost
+    }
 }
 
 /// Answers what the host sends besides replies: `initialize`, `shutdown`,
@@ -109,7 +146,7 @@ pub fn run(args: ExtensionArgs) -> Result<()> {
     while pipe.fill()? {
         out.clear();
         let mut asked = Asked::Nothing;
-        take_frames(&mut pipe.buf, |body| {
+        pipe.inbox.take_frames(|body| {
             asked = asked.max(host_message(body, &mut out)?);
             Ok(())
         })?;
@@ -156,7 +193,6 @@ fn measured_run(pipe: &mut Pipe, args: &ExtensionArgs) -> Result<Measured> {
     let measure_from = start + Duration::from_secs_f64(args.warmup);
     let block = Block::new(args.window, |out, id| frame(out, &load::request(id, METHOD, &params)));
     let mut tally = Tally::new(args.window, measure_from, measure_from + duration)?;
-    let error = memchr::memmem::Finder::new(b"\"error\"");
     let mut out = Vec::with_capacity(64 * 1024);
     out.extend_from_slice(block.requests(0, args.window));
     tally.sent(args.window, start);
@@ -168,12 +204,13 @@ fn measured_run(pipe: &mut Pipe, args: &ExtensionArgs) -> Result<Measured> {
         let now = Instant::now();
         out.clear();
         let (mut asked, mut replies, mut errors) = (Asked::Nothing, 0, 0);
-        take_frames(&mut pipe.buf, |body| {
-            if is_reply(body) {
-                replies += 1;
-                errors += usize::from(error.find(body).is_some());
-            } else {
-                asked = asked.max(host_message(body, &mut out)?);
+        pipe.inbox.take_frames(|body| {
+            match read(body) {
+                Read::Reply { error } => {
+                    replies += 1;
+                    errors += usize::from(error);
+                }
+                Read::FromHost => asked = asked.max(host_message(body, &mut out)?),
             }
             Ok(())
         })?;
@@ -213,8 +250,18 @@ mod tests {
 
     #[test]
     fn replies_and_echoed_requests_are_told_from_host_requests() {
-        assert!(is_reply(br#"{"jsonrpc":"2.0","id":1001,"result":{"message":"MSH|"}}"#));
-        assert!(is_reply(load::request(1001, METHOD, "{}").as_bytes()));
-        assert!(!is_reply(br#"{"jsonrpc":"2.0","method":"message/opened","params":{}}"#));
+        let ok = Read::Reply { error: false };
+        let failed = Read::Reply { error: true };
+        // The usual shapes, read without a search.
+        assert_eq!(read(br#"{"jsonrpc":"2.0","id":1001,"result":{"message":"MSH|"}}"#), ok);
+        assert_eq!(read(load::request(1001, METHOD, "{}").as_bytes()), ok);
+        assert_eq!(read(br#"{"jsonrpc":"2.0","id":7,"error":{"code":-32000,"message":"no"}}"#), failed);
+        assert_eq!(read(br#"{"jsonrpc":"2.0","method":"message/opened","params":{}}"#), Read::FromHost);
+        assert_eq!(read(br#"{"jsonrpc":"2.0","id":3,"method":"shutdown"}"#), Read::FromHost);
+        // Other layouts, by the searches.
+        assert_eq!(read(br#"{"id":"a","jsonrpc":"2.0","result":{"message":"MSH|"}}"#), ok);
+        assert_eq!(read(br#"{"error":{"code":1,"message":"x"},"id":"a","jsonrpc":"2.0"}"#), failed);
+        assert_eq!(read(br#"{"id":"b","method":"command/execute","jsonrpc":"2.0"}"#), Read::FromHost);
+        assert_eq!(read(br#"{"params":{},"method":"editor/getMessage","id":"c","jsonrpc":"2.0"}"#), ok);
     }
 }
