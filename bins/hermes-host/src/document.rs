@@ -14,7 +14,9 @@ use parking_lot::Mutex;
 use std::io::Write;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use serde_json::value::RawValue;
 
 use tokio::sync::watch;
 
@@ -40,7 +42,7 @@ struct Held {
     /// Shared with readers, who send or render it outside the lock: a read
     /// costs a reference count, not a copy. Never changed in place: an edit
     /// makes the new message whole, then takes its place here.
-    message: Option<Arc<Hl7Message>>,
+    message: Option<Arc<HeldMessage>>,
     file: Option<PathBuf>,
     /// Edited since it was opened or saved (a new message given content is
     /// dirty too: it is in no file yet).
@@ -52,8 +54,50 @@ struct Held {
 /// path of every extension, B6); otherwise rendered for this reader.
 #[derive(Clone, Debug)]
 pub enum Text {
-    Held(Arc<Hl7Message>),
+    Held(Arc<HeldMessage>),
     Rendered(String),
+}
+
+impl Text {
+    /// The text as a JSON string: the held message's is written once and
+    /// shared by every read after it.
+    pub fn to_json<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::Serialize;
+        match self {
+            Text::Held(held) => held.json().serialize(serializer),
+            Text::Rendered(text) => serializer.serialize_str(text),
+        }
+    }
+}
+
+/// A message held, with its text as a JSON string, written on the first read
+/// that sends it. Escaping a message (every segment ends in `\r`) was most of
+/// an `editor/getMessage`, and a held message never changes (an edit makes a
+/// new one), so every read until the next edit shares one copy. It costs the
+/// text's size again, once read, for the one message held.
+#[derive(Debug)]
+pub struct HeldMessage {
+    message: Hl7Message,
+    json: OnceLock<Box<RawValue>>,
+}
+
+impl HeldMessage {
+    fn new(message: Hl7Message) -> Arc<HeldMessage> {
+        Arc::new(HeldMessage { message, json: OnceLock::new() })
+    }
+
+    pub fn json(&self) -> &RawValue {
+        self.json
+            .get_or_init(|| serde_json::value::to_raw_value(self.message.as_str()).expect("a string always serialises"))
+    }
+}
+
+impl Deref for HeldMessage {
+    type Target = Hl7Message;
+
+    fn deref(&self) -> &Hl7Message {
+        &self.message
+    }
 }
 
 impl Deref for Text {
@@ -132,7 +176,7 @@ impl Document {
     }
 
     /// The message held (shared) and its file, if one is open.
-    pub fn current(&self) -> Option<(Arc<Hl7Message>, Option<PathBuf>)> {
+    pub fn current(&self) -> Option<(Arc<HeldMessage>, Option<PathBuf>)> {
         let held = self.held.lock();
         held.message.clone().map(|message| (message, held.file.clone()))
     }
@@ -153,7 +197,7 @@ impl Document {
     pub fn set(&self, text: String, format: Format, by: &str) -> Result<(), RpcError> {
         let message = self.read(text, format)?;
         let mut held = self.held.lock();
-        held.message = Some(Arc::new(message));
+        held.message = Some(HeldMessage::new(message));
         held.dirty = true;
         drop(held);
         self.changed(Change::Edited { by: by.to_owned() });
@@ -198,7 +242,7 @@ impl Document {
         let mut message = Hl7Message::clone(held.message.as_ref().ok_or_else(errors::no_message)?);
         let changed = edit(&mut message);
         if changed {
-            held.message = Some(Arc::new(message));
+            held.message = Some(HeldMessage::new(message));
             held.dirty = true;
         }
         Ok(changed)
@@ -213,7 +257,7 @@ impl Document {
             Some((text, format)) => self.read(text, format)?,
             None => Hl7Message::new_empty(),
         };
-        *self.held.lock() = Held { message: Some(Arc::new(message)), file: None, dirty };
+        *self.held.lock() = Held { message: Some(HeldMessage::new(message)), file: None, dirty };
         self.changed(Change::Opened { file: None, is_new: true });
         Ok(())
     }
@@ -233,7 +277,7 @@ impl Document {
         let text = String::from_utf8(bytes)
             .map_err(|_| RpcError::new(errors::INVALID_MESSAGE, format!("{}: not UTF-8 text", path.display())))?;
         let message = self.read(text, Format::Hl7)?;
-        *self.held.lock() = Held { message: Some(Arc::new(message)), file: Some(path.clone()), dirty: false };
+        *self.held.lock() = Held { message: Some(HeldMessage::new(message)), file: Some(path.clone()), dirty: false };
         self.changed(Change::Opened { file: Some(path.clone()), is_new: false });
         Ok(path)
     }

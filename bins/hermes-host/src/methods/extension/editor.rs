@@ -1,5 +1,7 @@
 //! `editor/getMessage`, `editor/patchMessage`, `editor/setMessage`.
 
+use std::path::PathBuf;
+
 use rpc_core::{Ctx, RpcError};
 use serde::{Deserialize, Serialize};
 
@@ -22,16 +24,20 @@ pub(crate) fn hl7() -> Format {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Message {
-    #[serde(serialize_with = "shared_str")]
+    #[serde(serialize_with = "Text::to_json")]
     pub message: Text,
     pub has_file: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub file_path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "path_text")]
+    pub file_path: Option<PathBuf>,
 }
 
-/// Serialises the shared text without copying it first.
-fn shared_str<S: serde::Serializer>(text: &Text, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(text)
+/// A path as its text; one that is not UTF-8 as `Path::display` shows it.
+fn path_text<S: serde::Serializer>(path: &Option<PathBuf>, serializer: S) -> Result<S::Ok, S::Error> {
+    match path.as_deref().map(|p| (p, p.to_str())) {
+        Some((_, Some(text))) => serializer.serialize_str(text),
+        Some((path, None)) => serializer.collect_str(&path.display()),
+        None => serializer.serialize_none(),
+    }
 }
 
 pub async fn get_message(ctx: Ctx<ExtensionSession>, params: GetParams) -> Result<Message, RpcError> {
@@ -41,7 +47,7 @@ pub async fn get_message(ctx: Ctx<ExtensionSession>, params: GetParams) -> Resul
 /// The open message in the asked format, with where it came from.
 pub fn message_in(document: &Document, params: GetParams) -> Result<Message, RpcError> {
     let (message, file) = document.get(params.format)?;
-    Ok(Message { message, has_file: file.is_some(), file_path: file.map(|f| f.display().to_string()) })
+    Ok(Message { message, has_file: file.is_some(), file_path: file })
 }
 
 /// `editor/patchMessage` and the control socket's `message/patch`.

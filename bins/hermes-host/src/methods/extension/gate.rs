@@ -13,15 +13,18 @@ fn not_initialised() -> RpcError {
 }
 
 pub fn hold_until_initialized(ctx: &Ctx<ExtensionSession>, _method: &str) -> Gate {
-    let mut ready = ctx.state.ready.clone();
-    let now = *ready.borrow();
+    // Read in place: only a request that has to wait takes a receiver of its own.
+    let now = *ctx.state.ready.borrow();
     match now {
         Readiness::Running => Gate::Open,
         Readiness::Failed => Gate::Closed(not_initialised()),
-        Readiness::Starting => Gate::Wait(Box::pin(async move {
-            match ready.wait_for(|r| *r != Readiness::Starting).await.map(|r| *r) {
-                Ok(Readiness::Running) => Ok(()),
-                _ => Err(not_initialised()),
+        Readiness::Starting => Gate::Wait(Box::pin({
+            let mut ready = ctx.state.ready.clone();
+            async move {
+                match ready.wait_for(|r| *r != Readiness::Starting).await.map(|r| *r) {
+                    Ok(Readiness::Running) => Ok(()),
+                    _ => Err(not_initialised()),
+                }
             }
         })),
     }
