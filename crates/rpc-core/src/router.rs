@@ -190,15 +190,15 @@ impl From<Result<(), RpcError>> for Gate {
 }
 
 /// A guard sees a call's [`Ctx`] (a `gate` may keep it), or only the
-/// connection's [`ConnCtx`] (`guard_conn`: then a call needs no `Ctx` made
-/// for it).
+/// connection's [`ConnCtx`] (`guard_conn`, `gate_conn`: then a call needs no
+/// `Ctx` made for it).
 enum Guard<S> {
     Call(CallGuard<S>),
     Conn(ConnGuard<S>),
 }
 
 type CallGuard<S> = Box<dyn Fn(&Ctx<S>, &str) -> Gate + Send + Sync>;
-type ConnGuard<S> = Box<dyn Fn(&ConnCtx<S>, &str) -> Result<(), RpcError> + Send + Sync>;
+type ConnGuard<S> = Box<dyn Fn(&ConnCtx<S>, &str) -> Gate + Send + Sync>;
 type Rewrite = Box<dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync>;
 type BothPolicy = Box<dyn Fn(&RawValue, &RpcError) -> bool + Send + Sync>;
 
@@ -281,7 +281,7 @@ impl<S: Send + Sync + 'static> Router<S> {
     ) -> Result<Started, RpcError> {
         let gate = match &self.guard {
             Some(Guard::Call(guard)) => guard(&Ctx::on(conn, id.cloned()), method),
-            Some(Guard::Conn(guard)) => guard(conn, method).into(),
+            Some(Guard::Conn(guard)) => guard(conn, method),
             None => Gate::Open,
         };
         if let Gate::Closed(error) = gate {
@@ -377,7 +377,14 @@ impl<S: Send + Sync + 'static> RouterBuilder<S> {
 
     /// A guard that needs only the connection (its state), not the call: a
     /// call then needs no [`Ctx`] made for its guard.
-    pub fn guard_conn(mut self, f: impl Fn(&ConnCtx<S>, &str) -> Result<(), RpcError> + Send + Sync + 'static) -> Self {
+    pub fn guard_conn(self, f: impl Fn(&ConnCtx<S>, &str) -> Result<(), RpcError> + Send + Sync + 'static) -> Self {
+        self.gate_conn(move |conn, method| f(conn, method).into())
+    }
+
+    /// A gate that needs only the connection (its state), not the call: with
+    /// it, a `method_now` handler answers in the read loop while the gate is
+    /// open, with no [`Ctx`] made for the call.
+    pub fn gate_conn(mut self, f: impl Fn(&ConnCtx<S>, &str) -> Gate + Send + Sync + 'static) -> Self {
         self.router.guard = Some(Guard::Conn(Box::new(f)));
         self
     }
