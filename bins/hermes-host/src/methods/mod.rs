@@ -23,8 +23,8 @@ use crate::state::{ControlSession, ExtensionSession};
 pub fn extension_router() -> Arc<Router<ExtensionSession>> {
     use extension::{dialogs, editor, gate};
     Router::new()
-        .gate(gate::hold_until_initialized)
-        .method("editor/getMessage", editor::get_message)
+        .gate_conn(gate::hold_until_initialized)
+        .method_now("editor/getMessage", editor::get_message)
         .method("editor/patchMessage", editor::patch_message)
         .method("editor/setMessage", editor::set_message)
         .method("ui/openWindow", dialogs::open_window)

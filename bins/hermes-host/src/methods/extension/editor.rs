@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use rpc_core::{Ctx, RpcError};
+use rpc_core::router::Answer;
+use rpc_core::{ConnCtx, Ctx, RpcError};
 use serde::{Deserialize, Serialize};
 
 use crate::document::{Document, PatchOutcome, Text};
@@ -40,8 +41,10 @@ fn path_text<S: serde::Serializer>(path: &Option<PathBuf>, serializer: S) -> Res
     }
 }
 
-pub async fn get_message(ctx: Ctx<ExtensionSession>, params: GetParams) -> Result<Message, RpcError> {
-    message_in(&ctx.state.host.document, params)
+/// Answered in the read loop (`method_now`): it reads the message held and
+/// waits for nothing. The hot path of every extension (B6).
+pub fn get_message(conn: &ConnCtx<ExtensionSession>, params: GetParams) -> Answer<Message> {
+    Answer::Now(message_in(&conn.state.host.document, params))
 }
 
 /// The open message in the asked format, with where it came from.

@@ -3,7 +3,7 @@
 //! with -32001 once it failed. An extension may send requests as soon as it
 //! starts, before its `initialize` answer has reached the host.
 
-use rpc_core::{Ctx, Gate, RpcError};
+use rpc_core::{ConnCtx, Gate, RpcError};
 
 use crate::errors;
 use crate::state::{ExtensionSession, Readiness};
@@ -12,14 +12,14 @@ fn not_initialised() -> RpcError {
     RpcError::new(errors::NOT_INITIALISED, "the extension is not initialised")
 }
 
-pub fn hold_until_initialized(ctx: &Ctx<ExtensionSession>, _method: &str) -> Gate {
+pub fn hold_until_initialized(conn: &ConnCtx<ExtensionSession>, _method: &str) -> Gate {
     // Read in place: only a request that has to wait takes a receiver of its own.
-    let now = *ctx.state.ready.borrow();
+    let now = *conn.state.ready.borrow();
     match now {
         Readiness::Running => Gate::Open,
         Readiness::Failed => Gate::Closed(not_initialised()),
         Readiness::Starting => Gate::Wait(Box::pin({
-            let mut ready = ctx.state.ready.clone();
+            let mut ready = conn.state.ready.clone();
             async move {
                 match ready.wait_for(|r| *r != Readiness::Starting).await.map(|r| *r) {
                     Ok(Readiness::Running) => Ok(()),
