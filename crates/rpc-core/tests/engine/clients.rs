@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::line::Line;
 use rpc_core::listen::{self, Listener, NdjsonLimits};
+use rpc_core::router::Answer;
 use rpc_core::{CallError, Ctx, Gate, Id, NoParams, PeerConfig, Router, RpcError, Shutdown, Transport, client};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -312,9 +313,11 @@ struct Init {
 }
 
 /// Everything but `initialize` and `ping` waits for `initialize` to finish.
-/// `initialize` itself asks the client for its configuration first.
-fn gated_router() -> Arc<Router<Init>> {
-    Router::new()
+/// `initialize` itself asks the client for its configuration first. With
+/// `in_read_loop`, the gate is the connection's (`gate_conn`) and `work` a
+/// `method_now` handler: the same holding, with no `Ctx` made for either.
+fn gated_router(in_read_loop: bool) -> Arc<Router<Init>> {
+    let router = Router::new()
         .method("initialize", |cx: Ctx<Init>, _: NoParams| async move {
             let config = cx
                 .peer
@@ -325,30 +328,48 @@ fn gated_router() -> Arc<Router<Init>> {
             cx.state.opened.notify_waiters();
             Ok(json!({"config": serde_json::from_str::<Value>(config.get()).unwrap()}))
         })
-        .method("work", |_, n: [u64; 1]| async move { Ok(n[0]) })
-        .method("ping", |_, _: NoParams| async { Ok("pong") })
-        .gate(|cx: &Ctx<Init>, method: &str| match method {
-            "initialize" | "ping" => Gate::Open,
-            _ => {
-                // Waiting from here on, so a signal between the check and the wait is not missed.
-                let opened = cx.state.opened.clone().notified_owned();
-                if cx.state.ready.load(Ordering::SeqCst) {
-                    return Gate::Open;
-                }
-                Gate::Wait(Box::pin(async move {
-                    opened.await;
-                    Ok(())
-                }))
+        .method("ping", |_, _: NoParams| async { Ok("pong") });
+    let router = match in_read_loop {
+        false => {
+            router.method("work", |_, n: [u64; 1]| async move { Ok(n[0]) }).gate(|cx, method| hold(&cx.state, method))
+        }
+        true => router
+            .method_now("work", |_, n: [u64; 1]| Answer::Now(Ok(n[0])))
+            .gate_conn(|conn, method| hold(&conn.state, method)),
+    };
+    router.build().unwrap()
+}
+
+fn hold(init: &Init, method: &str) -> Gate {
+    match method {
+        "initialize" | "ping" => Gate::Open,
+        _ => {
+            // Waiting from here on, so a signal between the check and the wait is not missed.
+            let opened = init.opened.clone().notified_owned();
+            if init.ready.load(Ordering::SeqCst) {
+                return Gate::Open;
             }
-        })
-        .build()
-        .unwrap()
+            Gate::Wait(Box::pin(async move {
+                opened.await;
+                Ok(())
+            }))
+        }
+    }
 }
 
 #[tokio::test]
 async fn a_gate_holds_requests_until_initialize_without_holding_the_reader() {
+    a_gate_holds_requests_until_initialize_with(gated_router(false)).await;
+}
+
+#[tokio::test]
+async fn a_connection_gate_holds_handlers_that_answer_in_the_read_loop_alike() {
+    a_gate_holds_requests_until_initialize_with(gated_router(true)).await;
+}
+
+async fn a_gate_holds_requests_until_initialize_with(router: Arc<Router<Init>>) {
     let shutdown = Shutdown::new();
-    let addr = serve_tcp(gated_router(), &shutdown, Init::default);
+    let addr = serve_tcp(router, &shutdown, Init::default);
     let mut c = Line::connect(addr).await;
     for n in 1..=3 {
         c.send(request("work", json!([n]), json!(n))).await;
