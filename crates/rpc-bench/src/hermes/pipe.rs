@@ -14,6 +14,7 @@ use std::sync::LazyLock;
 
 use anyhow::{Context, Result};
 use memchr::memmem::Finder;
+use rpc_core::codec::content_length::usual_head;
 
 use crate::pin;
 
@@ -99,28 +100,18 @@ impl Inbox {
 }
 
 /// Where the body of the frame at the front of `rest` starts and how long it
-/// is, once the whole frame is there.
+/// is, once the whole frame is there. The usual head, as every peer here
+/// writes it, is read without a search (as the host's own framing reads it).
 fn frame_at(rest: &[u8]) -> Result<Option<(usize, usize)>> {
     static HEAD_END: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\r\n\r\n"));
-    const USUAL: &[u8] = b"Content-Length: ";
-    // The usual head, as every peer here writes it, read without a search.
-    let usual = rest.strip_prefix(USUAL).and_then(|after| {
-        let digits = after.iter().take_while(|b| b.is_ascii_digit()).count();
-        let end = after.get(digits..)?.starts_with(b"\r\n\r\n").then_some(digits)?;
-        (1..=12).contains(&end).then(|| (USUAL.len() + digits + 4, number(&after[..digits])))
-    });
-    let (body, length) = match usual {
+    let (length, body) = match usual_head(rest) {
         Some(found) => found,
         None => {
             let Some(end) = HEAD_END.find(rest) else { return Ok(None) };
-            (end + 4, content_length(&rest[..end]).context("a frame without Content-Length")?)
+            (content_length(&rest[..end]).context("a frame without Content-Length")?, end + 4)
         }
     };
     Ok((rest.len() >= body + length).then_some((body, length)))
-}
-
-fn number(digits: &[u8]) -> usize {
-    digits.iter().fold(0, |n, d| n * 10 + usize::from(d - b'0'))
 }
 
 fn content_length(headers: &[u8]) -> Option<usize> {
@@ -129,6 +120,7 @@ fn content_length(headers: &[u8]) -> Option<usize> {
         if key.trim().eq_ignore_ascii_case("content-length") { value.trim().parse().ok() } else { None }
     })
 }
+
 pub(super) fn frame(out: &mut Vec<u8>, body: &str) {
     let _ = write!(out, "Content-Length: {}\r\n\r\n{body}", body.len());
 }

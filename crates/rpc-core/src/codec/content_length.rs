@@ -195,8 +195,9 @@ impl Encoder<Outbound> for ContentLengthCodec {
 }
 
 /// `Content-Length: N\r\n\r\n` at the front of `buf`, with at most nine
-/// digits: the body's length and the head's.
-fn usual_head(buf: &[u8]) -> Option<(usize, usize)> {
+/// digits: the body's length and the head's. `None` for any other head (or
+/// one not all there yet), which the header lines then read.
+pub fn usual_head(buf: &[u8]) -> Option<(usize, usize)> {
     let after = buf.strip_prefix(HEAD)?;
     let digits = after.iter().take_while(|b| b.is_ascii_digit()).count();
     if !(1..=9).contains(&digits) || !after[digits..].starts_with(b"\r\n\r\n") {
