@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::{Client, Task};
+use crate::support::{Client, Task, fake_agent};
 
 const LINES: usize = 5_000;
 /// The fake agent's `paced` mode writes this many lines, then waits for the
@@ -171,7 +171,11 @@ fn many_subscribers_of_a_flood_account_for_every_event_and_the_daemon_stays_smal
     std::fs::write(task.dir().join("fake-mode-US-001"), format!("flood {FLOOD}\n")).unwrap();
     quiet_after_the_first_story(&task);
     task.hold();
-    let mut daemon = task.run(&[]);
+    // The prompt handed as a file: typed into the terminal, its echo would be
+    // published while the subscribers below are still connecting, and those
+    // that came after it would rightly count fewer events than the first.
+    let agent = format!("{} {{PROMPT_FILE}}", fake_agent());
+    let mut daemon = task.start(&task.dir(), &agent, &[]);
     let mut stalled = task.connect(&daemon);
     stalled.call("subscribe", json!({"events": ["output"]}));
     let mut readers = Vec::new();
