@@ -10,7 +10,7 @@ use integration_tests::bin_path;
 use nix::sys::termios::{LocalFlags, tcgetattr};
 use rpc_core::child::{ChildCommand, Exit};
 
-use crate::support::Task;
+use crate::support::{Task, output_line};
 
 struct Screen {
     master: std::fs::File,
@@ -57,7 +57,11 @@ async fn attach_shows_the_task_types_to_the_agent_and_restores_the_terminal() {
     let task = Task::new("attached", 1);
     task.mode("interactive");
     let daemon = task.run(&[]);
-    let _client = task.connect(&daemon);
+    // The agent has asked its question (a line without its end) before
+    // attach connects: attach shows it all the same.
+    let mut client = task.connect(&daemon);
+    client.call("subscribe", serde_json::json!({"events": ["output"]}));
+    client.until(|e| output_line(e).is_some_and(|l| l.contains("your input:"))).expect("the agent's question");
     let pty = nix::pty::openpty(None, None).unwrap();
     let master = std::fs::File::from(pty.master);
     let before = tcgetattr(master.as_fd()).unwrap();

@@ -345,6 +345,7 @@ impl<'a> Streaming<'a> {
     /// A line that has not ended after a quiet while (a prompt, echoed keys).
     fn flush_partial(&mut self) {
         if let Some(Piece::Partial(text)) = self.lines.flush_partial() {
+            self.session.remember_partial(&plain(&self.lines.published()));
             self.session.publish_output([(text.as_str(), true)]);
         }
         self.partial_at = far();

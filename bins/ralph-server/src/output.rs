@@ -68,6 +68,11 @@ impl LineSplitter {
         Some(Piece::Partial(text))
     }
 
+    /// What of the line being written has been published as partial pieces.
+    pub fn published(&self) -> String {
+        String::from_utf8_lossy(&self.line[..self.published]).into_owned()
+    }
+
     /// Whatever is left when the output ends.
     pub fn finish(&mut self) -> Option<Piece> {
         (!self.line.is_empty()).then(|| self.end_line())

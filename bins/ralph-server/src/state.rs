@@ -172,6 +172,10 @@ pub struct Session {
     fields: Mutex<Fields>,
     consecutive_failures: Mutex<u32>,
     recent: LineRing,
+    /// The line being written, as far as it has been published (an agent's
+    /// question waiting for an answer): the last of `recent_output` until
+    /// the line ends.
+    partial: Mutex<Option<String>>,
     requests: Mutex<Requests>,
     /// Held while an injection is written to its file: the next one waits,
     /// so the file keeps the order in which they were accepted.
@@ -218,6 +222,7 @@ impl Session {
             fields: Mutex::new(fields),
             consecutive_failures: Mutex::new(if resume { saved.consecutive_failures } else { 0 }),
             recent: LineRing::new(RECENT_LINES, RECENT_LINES * RECENT_LINE_BYTES),
+            partial: Mutex::new(None),
             requests: Mutex::new(Requests::default()),
             injected: Mutex::new(injected),
             wake: Notify::new(),
@@ -257,8 +262,17 @@ impl Session {
             interactive_mode: f.interactive_mode,
             started_at: f.started_at,
             updated_at: f.updated_at,
-            recent_output: self.recent.tail(RECENT_LINES),
+            recent_output: self.recent_output(),
         }
+    }
+
+    /// The last lines, the one being written last: someone attaching to an
+    /// agent that waits at a prompt sees the prompt.
+    fn recent_output(&self) -> Vec<String> {
+        let partial = self.partial.lock().clone();
+        let mut lines = self.recent.tail(RECENT_LINES - usize::from(partial.is_some()));
+        lines.extend(partial);
+        lines
     }
 
     /// Applies `edit` to the status fields; if any changed, stamps
@@ -364,6 +378,15 @@ impl Session {
     /// A whole line for `recent_output`, ANSI escapes already stripped.
     pub fn remember_line(&self, line: &str) {
         self.recent.push(line);
+        *self.partial.lock() = None;
+    }
+
+    /// The line being written, as far as it has been published, ANSI
+    /// escapes already stripped: it stands last in `recent_output` until
+    /// [`Session::remember_line`] gets the whole line.
+    pub fn remember_partial(&self, so_far: &str) {
+        let end = so_far.floor_char_boundary(RECENT_LINE_BYTES);
+        *self.partial.lock() = Some(so_far[..end].to_owned());
     }
 
     pub fn requests(&self) -> parking_lot::MutexGuard<'_, Requests> {
@@ -431,5 +454,23 @@ mod tests {
         assert!(!SavedState { status: Some(Status::Completed), ..Default::default() }.resumable());
         // No temporary file is left behind.
         assert_eq!(fs::read_dir(dir.path().join(".ralph")).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn the_line_being_written_stands_last_in_recent_output_until_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = crate::injected::Limits { count: 1, bytes: 1024 };
+        let pending = PendingPrompts::load(dir.path(), limits, None).unwrap();
+        let session = Session::new("t".into(), dir.path().into(), 1, "a".into(), &SavedState::default(), pending);
+        for n in 0..RECENT_LINES {
+            session.remember_line(&format!("line {n}"));
+        }
+        session.remember_partial("your input: ");
+        let recent = session.snapshot().recent_output;
+        assert_eq!(recent.len(), RECENT_LINES);
+        assert_eq!((recent[0].as_str(), recent[RECENT_LINES - 1].as_str()), ("line 1", "your input: "));
+        session.remember_line("your input: yes");
+        let recent = session.snapshot().recent_output;
+        assert_eq!((recent[0].as_str(), recent[RECENT_LINES - 1].as_str()), ("line 1", "your input: yes"));
     }
 }

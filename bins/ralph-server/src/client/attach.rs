@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 
 use super::socket::{call, connect};
 use crate::config::{SocketArgs, TaskArg};
+use crate::output::plain;
 
 /// Lines of recent output shown on attaching.
 const LAST_LINES: usize = 20;
@@ -72,20 +73,37 @@ fn say(text: &str) {
 
 pub async fn run(args: TaskArg, sockets: SocketArgs) -> Result<ExitCode, String> {
     let mut connected = connect(&args.task, &sockets).await?;
+    // Subscribed before the status is read: a line written in between is
+    // then in both (and shown once, see `overlap`), never in neither.
+    call(&connected.peer, "subscribe", json!({"events": ["*"]})).await?;
     let status = call(&connected.peer, "get_status", json!({})).await?;
     // Restored when this returns, before an error is printed.
     let _raw = RawTerminal::enter();
     say(&header(&status));
-    let recent = status["recent_output"].as_array().cloned().unwrap_or_default();
-    for line in recent.iter().skip(recent.len().saturating_sub(LAST_LINES)) {
-        say(&format!("{}\n", line.as_str().unwrap_or_default()));
+    let recent: Vec<&str> = status["recent_output"]
+        .as_array()
+        .map(|lines| lines.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for line in &recent[recent.len().saturating_sub(LAST_LINES)..] {
+        say(&format!("{line}\n"));
     }
-    call(&connected.peer, "subscribe", json!({"events": ["*"]})).await?;
+    let mut held = Vec::new();
+    while let Ok(event) = connected.events.try_recv() {
+        held.push(event);
+    }
+    let mut interactive = status["interactive_mode"] == true;
+    let mut repeated = overlap(&recent, &held);
+    for event in &held {
+        if repeated > 0 && event["type"] == "output" {
+            repeated -= 1;
+            continue;
+        }
+        show(event, &mut interactive);
+    }
     let (Ok(mut term), Ok(mut hangup)) = (signal(SignalKind::terminate()), signal(SignalKind::hangup())) else {
         return Err("cannot watch signals".to_owned());
     };
     let mut keys = keys();
-    let mut interactive = status["interactive_mode"] == true;
     loop {
         tokio::select! {
             event = connected.events.recv() => match event {
@@ -108,6 +126,21 @@ pub async fn run(args: TaskArg, sockets: SocketArgs) -> Result<ExitCode, String>
     }
     say("\n[detached]\n");
     Ok(ExitCode::SUCCESS)
+}
+
+/// How many of the first `output` events in `held` repeat the end of
+/// `recent` (lines written after the subscription and before the status
+/// was read): the most lines for which the two agree.
+fn overlap(recent: &[&str], held: &[Value]) -> usize {
+    let lines: Vec<String> = held
+        .iter()
+        .filter(|event| event["type"] == "output")
+        .map(|event| plain(event["data"]["line"].as_str().unwrap_or_default()))
+        .collect();
+    (1..=lines.len().min(recent.len()))
+        .rev()
+        .find(|&n| recent[recent.len() - n..].iter().zip(&lines[..n]).all(|(seen, line)| *seen == line.as_str()))
+        .unwrap_or(0)
 }
 
 fn header(s: &Value) -> String {
@@ -175,4 +208,27 @@ async fn on_key(peer: &rpc_core::PeerHandle, key: &[u8], interactive: &mut bool)
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(line: &str) -> Value {
+        json!({"type": "output", "data": {"line": line}})
+    }
+
+    #[test]
+    fn lines_written_between_the_subscription_and_the_status_are_shown_once() {
+        let recent = ["one", "two", "three"];
+        // Nothing in between: every held event is new.
+        assert_eq!(overlap(&recent, &[output("four")]), 0);
+        // "two" and "three" came in both; a state_change in between counts for nothing.
+        let state = json!({"type": "state_change", "data": {"iteration": 2}});
+        assert_eq!(overlap(&recent, &[output("two"), state, output("\x1b[1mthree\x1b[0m"), output("four")]), 2);
+        // The most lines that agree, the prompt written last included.
+        assert_eq!(overlap(&["x", "x", "your input: "], &[output("x"), output("your input: ")]), 2);
+        assert_eq!(overlap(&[], &[output("one")]), 0);
+        assert_eq!(overlap(&recent, &[]), 0);
+    }
 }
