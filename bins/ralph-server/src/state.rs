@@ -172,10 +172,6 @@ pub struct Session {
     fields: Mutex<Fields>,
     consecutive_failures: Mutex<u32>,
     recent: LineRing,
-    /// The line being written, as far as it has been published (an agent's
-    /// question waiting for an answer): the last of `recent_output` until
-    /// the line ends.
-    partial: Mutex<Option<String>>,
     requests: Mutex<Requests>,
     /// Held while an injection is written to its file: the next one waits,
     /// so the file keeps the order in which they were accepted.
@@ -222,7 +218,6 @@ impl Session {
             fields: Mutex::new(fields),
             consecutive_failures: Mutex::new(if resume { saved.consecutive_failures } else { 0 }),
             recent: LineRing::new(RECENT_LINES, RECENT_LINES * RECENT_LINE_BYTES),
-            partial: Mutex::new(None),
             requests: Mutex::new(Requests::default()),
             injected: Mutex::new(injected),
             wake: Notify::new(),
@@ -262,17 +257,8 @@ impl Session {
             interactive_mode: f.interactive_mode,
             started_at: f.started_at,
             updated_at: f.updated_at,
-            recent_output: self.recent_output(),
+            recent_output: self.recent.tail(RECENT_LINES),
         }
-    }
-
-    /// The last lines, the one being written last: someone attaching to an
-    /// agent that waits at a prompt sees the prompt.
-    fn recent_output(&self) -> Vec<String> {
-        let partial = self.partial.lock().clone();
-        let mut lines = self.recent.tail(RECENT_LINES - usize::from(partial.is_some()));
-        lines.extend(partial);
-        lines
     }
 
     /// Applies `edit` to the status fields; if any changed, stamps
@@ -378,15 +364,14 @@ impl Session {
     /// A whole line for `recent_output`, ANSI escapes already stripped.
     pub fn remember_line(&self, line: &str) {
         self.recent.push(line);
-        *self.partial.lock() = None;
     }
 
     /// The line being written, as far as it has been published, ANSI
-    /// escapes already stripped: it stands last in `recent_output` until
+    /// escapes already stripped: it stands last in `recent_output` (someone
+    /// attaching to an agent that waits at a prompt sees the prompt) until
     /// [`Session::remember_line`] gets the whole line.
     pub fn remember_partial(&self, so_far: &str) {
-        let end = so_far.floor_char_boundary(RECENT_LINE_BYTES);
-        *self.partial.lock() = Some(so_far[..end].to_owned());
+        self.recent.set_partial(so_far);
     }
 
     pub fn requests(&self) -> parking_lot::MutexGuard<'_, Requests> {

@@ -26,12 +26,14 @@ struct Ring {
     bytes: usize,
     max_lines: usize,
     max_bytes: usize,
+    /// The line being written, as far as it is known (see [`LineRing::set_partial`]).
+    partial: Option<String>,
 }
 
 impl LineRing {
     /// Keeps at most `max_lines` lines totalling at most `max_bytes` bytes.
     pub fn new(max_lines: usize, max_bytes: usize) -> LineRing {
-        let ring = Ring { lines: VecDeque::new(), bytes: 0, max_lines, max_bytes };
+        let ring = Ring { lines: VecDeque::new(), bytes: 0, max_lines, max_bytes, partial: None };
         LineRing { shared: Arc::new(Mutex::new(ring)) }
     }
 
@@ -40,6 +42,7 @@ impl LineRing {
     /// less) is cut and ends in `…`.
     pub fn push(&self, line: &str) {
         let mut ring = self.shared.lock();
+        ring.partial = None;
         let line = cut(line, ring.longest_line());
         while !ring.lines.is_empty() && (ring.lines.len() >= ring.max_lines || ring.bytes + line.len() > ring.max_bytes)
         {
@@ -52,10 +55,20 @@ impl LineRing {
         }
     }
 
-    /// The last `n` lines, oldest first.
+    /// The line being written so far (a prompt waiting for its answer): the
+    /// last of [`LineRing::tail`], cut as [`LineRing::push`] cuts, until
+    /// `push` adds the whole line. Held beside the lines: one line more at most.
+    pub fn set_partial(&self, line: &str) {
+        let mut ring = self.shared.lock();
+        ring.partial = Some(cut(line, ring.longest_line()));
+    }
+
+    /// The last `n` lines, oldest first, the line being written last.
     pub fn tail(&self, n: usize) -> Vec<String> {
         let ring = self.shared.lock();
-        ring.lines.iter().skip(ring.lines.len().saturating_sub(n)).cloned().collect()
+        let whole = n.saturating_sub(usize::from(ring.partial.is_some()));
+        let lines = ring.lines.iter().skip(ring.lines.len().saturating_sub(whole)).cloned();
+        lines.chain(ring.partial.clone().filter(|_| n > 0)).collect()
     }
 
     /// Bytes held (lines without their newlines).
@@ -169,5 +182,21 @@ mod tests {
         let last = ring.tail(1).remove(0);
         assert!(last.len() <= 10 && last.ends_with('…'), "{last}");
         assert!(ring.bytes() <= 10);
+    }
+
+    #[test]
+    fn the_line_being_written_comes_last_until_it_is_pushed_whole() {
+        let ring = LineRing::new(3, 100);
+        for line in ["a", "b", "c"] {
+            ring.push(line);
+        }
+        ring.set_partial("your input: ");
+        assert_eq!(ring.tail(3), ["b", "c", "your input: "]);
+        assert_eq!(ring.tail(0), Vec::<String>::new());
+        ring.push("your input: yes");
+        assert_eq!(ring.tail(3), ["b", "c", "your input: yes"]);
+        ring.set_partial(&"x".repeat(200));
+        let last = ring.tail(1).remove(0);
+        assert!(last.len() <= 100 && last.ends_with('…'), "{last}");
     }
 }
