@@ -20,7 +20,7 @@ use futures_util::{FutureExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::codec::Decoder;
 
-use crate::codec::{self, ContentLengthCodec, Frame, NdjsonCodec};
+use crate::codec::{self, ContentLengthCodec, Frame, Line, NdjsonCodec, NdjsonLines};
 use crate::message::{self, Id, Message, Outcome, Parsed, RpcError};
 
 /// The limit the framings get here: small, so that fuzzed inputs cross it.
@@ -63,12 +63,39 @@ where
 }
 
 pub fn ndjson(data: &[u8]) {
-    for frame in decode_all(|| NdjsonCodec::new(MAX_MESSAGE), data) {
+    let one_by_one = decode_all(|| NdjsonCodec::new(MAX_MESSAGE), data);
+    for frame in &one_by_one {
         if let Frame::Message(line) = frame {
             assert!(!line.contains(&b'\n'), "{line:?} is not one line");
             assert!(!line.iter().all(u8::is_ascii_whitespace), "a blank line became a message");
         }
     }
+    // The peer's decoder, a read's lines at a time, finds the same, however
+    // the input is cut.
+    let read_size = data.first().map_or(1, |&b| usize::from(b % 16) + 1);
+    for size in [usize::MAX, read_size] {
+        let by_reads = lines_apart(frames(NdjsonLines::new(MAX_MESSAGE), data, size));
+        assert_eq!(by_reads, one_by_one, "the decoders disagree (reads of {size})");
+    }
+}
+
+/// Each [`Frame::Lines`] as the frames of its lines.
+fn lines_apart(frames: Vec<Frame>) -> Vec<Frame> {
+    let mut out = Vec::new();
+    for frame in frames {
+        let Frame::Lines(mut lines) = frame else {
+            out.push(frame);
+            continue;
+        };
+        while let Some(line) = lines.next_line() {
+            out.push(match line {
+                Line::Message(text) => Frame::Message(bytes::Bytes::copy_from_slice(text)),
+                Line::TooLarge => Frame::TooLarge(None),
+                Line::Blank => panic!("a blank line was handed over"),
+            });
+        }
+    }
+    out
 }
 
 pub fn content_length(data: &[u8]) {

@@ -21,7 +21,7 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite};
 
 pub use content_length::ContentLengthCodec;
-pub use ndjson::NdjsonCodec;
+pub use ndjson::{Line, Lines, NdjsonCodec, NdjsonLines};
 pub use sniff::Sniffed;
 
 use crate::message::Kind;
@@ -37,6 +37,9 @@ pub enum Frame {
     /// The same from a framing that has checked it is UTF-8 (a WebSocket
     /// text frame), so it is not checked again.
     Text(Utf8Bytes),
+    /// Every complete NDJSON line one read brought, to be taken one at a
+    /// time where they lie ([`NdjsonLines`]).
+    Lines(Lines),
     /// A message over the size limit was skipped without being buffered. Framings
     /// that could look at its first bytes say what it seemed to be; `None` means
     /// nothing is known and it is answered with `id: null`.
@@ -92,13 +95,18 @@ impl Transport {
     }
 
     /// NDJSON over the two halves of a byte stream (use `into_split` on TCP and
-    /// Unix streams: it needs no lock between the halves).
+    /// Unix streams: it needs no lock between the halves). Its frames are
+    /// [`Frame::Lines`], a read's worth at a time.
     pub fn ndjson<R, W>(reader: R, writer: W, max_line: usize) -> Self
     where
         R: AsyncRead + Send + 'static,
         W: AsyncWrite + Send + 'static,
     {
-        Self::framed(reader, writer, NdjsonCodec::new(max_line))
+        Transport {
+            reader: Box::pin(FramedRead::new(reader, NdjsonLines::new(max_line))),
+            writer: Box::pin(FramedWrite::new(writer, NdjsonCodec::new(max_line))),
+            wants_keepalive: false,
+        }
     }
 
     /// Content-Length over a pair of pipes (a child's stdout and stdin, or our own stdio).

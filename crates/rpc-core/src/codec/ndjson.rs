@@ -4,10 +4,16 @@
 //! limit is reported once as [`Frame::TooLarge`] and the rest of it is thrown
 //! away as it arrives, so an 11 MiB line costs at most `max_line` + 1 bytes of memory
 //! and the connection goes on with the next line.
+//!
+//! Two decoders apply these rules: [`NdjsonCodec`] yields a frame a line,
+//! for whoever reads lines one by one; [`NdjsonLines`] yields every complete
+//! line a read brought as one [`Frame::Lines`], which a peer takes apart
+//! where it lies (a pipelining client sends dozens a read, and a frame of
+//! its own each would cost each line an allocation and a copy).
 
 use std::io;
 
-use bytes::{Buf, BufMut, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
 use super::{Frame, Outbound};
@@ -26,6 +32,83 @@ impl NdjsonCodec {
     pub fn new(max_line: usize) -> Self {
         NdjsonCodec { max_line, searched: 0, discarding: false }
     }
+
+    /// The line not yet ended when the input ends (`printf '{...}' | nc`):
+    /// still a message. For both decoders, after their own `decode`.
+    fn last_line(&mut self, buf: &mut BytesMut) -> Option<Frame> {
+        if self.discarding || buf.iter().all(u8::is_ascii_whitespace) {
+            buf.clear();
+            return None;
+        }
+        self.searched = 0;
+        let line = buf.split().freeze();
+        match Line::of(&line, self.max_line) {
+            Line::Blank => None,
+            Line::TooLarge => Some(Frame::TooLarge(None)),
+            Line::Message(text) => Some(Frame::Message(line.slice_ref(text))),
+        }
+    }
+
+    /// No `\n` in the rest of the buffer: an unfinished line that is already
+    /// too long is reported and thrown away as it arrives.
+    fn unfinished(&mut self, buf: &mut BytesMut) -> Option<Frame> {
+        // One byte past the limit may be the `\r` of a `\r\n` still
+        // to come: judged now, a line at the limit would be refused or
+        // not depending on where the reads were cut.
+        if buf.len() > self.max_line.saturating_add(1) {
+            buf.clear();
+            self.searched = 0;
+            self.discarding = true;
+            return Some(Frame::TooLarge(None));
+        }
+        self.searched = buf.len();
+        super::make_room(buf);
+        None
+    }
+
+    /// Drops the rest of an oversized line: `false` while its end has not
+    /// arrived yet.
+    fn skip_discarded(&mut self, buf: &mut BytesMut) -> bool {
+        if !self.discarding {
+            return true;
+        }
+        match memchr::memchr(b'\n', buf) {
+            Some(end) => {
+                buf.advance(end + 1);
+                self.discarding = false;
+                self.searched = 0;
+                true
+            }
+            None => {
+                buf.clear();
+                false
+            }
+        }
+    }
+}
+
+/// What one line (without its `\n`) is to the peer.
+#[derive(Debug, PartialEq)]
+pub enum Line<'a> {
+    /// Only whitespace: ignored.
+    Blank,
+    /// A message, its `\r` taken off.
+    Message(&'a [u8]),
+    /// Longer than the limit: answered once, with `id: null`.
+    TooLarge,
+}
+
+impl<'a> Line<'a> {
+    fn of(line: &'a [u8], max_line: usize) -> Line<'a> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.len() > max_line {
+            Line::TooLarge
+        } else if line.iter().all(u8::is_ascii_whitespace) {
+            Line::Blank
+        } else {
+            Line::Message(line)
+        }
+    }
 }
 
 impl Decoder for NdjsonCodec {
@@ -34,68 +117,95 @@ impl Decoder for NdjsonCodec {
 
     fn decode(&mut self, buf: &mut BytesMut) -> io::Result<Option<Frame>> {
         loop {
-            let newline = memchr::memchr(b'\n', &buf[self.searched..]).map(|i| self.searched + i);
-            if self.discarding {
-                match newline {
-                    Some(end) => {
-                        let _ = buf.split_to(end + 1);
-                        self.discarding = false;
-                        self.searched = 0;
-                        continue;
-                    }
-                    None => {
-                        buf.clear();
-                        return Ok(None);
-                    }
-                }
-            }
-            let Some(end) = newline else {
-                // One byte past the limit may be the `\r` of a `\r\n` still
-                // to come: judged now, a line at the limit would be refused or
-                // not depending on where the reads were cut.
-                if buf.len() > self.max_line.saturating_add(1) {
-                    buf.clear();
-                    self.searched = 0;
-                    self.discarding = true;
-                    return Ok(Some(Frame::TooLarge(None)));
-                }
-                self.searched = buf.len();
-                super::make_room(buf);
+            if !self.skip_discarded(buf) {
                 return Ok(None);
+            }
+            let Some(end) = memchr::memchr(b'\n', &buf[self.searched..]).map(|i| self.searched + i) else {
+                return Ok(self.unfinished(buf));
             };
             self.searched = 0;
-            let len = if end > 0 && buf[end - 1] == b'\r' { end - 1 } else { end };
-            if len > self.max_line {
-                buf.advance(end + 1);
-                return Ok(Some(Frame::TooLarge(None)));
-            }
-            if buf[..len].iter().all(u8::is_ascii_whitespace) {
-                buf.advance(end + 1);
-                continue;
-            }
-            let line = super::take_message(buf, len, end + 1);
-            return Ok(Some(Frame::Message(line)));
+            let len = match Line::of(&buf[..end], self.max_line) {
+                Line::Message(line) => line.len(),
+                Line::Blank => {
+                    buf.advance(end + 1);
+                    continue;
+                }
+                Line::TooLarge => {
+                    buf.advance(end + 1);
+                    return Ok(Some(Frame::TooLarge(None)));
+                }
+            };
+            return Ok(Some(Frame::Message(super::take_message(buf, len, end + 1))));
         }
     }
 
-    /// A last line without its `\n` (`printf '{...}' | nc`) is still a message.
     fn decode_eof(&mut self, buf: &mut BytesMut) -> io::Result<Option<Frame>> {
         if let Some(frame) = self.decode(buf)? {
             return Ok(Some(frame));
         }
-        if self.discarding || buf.iter().all(u8::is_ascii_whitespace) {
-            buf.clear();
+        Ok(self.last_line(buf))
+    }
+}
+
+/// NDJSON a read at a time: the complete lines in the buffer, as one
+/// [`Frame::Lines`] (the same rules as [`NdjsonCodec`], applied as the lines
+/// are taken).
+#[derive(Clone, Debug)]
+pub struct NdjsonLines(NdjsonCodec);
+
+impl NdjsonLines {
+    pub fn new(max_line: usize) -> Self {
+        NdjsonLines(NdjsonCodec::new(max_line))
+    }
+}
+
+impl Decoder for NdjsonLines {
+    type Item = Frame;
+    type Error = io::Error;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> io::Result<Option<Frame>> {
+        let codec = &mut self.0;
+        if !codec.skip_discarded(buf) {
             return Ok(None);
         }
-        let mut line = buf.split();
-        self.searched = 0;
-        if line.last() == Some(&b'\r') {
-            line.truncate(line.len() - 1);
+        let Some(end) = memchr::memrchr(b'\n', &buf[codec.searched..]).map(|i| codec.searched + i) else {
+            return Ok(codec.unfinished(buf));
+        };
+        codec.searched = 0;
+        let chunk = buf.split_to(end + 1).freeze();
+        Ok(Some(Frame::Lines(Lines { chunk, at: 0, max_line: codec.max_line })))
+    }
+
+    fn decode_eof(&mut self, buf: &mut BytesMut) -> io::Result<Option<Frame>> {
+        if let Some(frame) = self.decode(buf)? {
+            return Ok(Some(frame));
         }
-        if line.len() > self.max_line {
-            return Ok(Some(Frame::TooLarge(None)));
-        }
-        Ok(Some(Frame::Message(line.freeze())))
+        Ok(self.0.last_line(buf))
+    }
+}
+
+/// Complete lines as one read brought them, each ending in `\n`, taken one
+/// at a time with [`Lines::next_line`] (blank lines skipped).
+#[derive(Debug, PartialEq)]
+pub struct Lines {
+    chunk: Bytes,
+    at: usize,
+    max_line: usize,
+}
+
+impl Lines {
+    /// The next line that is not blank, if any is left.
+    pub fn next_line(&mut self) -> Option<Line<'_>> {
+        let (start, end) = loop {
+            let rest = self.chunk.get(self.at..).filter(|rest| !rest.is_empty())?;
+            let len = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
+            let start = self.at;
+            self.at += len + 1;
+            if Line::of(&rest[..len], self.max_line) != Line::Blank {
+                break (start, start + len);
+            }
+        };
+        Some(Line::of(&self.chunk[start..end], self.max_line))
     }
 }
 
@@ -148,14 +258,62 @@ mod tests {
         );
     }
 
+    /// The messages both decoders find in `input` fed in `chunks`; they
+    /// must agree.
+    fn lines(max_line: usize, input: &[u8], chunks: &[usize]) -> Vec<String> {
+        let one_by_one = messages(&decode_in_chunks(NdjsonCodec::new(max_line), input, chunks));
+        let by_reads = messages(&decode_in_chunks(NdjsonLines::new(max_line), input, chunks));
+        assert_eq!(one_by_one, by_reads, "the two decoders disagree");
+        one_by_one
+    }
+
+    /// What a pipelining client's read brings is one frame, whatever lines
+    /// it holds, and the buffer gets its room back once they are handled.
+    #[test]
+    fn a_read_of_many_lines_is_one_frame_and_its_buffer_is_reused() {
+        let mut codec = NdjsonLines::new(1 << 20);
+        let mut buf = BytesMut::with_capacity(super::super::READ_ROOM);
+        let start = buf.as_ptr();
+        for _ in 0..10 {
+            buf.extend_from_slice(b"{\"a\":1}\n\r\n  \n{\"b\":2}\r\n{\"c\"");
+            let Some(Frame::Lines(mut lines)) = codec.decode(&mut buf).unwrap() else { panic!("no lines") };
+            assert_eq!(lines.next_line(), Some(Line::Message(b"{\"a\":1}")));
+            assert_eq!(lines.next_line(), Some(Line::Message(b"{\"b\":2}")));
+            assert_eq!(lines.next_line(), None);
+            drop(lines);
+            assert!(codec.decode(&mut buf).unwrap().is_none());
+            buf.extend_from_slice(b":3}\n");
+            let Some(Frame::Lines(mut lines)) = codec.decode(&mut buf).unwrap() else { panic!("no lines") };
+            assert_eq!(lines.next_line(), Some(Line::Message(b"{\"c\":3}")));
+            assert_eq!(lines.next_line(), None);
+        }
+        buf.reserve(super::super::READ_ROOM);
+        assert_eq!(buf.as_ptr(), start, "the read buffer was not reused");
+    }
+
     fn messages(frames: &[Frame]) -> Vec<String> {
-        frames
-            .iter()
-            .map(|f| match f {
-                Frame::Message(b) => String::from_utf8_lossy(b).into_owned(),
-                other => format!("{other:?}"),
-            })
-            .collect()
+        let mut out = Vec::new();
+        for frame in frames {
+            let Frame::Lines(lines) = frame else {
+                out.extend(one(frame));
+                continue;
+            };
+            let mut lines = Lines { chunk: lines.chunk.clone(), ..*lines };
+            while let Some(line) = lines.next_line() {
+                out.push(match line {
+                    Line::Message(b) => String::from_utf8_lossy(b).into_owned(),
+                    other => format!("{other:?}").replace("TooLarge", "TooLarge(None)"),
+                });
+            }
+        }
+        out
+    }
+
+    fn one(frame: &Frame) -> Option<String> {
+        Some(match frame {
+            Frame::Message(b) => String::from_utf8_lossy(b).into_owned(),
+            other => format!("{other:?}"),
+        })
     }
 
     const INPUT: &[u8] = b"{\"a\":1}\n\n  \r\n{\"b\":\"\xc3\xa9\"}\r\n[{\"c\":3}]\n{\"tail\":true}";
@@ -163,11 +321,11 @@ mod tests {
     #[test]
     fn same_messages_byte_by_byte_in_one_chunk_and_random_splits() {
         let expected = vec![r#"{"a":1}"#, r#"{"b":"é"}"#, r#"[{"c":3}]"#, r#"{"tail":true}"#];
-        assert_eq!(messages(&decode_in_chunks(NdjsonCodec::new(1024), INPUT, &[1])), expected);
-        assert_eq!(messages(&decode_in_chunks(NdjsonCodec::new(1024), INPUT, &[INPUT.len()])), expected);
+        assert_eq!(lines(1024, INPUT, &[1]), expected);
+        assert_eq!(lines(1024, INPUT, &[INPUT.len()]), expected);
         for seed in 1..50 {
             let chunks = random_chunks(seed, 64, 9);
-            assert_eq!(messages(&decode_in_chunks(NdjsonCodec::new(1024), INPUT, &chunks)), expected, "seed {seed}");
+            assert_eq!(lines(1024, INPUT, &chunks), expected, "seed {seed}");
         }
     }
 
@@ -177,8 +335,7 @@ mod tests {
         input.extend(std::iter::repeat_n(b'x', 5000));
         input.extend_from_slice(b"\n{\"after\":2}\n");
         for chunks in [&[1usize][..], &[input.len()], &random_chunks(7, 100, 300)] {
-            let frames = decode_in_chunks(NdjsonCodec::new(100), &input, chunks);
-            assert_eq!(messages(&frames), vec![r#"{"first":1}"#, "TooLarge(None)", r#"{"after":2}"#]);
+            assert_eq!(lines(100, &input, chunks), vec![r#"{"first":1}"#, "TooLarge(None)", r#"{"after":2}"#]);
         }
     }
 
@@ -191,15 +348,15 @@ mod tests {
         input.extend_from_slice(b"\r\n");
         let line = String::from_utf8(vec![b'x'; 100]).unwrap();
         for chunks in [&[101usize, 1][..], &[input.len()], &[1]] {
-            assert_eq!(messages(&decode_in_chunks(NdjsonCodec::new(100), &input, chunks)), vec![line.clone()]);
+            assert_eq!(lines(100, &input, chunks), vec![line.clone()]);
         }
         // One byte more is too large, cut anywhere, and so is an unfinished line at the end.
         let mut long = vec![b'y'; 101];
         long.extend_from_slice(b"\r\n");
         for chunks in [&[101usize, 1][..], &[102, 1], &[long.len()], &[1]] {
-            assert_eq!(messages(&decode_in_chunks(NdjsonCodec::new(100), &long, chunks)), vec!["TooLarge(None)"]);
+            assert_eq!(lines(100, &long, chunks), vec!["TooLarge(None)"]);
         }
-        assert_eq!(messages(&decode_in_chunks(NdjsonCodec::new(100), &long[..101], &[1])), vec!["TooLarge(None)"]);
+        assert_eq!(lines(100, &long[..101], &[1]), vec!["TooLarge(None)"]);
     }
 
     #[test]

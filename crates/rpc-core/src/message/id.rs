@@ -97,6 +97,10 @@ fn plain_integer(text: &str) -> Option<u64> {
     if digits.len() > 1 && digits[0] == b'0' {
         return None;
     }
+    // Nineteen digits or fewer cannot pass `u64::MAX`: no checks per digit.
+    if digits.len() <= 19 {
+        return digits.iter().try_fold(0u64, |n, &d| d.is_ascii_digit().then(|| n * 10 + u64::from(d - b'0')));
+    }
     digits.iter().try_fold(0u64, |n, &d| match d {
         b'0'..=b'9' => n.checked_mul(10)?.checked_add(u64::from(d - b'0')),
         _ => None,

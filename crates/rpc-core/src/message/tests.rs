@@ -59,6 +59,8 @@ fn plain_integers_are_ints_and_everything_else_keeps_its_text() {
     assert_eq!(id("42"), Id::Int(42));
     assert_eq!(id("0"), Id::Int(0));
     assert!(matches!(id("18446744073709551616"), Id::Number(_)), "past u64::MAX");
+    assert_eq!(id("18446744073709551615"), Id::Int(u64::MAX));
+    assert_eq!(id("9999999999999999999"), Id::Int(9_999_999_999_999_999_999));
     assert!(matches!(id("-1"), Id::Number(_)));
     assert!(matches!(id("1.0"), Id::Number(_)));
     assert_ne!(id("1.0"), id("1"), "different texts are different ids");

@@ -15,7 +15,7 @@ use super::config::PeerConfig;
 use super::dispatch::Dispatch;
 use super::handle::{CloseReason, PeerHandle};
 use super::outbox::{Drain, Drained, Outbox};
-use crate::codec::{Frame, FrameStream, Outbound, Transport};
+use crate::codec::{Frame, FrameStream, Lines, Outbound, Transport};
 use crate::router::Router;
 use crate::shutdown::Shutdown;
 
@@ -153,6 +153,9 @@ const TURNS_PER_POLL: usize = 256;
 struct Driver<S> {
     handle: PeerHandle,
     reader: FrameStream,
+    /// The lines of the last NDJSON read not handled yet: handled before
+    /// anything more is read.
+    lines: Option<Lines>,
     work: Dispatch<S>,
     phase: Phase,
     /// The other side's input ended: nothing more can arrive.
@@ -183,6 +186,7 @@ impl<S: Send + Sync + 'static> Driver<S> {
             work: Dispatch::new(handle.clone(), router, state, drain),
             handle,
             reader: transport.reader,
+            lines: None,
             phase: Phase::Serving,
             input_ended: false,
             abandoned: false,
@@ -397,26 +401,49 @@ impl<S: Send + Sync + 'static> Driver<S> {
 
     /// Handles the frames the reader has, up to a batch of them, in this
     /// poll: a pipelining client sends many per read, and a message then
-    /// costs no future or wake-up of its own.
+    /// costs no future or wake-up of its own. The lines of an NDJSON read
+    /// count one each, and what the batch leaves of them waits for the next.
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Turn {
         let mut handled = 0;
         while handled < READ_BATCH && self.may_read() {
+            if let Some(lines) = &mut self.lines {
+                if let Some(line) = lines.next_line() {
+                    handled += 1;
+                    self.missed_pings = 0;
+                    if let Phase::Sweeping(sweep) = &mut self.phase {
+                        sweep.heard();
+                    }
+                    self.work.on_line(line, cx)?;
+                    continue;
+                }
+                // Every line handled: the read buffer is ours again.
+                self.lines = None;
+            }
             let frame = match self.reader.poll_next_unpin(cx) {
                 Poll::Ready(frame) => frame,
                 Poll::Pending => break,
             };
-            handled += 1;
             self.missed_pings = 0;
-            if let Phase::Sweeping(sweep) = &mut self.phase {
-                sweep.heard();
+            // A read's lines count one each and the read itself nothing: a
+            // batch that ended one line short of a read would send that
+            // line's reply in a write of its own.
+            if let Some(Ok(Frame::Lines(lines))) = frame {
+                self.lines = Some(lines);
+                continue;
             }
+            handled += 1;
             match frame {
                 Some(Ok(Frame::Unsupported { close_code, reason })) => {
                     tracing::info!(conn = self.handle.conn_id(), close_code, reason, "closing connection");
                     self.handle.close(close_code, reason);
                     break;
                 }
-                Some(Ok(frame)) => self.work.on_frame(frame, cx)?,
+                Some(Ok(frame)) => {
+                    if let Phase::Sweeping(sweep) = &mut self.phase {
+                        sweep.heard();
+                    }
+                    self.work.on_frame(frame, cx)?
+                }
                 None | Some(Err(_)) => {
                     if let Some(Err(e)) = frame {
                         tracing::debug!(conn = self.handle.conn_id(), error = %e, "read failed");

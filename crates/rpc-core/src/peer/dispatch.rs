@@ -20,7 +20,7 @@ use super::handle::{CloseReason, PeerHandle, Shared};
 use super::incoming::{Done, Flooding, Incoming, Owed};
 use super::outbox::{Drain, Outbox};
 use super::outgoing::CallError;
-use crate::codec::{Frame, Outbound};
+use crate::codec::{Frame, Line, Outbound};
 use crate::message::{self, Id, Invalid, Kind, Message, Outcome, Parsed, RpcError};
 use crate::router::{HandlerFuture, Router, Started};
 
@@ -147,9 +147,12 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     /// Handles one frame, in the connection task's poll (`cx`).
     pub fn on_frame(&mut self, frame: Frame, cx: &mut Context<'_>) -> Result<(), CloseReason> {
         match frame {
-            Frame::Message(bytes) => {
-                let parsed = message::parse(&bytes, self.handle.shared.config.max_batch);
-                self.on_message(&bytes, parsed, cx)
+            Frame::Message(bytes) => self.on_bytes(&bytes, cx),
+            Frame::Lines(mut lines) => {
+                while let Some(line) = lines.next_line() {
+                    self.on_line(line, cx)?;
+                }
+                Ok(())
             }
             Frame::Text(text) => {
                 let parsed = message::parse_text(text.as_str(), self.handle.shared.config.max_batch);
@@ -169,6 +172,20 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             },
             Frame::Alive | Frame::Unsupported { .. } => Ok(()),
         }
+    }
+
+    /// Handles one NDJSON line, where it lies in the read buffer.
+    pub fn on_line(&mut self, line: Line<'_>, cx: &mut Context<'_>) -> Result<(), CloseReason> {
+        match line {
+            Line::Message(bytes) => self.on_bytes(bytes, cx),
+            Line::TooLarge => self.write_error(&Id::Null, &too_large()),
+            Line::Blank => Ok(()),
+        }
+    }
+
+    fn on_bytes(&mut self, bytes: &[u8], cx: &mut Context<'_>) -> Result<(), CloseReason> {
+        let parsed = message::parse(bytes, self.handle.shared.config.max_batch);
+        self.on_message(bytes, parsed, cx)
     }
 
     /// A frame (`bytes`) and what it parsed to.
