@@ -42,10 +42,11 @@ impl<'de> Deserialize<'de> for NoParams {
 /// between), or nothing for a notification, whose result no one reads.
 pub type HandlerFuture = BoxFuture<'static, Result<Vec<u8>, RpcError>>;
 
-/// A handler started: answered already (the whole success response, empty
-/// for a notification), or running.
+/// A handler started: answered already (the whole success response
+/// appended to the reply buffer it was given; nothing for a notification),
+/// or running.
 pub enum Started {
-    Done(Vec<u8>),
+    Done,
     Running(HandlerFuture),
 }
 
@@ -59,7 +60,13 @@ pub enum Answer<R> {
 trait Handler<S>: Send + Sync {
     /// Parses the params and starts the handler for the call `id` (`None`
     /// for a notification) on connection `conn`.
-    fn start(&self, conn: &Arc<ConnCtx<S>>, id: Option<&Id>, params: Option<&RawValue>) -> Result<Started, RpcError>;
+    fn start(
+        &self,
+        conn: &Arc<ConnCtx<S>>,
+        id: Option<&Id>,
+        params: Option<&RawValue>,
+        reply: &mut Vec<u8>,
+    ) -> Result<Started, RpcError>;
 
     /// A `method_now` handler: starting it runs it.
     fn is_immediate(&self) -> bool {
@@ -80,7 +87,13 @@ where
     R: Serialize + 'static,
     Fut: Future<Output = Result<R, RpcError>> + Send + 'static,
 {
-    fn start(&self, conn: &Arc<ConnCtx<S>>, id: Option<&Id>, params: Option<&RawValue>) -> Result<Started, RpcError> {
+    fn start(
+        &self,
+        conn: &Arc<ConnCtx<S>>,
+        id: Option<&Id>,
+        params: Option<&RawValue>,
+        _: &mut Vec<u8>,
+    ) -> Result<Started, RpcError> {
         let params: P = parse_params(params)?;
         let id = id.cloned();
         let fut = (self.f)(Ctx::on(conn, id.clone()), params);
@@ -100,10 +113,21 @@ where
     P: DeserializeOwned + 'static,
     R: Serialize + 'static,
 {
-    fn start(&self, conn: &Arc<ConnCtx<S>>, id: Option<&Id>, params: Option<&RawValue>) -> Result<Started, RpcError> {
+    fn start(
+        &self,
+        conn: &Arc<ConnCtx<S>>,
+        id: Option<&Id>,
+        params: Option<&RawValue>,
+        reply: &mut Vec<u8>,
+    ) -> Result<Started, RpcError> {
         let params: P = parse_params(params)?;
         match (self.f)(conn, params) {
-            Answer::Now(value) => respond_to(id, value?).map(Started::Done),
+            Answer::Now(value) => {
+                if let Some(id) = id {
+                    message::response_into(reply, id, &value?).map_err(not_serialised)?;
+                }
+                Ok(Started::Done)
+            }
             Answer::Later(fut) => {
                 let id = id.cloned();
                 Ok(Started::Running(Box::pin(async move { respond_to(id.as_ref(), fut.await?) })))
@@ -127,7 +151,11 @@ fn respond_to<R: Serialize>(id: Option<&Id>, value: R) -> Result<Vec<u8>, RpcErr
 /// The success response carrying a handler's result (a `Box<RawValue>`
 /// passed through from another connection is written as its text).
 fn respond<R: Serialize>(id: &Id, value: R) -> Result<Vec<u8>, RpcError> {
-    message::response_with(id, &value).map_err(|e| RpcError::internal(format!("result did not serialise: {e}")))
+    message::response_with(id, &value).map_err(not_serialised)
+}
+
+fn not_serialised(e: serde_json::Error) -> RpcError {
+    RpcError::internal(format!("result did not serialise: {e}"))
 }
 
 /// Deserialises params, absent ones as `{}` so that structs whose fields are all
@@ -249,8 +277,9 @@ impl<S: Send + Sync + 'static> Router<S> {
     /// runs the handler itself (a `method_now` one too: it runs when the
     /// future is first polled, in its turn, not now).
     pub fn dispatch(&self, ctx: Ctx<S>, method: &str, params: Option<&RawValue>) -> Result<HandlerFuture, RpcError> {
-        Ok(match self.begin(ctx.conn(), ctx.request_id(), method, params, true)? {
-            Started::Done(response) => Box::pin(std::future::ready(Ok(response))),
+        let mut reply = Vec::new();
+        Ok(match self.begin(ctx.conn(), ctx.request_id(), method, params, true, &mut reply)? {
+            Started::Done => Box::pin(std::future::ready(Ok(reply))),
             Started::Running(run) => run,
         })
     }
@@ -265,8 +294,9 @@ impl<S: Send + Sync + 'static> Router<S> {
         id: Option<&Id>,
         method: &str,
         params: Option<&RawValue>,
+        reply: &mut Vec<u8>,
     ) -> Result<Started, RpcError> {
-        self.begin(conn, id, method, params, false)
+        self.begin(conn, id, method, params, false, reply)
     }
 
     /// [`Router::start`]; with `later`, a `method_now` handler is left to
@@ -278,6 +308,7 @@ impl<S: Send + Sync + 'static> Router<S> {
         method: &str,
         params: Option<&RawValue>,
         later: bool,
+        reply: &mut Vec<u8>,
     ) -> Result<Started, RpcError> {
         let gate = match &self.guard {
             Some(Guard::Call(guard)) => guard(&Ctx::on(conn, id.cloned()), method),
@@ -301,21 +332,23 @@ impl<S: Send + Sync + 'static> Router<S> {
                 if let Some(until) = until {
                     until.await?;
                 }
-                match handler.start(&conn, id.as_ref(), params.as_deref())? {
-                    Started::Done(response) => Ok(response),
+                let mut reply = Vec::new();
+                match handler.start(&conn, id.as_ref(), params.as_deref(), &mut reply)? {
+                    Started::Done => Ok(reply),
                     Started::Running(run) => run.await,
                 }
             })));
         }
-        let started = handler.start(conn, id, params)?;
+        let started = handler.start(conn, id, params, reply)?;
         let Some(until) = until else { return Ok(started) };
         // An async handler is made now and run once the gate opens.
+        let run = match started {
+            Started::Done => Box::pin(std::future::ready(Ok(std::mem::take(reply)))),
+            Started::Running(run) => run,
+        };
         Ok(Started::Running(Box::pin(async move {
             until.await?;
-            match started {
-                Started::Done(response) => Ok(response),
-                Started::Running(run) => run.await,
-            }
+            run.await
         })))
     }
 

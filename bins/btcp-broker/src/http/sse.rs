@@ -30,7 +30,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::{FutureExt, Sink, Stream};
 use parking_lot::Mutex;
-use rpc_core::codec::Frame;
+use rpc_core::codec::{Frame, FrameWrite};
 use rpc_core::message::Kind;
 use rpc_core::{Outbound, Transport};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -259,6 +259,13 @@ impl<W: AsyncWrite + Unpin> Sink<Outbound> for EventWriter<W> {
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.as_mut().poll_flush(cx))?;
         Pin::new(&mut self.get_mut().out).poll_shutdown(cx)
+    }
+}
+
+impl<W: AsyncWrite + Unpin + Send> FrameWrite for EventWriter<W> {
+    fn start_send_json(self: Pin<&mut Self>, kind: Kind, json: &[u8]) -> io::Result<()> {
+        encode_event(&mut self.get_mut().buf, event_name(kind), json);
+        Ok(())
     }
 }
 

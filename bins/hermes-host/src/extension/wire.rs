@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use std::io;
 
 use bytes::{Bytes, BytesMut};
-use rpc_core::codec::{ContentLengthCodec, Frame, Outbound};
+use rpc_core::codec::{ContentLengthCodec, EncodeJson, Frame, Outbound};
 use tokio_util::codec::{Decoder, Encoder};
 
 #[derive(Clone, Debug)]
@@ -45,13 +45,19 @@ impl Encoder<Outbound> for AsciiContentLength {
     type Error = io::Error;
 
     fn encode(&mut self, item: Outbound, dst: &mut BytesMut) -> io::Result<()> {
-        let item = match item {
-            Outbound::Message { kind, json } if !json.is_ascii() => {
-                Outbound::Message { kind, json: escape_non_ascii(&json)? }
-            }
-            other => other,
-        };
-        self.inner.encode(item, dst)
+        match item {
+            Outbound::Message { json, .. } => self.encode_json(&json, dst),
+            other => self.inner.encode(other, dst),
+        }
+    }
+}
+
+impl EncodeJson for AsciiContentLength {
+    fn encode_json(&mut self, json: &[u8], dst: &mut BytesMut) -> io::Result<()> {
+        if json.is_ascii() {
+            return self.inner.encode_json(json, dst);
+        }
+        self.inner.encode_json(&escape_non_ascii(json)?, dst)
     }
 }
 

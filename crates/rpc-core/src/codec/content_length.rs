@@ -12,7 +12,7 @@ use bytes::{Buf, BufMut, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
 use super::sniff::{SNIFF_PREFIX, Sniffed};
-use super::{Frame, Outbound};
+use super::{EncodeJson, Frame, Outbound};
 
 /// Longest header line we are willing to buffer before calling it garbage.
 const MAX_HEADER_LINE: usize = 8 * 1024;
@@ -181,15 +181,22 @@ impl Encoder<Outbound> for ContentLengthCodec {
     /// Header and body go into the buffer together, so they reach the stream as
     /// one unit and cannot interleave with another message.
     fn encode(&mut self, item: Outbound, dst: &mut BytesMut) -> io::Result<()> {
-        if let Outbound::Message { json, .. } = item {
-            let mut length = itoa::Buffer::new();
-            let length = length.format(json.len()).as_bytes();
-            dst.reserve(HEAD.len() + length.len() + 4 + json.len());
-            dst.put_slice(HEAD);
-            dst.put_slice(length);
-            dst.put_slice(b"\r\n\r\n");
-            dst.put_slice(&json);
+        match item {
+            Outbound::Message { json, .. } => self.encode_json(&json, dst),
+            Outbound::Ping | Outbound::Close { .. } => Ok(()),
         }
+    }
+}
+
+impl EncodeJson for ContentLengthCodec {
+    fn encode_json(&mut self, json: &[u8], dst: &mut BytesMut) -> io::Result<()> {
+        let mut length = itoa::Buffer::new();
+        let length = length.format(json.len()).as_bytes();
+        dst.reserve(HEAD.len() + length.len() + 4 + json.len());
+        dst.put_slice(HEAD);
+        dst.put_slice(length);
+        dst.put_slice(b"\r\n\r\n");
+        dst.put_slice(json);
         Ok(())
     }
 }

@@ -69,7 +69,45 @@ impl Outbound {
 }
 
 pub type FrameStream = Pin<Box<dyn Stream<Item = io::Result<Frame>> + Send>>;
-pub type FrameSink = Pin<Box<dyn Sink<Outbound, Error = io::Error> + Send>>;
+pub type FrameSink = Pin<Box<dyn FrameWrite>>;
+
+/// A transport's write side: a sink of [`Outbound`] items that also takes a
+/// message by reference.
+pub trait FrameWrite: Sink<Outbound, Error = io::Error> + Send {
+    /// `start_send` of a message whose JSON is borrowed (after `poll_ready`,
+    /// as for `start_send`). A sink that frames into a buffer of its own
+    /// copies it straight there; the others get an owned item, as from
+    /// `start_send`.
+    fn start_send_json(self: Pin<&mut Self>, kind: Kind, json: &[u8]) -> io::Result<()> {
+        self.start_send(Outbound::message(kind, Bytes::copy_from_slice(json)))
+    }
+}
+
+/// A byte-stream framing that frames a message given by reference: what
+/// [`Transport::framed`] needs of its codec. Its `Encoder` writes a message
+/// the same way.
+pub trait EncodeJson: Encoder<Outbound, Error = io::Error> {
+    /// Appends `json`, framed, to `dst`.
+    fn encode_json(&mut self, json: &[u8], dst: &mut BytesMut) -> io::Result<()>;
+}
+
+impl<W, C> FrameWrite for FramedWrite<W, C>
+where
+    W: AsyncWrite + Unpin + Send,
+    C: EncodeJson + Send,
+{
+    fn start_send_json(self: Pin<&mut Self>, _: Kind, json: &[u8]) -> io::Result<()> {
+        let this = self.get_mut();
+        // The codec and the buffer are two borrows of the same writer: the
+        // buffer is taken out (an empty `BytesMut` allocates nothing) and put back.
+        let mut buffer = std::mem::take(this.write_buffer_mut());
+        let framed = this.encoder_mut().encode_json(json, &mut buffer);
+        *this.write_buffer_mut() = buffer;
+        framed
+    }
+}
+
+impl<T, F, R> FrameWrite for futures_util::sink::Unfold<T, F, R> where Self: Sink<Outbound, Error = io::Error> + Send {}
 
 /// Both directions of one connection, framing applied.
 pub struct Transport {
@@ -84,8 +122,8 @@ impl Transport {
     pub fn framed<R, W, C>(reader: R, writer: W, codec: C) -> Self
     where
         R: AsyncRead + Send + 'static,
-        W: AsyncWrite + Send + 'static,
-        C: Decoder<Item = Frame, Error = io::Error> + Encoder<Outbound, Error = io::Error> + Clone + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+        C: Decoder<Item = Frame, Error = io::Error> + EncodeJson + Clone + Send + 'static,
     {
         Transport {
             reader: Box::pin(FramedRead::new(reader, codec.clone())),
@@ -100,7 +138,7 @@ impl Transport {
     pub fn ndjson<R, W>(reader: R, writer: W, max_line: usize) -> Self
     where
         R: AsyncRead + Send + 'static,
-        W: AsyncWrite + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
     {
         Transport {
             reader: Box::pin(FramedRead::new(reader, NdjsonLines::new(max_line))),
@@ -113,7 +151,7 @@ impl Transport {
     pub fn content_length<R, W>(reader: R, writer: W, max_body: usize) -> Self
     where
         R: AsyncRead + Send + 'static,
-        W: AsyncWrite + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
     {
         Self::framed(reader, writer, ContentLengthCodec::new(max_body))
     }
@@ -170,6 +208,35 @@ fn take_message(buf: &mut BytesMut, len: usize, consumed: usize) -> Bytes {
 
 fn tokio_stream_from<T: Send + 'static>(rx: mpsc::Receiver<T>) -> impl Stream<Item = T> + Send {
     futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::SinkExt;
+
+    use super::*;
+
+    /// A message written by reference reaches the stream exactly as the
+    /// same message handed over owned, in every byte-stream framing.
+    #[tokio::test]
+    async fn a_message_by_reference_is_framed_as_the_owned_one() {
+        async fn both<C: EncodeJson + Clone + Send>(codec: C) -> (Vec<u8>, Vec<u8>) {
+            let json: &[u8] = b"{\"a\":\r\n1,\"b\":\"\xc3\xa9\"}";
+            let mut by_ref = FramedWrite::new(Vec::new(), codec.clone());
+            std::future::poll_fn(|cx| Pin::new(&mut by_ref).poll_ready(cx)).await.unwrap();
+            Pin::new(&mut by_ref).start_send_json(Kind::Response, json).unwrap();
+            by_ref.flush().await.unwrap();
+            let mut owned = FramedWrite::new(Vec::new(), codec);
+            owned.send(Outbound::message(Kind::Response, json.to_vec())).await.unwrap();
+            (by_ref.into_inner(), owned.into_inner())
+        }
+        let (by_ref, owned) = both(NdjsonCodec::new(1024)).await;
+        assert_eq!(by_ref, owned);
+        assert_eq!(by_ref, "{\"a\":  1,\"b\":\"é\"}\n".as_bytes());
+        let (by_ref, owned) = both(ContentLengthCodec::new(1024)).await;
+        assert_eq!(by_ref, owned);
+        assert!(by_ref.starts_with(b"Content-Length: 18\r\n\r\n{"), "{:?}", String::from_utf8_lossy(&by_ref));
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use std::io;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
-use super::{Frame, Outbound};
+use super::{EncodeJson, Frame, Outbound};
 
 #[derive(Clone, Debug)]
 pub struct NdjsonCodec {
@@ -213,22 +213,29 @@ impl Encoder<Outbound> for NdjsonCodec {
     type Error = io::Error;
 
     fn encode(&mut self, item: Outbound, dst: &mut BytesMut) -> io::Result<()> {
-        if let Outbound::Message { json, .. } = item {
-            dst.reserve(json.len() + 1);
-            let start = dst.len();
-            dst.put_slice(&json);
-            // Raw values passed through from other framings may be pretty-printed.
-            // In valid JSON a raw line break can only be whitespace, so turning it
-            // into a space keeps the message intact and the framing sound.
-            if memchr::memchr2(b'\n', b'\r', &json).is_some() {
-                for b in &mut dst[start..] {
-                    if *b == b'\n' || *b == b'\r' {
-                        *b = b' ';
-                    }
+        match item {
+            Outbound::Message { json, .. } => self.encode_json(&json, dst),
+            Outbound::Ping | Outbound::Close { .. } => Ok(()),
+        }
+    }
+}
+
+impl EncodeJson for NdjsonCodec {
+    fn encode_json(&mut self, json: &[u8], dst: &mut BytesMut) -> io::Result<()> {
+        dst.reserve(json.len() + 1);
+        let start = dst.len();
+        dst.put_slice(json);
+        // Raw values passed through from other framings may be pretty-printed.
+        // In valid JSON a raw line break can only be whitespace, so turning it
+        // into a space keeps the message intact and the framing sound.
+        if memchr::memchr2(b'\n', b'\r', json).is_some() {
+            for b in &mut dst[start..] {
+                if *b == b'\n' || *b == b'\r' {
+                    *b = b' ';
                 }
             }
-            dst.put_u8(b'\n');
         }
+        dst.put_u8(b'\n');
         Ok(())
     }
 }

@@ -24,7 +24,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig, WebSocketContext};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
-use super::{Frame, Outbound, Transport};
+use super::{Frame, FrameWrite, Outbound, Transport};
 
 /// Default cap on one WebSocket message.
 pub const DEFAULT_MAX_MESSAGE: usize = 4 * 1024 * 1024;
@@ -385,6 +385,10 @@ impl<W: Sink<Message, Error = WsError> + Unpin> Sink<Outbound> for Writer<W> {
         self.inner.poll_close_unpin(cx).map_err(to_io)
     }
 }
+
+/// tungstenite takes each message as an owned value: the borrowed JSON is
+/// copied into one, as `FrameWrite` does by default.
+impl<W: Sink<Message, Error = WsError> + Unpin + Send> FrameWrite for Writer<W> {}
 
 fn to_message(item: Outbound) -> Message {
     match item {

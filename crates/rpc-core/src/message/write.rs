@@ -65,6 +65,17 @@ fn exact_size(write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>) -> ser
     })
 }
 
+/// A success response appended to `out` (nothing of it if the result does
+/// not serialise).
+pub fn response_into<R: Serialize + ?Sized>(out: &mut Vec<u8>, id: &Id, result: &R) -> serde_json::Result<()> {
+    let start = out.len();
+    let written = write_response(out, id, result);
+    if written.is_err() {
+        out.truncate(start);
+    }
+    written
+}
+
 fn write_response<W: std::io::Write, R: Serialize + ?Sized>(
     out: &mut W,
     id: &Id,

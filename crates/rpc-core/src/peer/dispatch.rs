@@ -36,7 +36,14 @@ pub(crate) struct Dispatch<S> {
     pub incoming: Incoming,
     /// Shutdown began: new requests are refused.
     pub draining: bool,
+    /// Where a `method_now` handler writes its response, kept from one to
+    /// the next (up to `KEEP_REPLY` bytes).
+    reply: Vec<u8>,
 }
+
+/// Past this, the reply buffer goes after use: a connection keeps at most
+/// this much for the next reply, however large one was.
+const KEEP_REPLY: usize = 16 * 1024;
 
 impl From<Flooding> for CloseReason {
     fn from(Flooding(why): Flooding) -> CloseReason {
@@ -53,6 +60,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             handle,
             router,
             draining: false,
+            reply: Vec::new(),
         }
     }
 
@@ -121,6 +129,25 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         if let Some(reply) = done.reply {
             self.write(Kind::Response, reply)?;
         }
+        self.after_reply()
+    }
+
+    /// A `method_now` handler answered into `self.reply`: written straight
+    /// into the transport's buffer when nothing is queued ahead of it.
+    fn answered_now(&mut self) -> Result<(), CloseReason> {
+        let outbox = &self.handle.shared.outbox;
+        if !self.drain.write_json_now(outbox, Kind::Response, &self.reply) {
+            let queued = Outbound::message(Kind::Response, self.reply.clone());
+            outbox.push_now(queued).map_err(|_| CloseReason::Closed)?;
+        }
+        if self.reply.capacity() > KEEP_REPLY {
+            self.reply = Vec::new();
+        }
+        self.after_reply()
+    }
+
+    /// The handler asked for the connection to close once it answered.
+    fn after_reply(&self) -> Result<(), CloseReason> {
         if self.handle.shared.close_after_reply.load(Ordering::Acquire) {
             return Err(CloseReason::Closed);
         }
@@ -263,12 +290,16 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             self.incoming.queue_request(id, run, size, &self.handle.shared.counters);
             return Ok(());
         }
-        // A `method_now` handler answers as it starts: no future, no `Ctx`.
-        let started =
-            std::panic::catch_unwind(AssertUnwindSafe(|| self.router.start(&self.conn, Some(&id), method, params)));
+        // A `method_now` handler answers as it starts: no future, no `Ctx`,
+        // and its response is written where it goes.
+        let reply = &mut self.reply;
+        reply.clear();
+        let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            self.router.start(&self.conn, Some(&id), method, params, reply)
+        }));
         let mut handler = match started {
             Ok(Ok(Started::Running(handler))) => handler,
-            Ok(Ok(Started::Done(reply))) => return self.finish(Done { owed: Owed::Nothing, reply: Some(reply) }),
+            Ok(Ok(Started::Done)) => return self.answered_now(),
             Ok(Err(error)) => return self.write_error(&id, &error),
             Err(panic) => {
                 self.handle.shared.tokens.forget(&id);

@@ -309,30 +309,54 @@ impl Drain {
     /// holds it, within the outbox's limits). The next [`Drain::poll_drain`]
     /// flushes it.
     pub fn write_now(&mut self, outbox: &Outbox, item: Outbound) -> Result<(), Outbound> {
-        if self.closing || self.failed || !self.batch.is_empty() || outbox.len.load(Ordering::Relaxed) != 0 {
+        if !self.may_write_now(outbox) {
             return Err(item);
+        }
+        let response = is_response(&item);
+        let sent = self.sink.as_mut().start_send(item);
+        self.handed_over(sent, response);
+        Ok(())
+    }
+
+    /// [`Drain::write_now`] of a response whose JSON is borrowed: a framing
+    /// into a buffer of its own copies it there and allocates nothing.
+    /// `false` when it must be queued instead (as an owned item).
+    pub fn write_json_now(&mut self, outbox: &Outbox, kind: Kind, json: &[u8]) -> bool {
+        if !self.may_write_now(outbox) {
+            return false;
+        }
+        let sent = self.sink.as_mut().start_send_json(kind, json);
+        self.handed_over(sent, kind == Kind::Response);
+        true
+    }
+
+    /// Whether an item may go to the sink now, ahead of the queue's turn.
+    fn may_write_now(&mut self, outbox: &Outbox) -> bool {
+        if self.closing || self.failed || !self.batch.is_empty() || outbox.len.load(Ordering::Relaxed) != 0 {
+            return false;
         }
         // A sink that is not ready (its buffer over the limit and the socket
         // full) registers this no-op waker; the item is then queued, and the
         // connection task's next poll of the drain registers its own.
         let mut cx = Context::from_waker(std::task::Waker::noop());
         match self.sink.as_mut().poll_ready(&mut cx) {
-            Poll::Ready(Ok(())) => {}
-            Poll::Pending => return Err(item),
+            Poll::Ready(Ok(())) => true,
+            Poll::Pending => false,
             Poll::Ready(Err(e)) => {
                 // A sink that failed must not be polled again (some panic):
                 // the next drain reports the failure instead.
                 self.fail(e);
-                return Err(item);
+                false
             }
         }
-        let response = is_response(&item);
-        if let Err(e) = self.sink.as_mut().start_send(item) {
+    }
+
+    fn handed_over(&mut self, sent: io::Result<()>, response: bool) {
+        if let Err(e) = sent {
             self.fail(e);
         }
         self.unflushed = true;
         self.unflushed_direct += u64::from(response);
-        Ok(())
     }
 
     fn fail(&mut self, e: io::Error) {
@@ -569,12 +593,15 @@ mod tests {
         }
     }
 
+    impl crate::codec::FrameWrite for FailsOnce {}
+
     #[tokio::test]
     async fn a_sink_that_failed_a_direct_write_is_reported_and_never_polled_again() {
         let outbox = Outbox::new(8, 1 << 20);
         let mut drain = Drain::new(Box::pin(FailsOnce(false)), Duration::from_secs(30));
         let refused = drain.write_now(&outbox, message(1)).unwrap_err();
         assert!(drain.write_now(&outbox, refused).is_err(), "a failed sink takes nothing more");
+        assert!(!drain.write_json_now(&outbox, Kind::Response, b"{}"), "nor a borrowed message");
         outbox.push_now(message(2)).unwrap();
         for _ in 0..2 {
             let failed = std::future::poll_fn(|cx| drain.poll_drain(&outbox, cx)).await;
