@@ -453,7 +453,12 @@ impl<S: Send + Sync + 'static> Driver<S> {
                 }
             }
         }
-        if handled > 0 { Poll::Ready(Ok(())) } else { Poll::Pending }
+        if handled > 0 {
+            return Poll::Ready(Ok(()));
+        }
+        // Nothing to read for now: an idle connection keeps no reply buffer.
+        self.work.release_reply_buffer();
+        Poll::Pending
     }
 
     /// No more answers can arrive: fail our calls now rather than at their

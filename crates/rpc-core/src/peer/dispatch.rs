@@ -37,12 +37,12 @@ pub(crate) struct Dispatch<S> {
     /// Shutdown began: new requests are refused.
     pub draining: bool,
     /// Where a `method_now` handler writes its response, kept from one to
-    /// the next (up to `KEEP_REPLY` bytes).
+    /// the next while the connection is busy (up to `KEEP_REPLY` bytes).
     reply: Vec<u8>,
 }
 
-/// Past this, the reply buffer goes after use: a connection keeps at most
-/// this much for the next reply, however large one was.
+/// Past this, the reply buffer goes after use: a busy connection keeps at
+/// most this much for the next reply, however large one was.
 const KEEP_REPLY: usize = 16 * 1024;
 
 impl From<Flooding> for CloseReason {
@@ -144,6 +144,14 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             self.reply = Vec::new();
         }
         self.after_reply()
+    }
+
+    /// The connection has nothing to read for now: it holds no reply
+    /// buffer while it idles (10 000 idle connections would keep 10 000).
+    pub fn release_reply_buffer(&mut self) {
+        if self.reply.capacity() > 0 {
+            self.reply = Vec::new();
+        }
     }
 
     /// The handler asked for the connection to close once it answered.
