@@ -80,7 +80,7 @@ pub fn ndjson(data: &[u8]) {
 }
 
 /// Each [`Frame::Lines`] as the frames of its lines.
-fn lines_apart(frames: Vec<Frame>) -> Vec<Frame> {
+pub(crate) fn lines_apart(frames: Vec<Frame>) -> Vec<Frame> {
     let mut out = Vec::new();
     for frame in frames {
         let Frame::Lines(mut lines) = frame else {

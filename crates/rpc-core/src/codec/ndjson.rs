@@ -268,8 +268,8 @@ mod tests {
     /// The messages both decoders find in `input` fed in `chunks`; they
     /// must agree.
     fn lines(max_line: usize, input: &[u8], chunks: &[usize]) -> Vec<String> {
-        let one_by_one = messages(&decode_in_chunks(NdjsonCodec::new(max_line), input, chunks));
-        let by_reads = messages(&decode_in_chunks(NdjsonLines::new(max_line), input, chunks));
+        let one_by_one = messages(decode_in_chunks(NdjsonCodec::new(max_line), input, chunks));
+        let by_reads = messages(decode_in_chunks(NdjsonLines::new(max_line), input, chunks));
         assert_eq!(one_by_one, by_reads, "the two decoders disagree");
         one_by_one
     }
@@ -298,29 +298,15 @@ mod tests {
         assert_eq!(buf.as_ptr(), start, "the read buffer was not reused");
     }
 
-    fn messages(frames: &[Frame]) -> Vec<String> {
-        let mut out = Vec::new();
-        for frame in frames {
-            let Frame::Lines(lines) = frame else {
-                out.extend(one(frame));
-                continue;
-            };
-            let mut lines = Lines { chunk: lines.chunk.clone(), ..*lines };
-            while let Some(line) = lines.next_line() {
-                out.push(match line {
-                    Line::Message(b) => String::from_utf8_lossy(b).into_owned(),
-                    other => format!("{other:?}").replace("TooLarge", "TooLarge(None)"),
-                });
-            }
-        }
-        out
-    }
-
-    fn one(frame: &Frame) -> Option<String> {
-        Some(match frame {
-            Frame::Message(b) => String::from_utf8_lossy(b).into_owned(),
-            other => format!("{other:?}"),
-        })
+    /// Each frame as text, the lines of a [`Frame::Lines`] one by one.
+    fn messages(frames: Vec<Frame>) -> Vec<String> {
+        crate::fuzzing::lines_apart(frames)
+            .iter()
+            .map(|frame| match frame {
+                Frame::Message(b) => String::from_utf8_lossy(b).into_owned(),
+                other => format!("{other:?}"),
+            })
+            .collect()
     }
 
     const INPUT: &[u8] = b"{\"a\":1}\n\n  \r\n{\"b\":\"\xc3\xa9\"}\r\n[{\"c\":3}]\n{\"tail\":true}";
