@@ -20,9 +20,10 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::error::ProtocolError;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::Frame as WsFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data as OpData, OpCode};
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig, WebSocketContext};
-use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
 use super::{Frame, FrameWrite, Outbound, Transport};
 
@@ -387,16 +388,22 @@ impl<W: Sink<Message, Error = WsError> + Unpin> Sink<Outbound> for Writer<W> {
 }
 
 /// tungstenite takes each message as an owned value: the borrowed JSON is
-/// copied into one, as `FrameWrite` does by default.
+/// copied into one, as `FrameWrite` does by default. (Copied into a buffer
+/// the writer keeps and split off it instead, it saved 1 % of a `ping`: the
+/// split and the reclaim cost what the allocation did.)
 impl<W: Sink<Message, Error = WsError> + Unpin + Send> FrameWrite for Writer<W> {}
 
 fn to_message(item: Outbound) -> Message {
     match item {
-        // Everything we serialise is UTF-8 JSON; the check is a fast scan.
-        Outbound::Message { json, .. } => match Utf8Bytes::try_from(json) {
-            Ok(text) => Message::Text(text),
-            Err(_) => Message::Close(Some(CloseFrame { code: CloseCode::Error, reason: "invalid utf-8".into() })),
-        },
+        // A text frame made as a frame, not as `Message::Text`, whose
+        // `Utf8Bytes` would check the UTF-8 again (4 % of a broker's `ping`).
+        // What goes out is UTF-8 already: JSON that serde_json or
+        // `message::write` wrote, or a text frame or body that was checked
+        // when it came in.
+        Outbound::Message { json, .. } => {
+            debug_assert!(std::str::from_utf8(&json).is_ok(), "outgoing JSON is UTF-8");
+            Message::Frame(WsFrame::message(json, OpCode::Data(OpData::Text), true))
+        }
         Outbound::Ping => Message::Ping(Default::default()),
         Outbound::Close { code, reason } => {
             Message::Close(Some(CloseFrame { code: code.into(), reason: reason.into() }))

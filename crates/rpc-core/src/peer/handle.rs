@@ -261,8 +261,10 @@ impl PeerHandle {
     /// Sends an already serialised message (fan-out serialises an event once for
     /// all subscribers), waiting for room in the outbox as long as the
     /// connection lives. Waiting never closes the connection: a paused reader
-    /// of events keeps it.
+    /// of events keeps it. `json` is one JSON text, in UTF-8 as JSON must be:
+    /// a WebSocket sends it as a text frame without checking it again.
     pub async fn send_raw(&self, kind: Kind, json: Bytes) -> Result<(), Closed> {
+        debug_assert!(std::str::from_utf8(&json).is_ok(), "a raw message is UTF-8 JSON");
         self.shared.outbox.push(Outbound::Message { kind, json }, None).await.map_err(|_| Closed)
     }
 
