@@ -18,6 +18,7 @@ use std::task::{Context, Poll};
 use bytes::BytesMut;
 use futures_util::{FutureExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_util::codec::Decoder;
 
 use crate::codec::{self, ContentLengthCodec, Frame, Line, NdjsonCodec, NdjsonLines};
@@ -104,27 +105,54 @@ pub fn content_length(data: &[u8]) {
 
 /// Bytes from a WebSocket client, arriving in reads of 1-64 bytes (the first
 /// byte says how many), through tungstenite with the daemons' settings and
-/// rpc-core's reader; every text message is parsed.
+/// rpc-core's reader; every text message is parsed. The server transport
+/// (which takes whole text frames without tungstenite) must yield exactly
+/// what tokio-tungstenite's stream yields on the same bytes.
 pub fn websocket(data: &[u8]) {
     let read_size = data.first().map_or(1, |&b| usize::from(b % 64) + 1);
-    let io = Replay { data: data.to_vec(), at: 0, read_size };
-    let mut reader = codec::websocket::server_transport(io, MAX_MESSAGE).reader;
-    let mut last = None;
+    for frame in websocket_both_ways(data, read_size) {
+        if let Ok(Frame::Text(text)) = &frame {
+            parse(text.as_bytes());
+        }
+    }
+}
+
+/// What the server transport reads from `data` in reads of `read_size`
+/// bytes, checked to be what tokio-tungstenite's stream reads.
+pub(crate) fn websocket_both_ways(data: &[u8], read_size: usize) -> Vec<Result<Frame, io::ErrorKind>> {
+    let replay = || Replay { data: data.to_vec(), at: 0, read_size };
+    let direct = websocket_frames(codec::websocket::server_transport(replay(), MAX_MESSAGE).reader);
+    let config = Some(codec::websocket::config(MAX_MESSAGE));
+    let reference = tokio_tungstenite::WebSocketStream::from_raw_socket(replay(), Role::Server, config)
+        .now_or_never()
+        .expect("a stream over a socket is made at once");
+    let reference = websocket_frames(codec::websocket::transport(reference).reader);
+    assert_eq!(direct, reference, "the server transport and tokio-tungstenite read the input differently");
+    direct
+}
+
+/// Everything a WebSocket transport's reader yields, each error as its kind.
+fn websocket_frames(mut reader: codec::FrameStream) -> Vec<Result<Frame, io::ErrorKind>> {
+    let mut frames = Vec::new();
     loop {
         let Some(item) = reader.next().now_or_never() else {
             panic!("the reader waits for more input after the end of the stream");
         };
         let Some(item) = item else { break };
-        assert!(!matches!(last, Some(Frame::Unsupported { .. }) | Some(Frame::TooLarge(_))), "a frame after {last:?}");
-        let Ok(frame) = item else { break };
+        let last = frames.last();
+        assert!(!matches!(last, Some(Ok(Frame::Unsupported { .. } | Frame::TooLarge(_)))), "a frame after {last:?}");
+        let Ok(frame) = item else {
+            frames.push(item.map_err(|e| e.kind()));
+            break;
+        };
         assert!(!matches!(frame, Frame::Message(_)), "a text frame not marked as checked UTF-8");
         if let Frame::Text(text) = &frame {
             assert!(text.len() <= MAX_MESSAGE, "a message of {} bytes passed the limit", text.len());
             assert!(std::str::from_utf8(text.as_bytes()).is_ok(), "a text message that is not UTF-8");
-            parse(text.as_bytes());
         }
-        last = Some(frame);
+        frames.push(Ok(frame));
     }
+    frames
 }
 
 /// A client's bytes, read `read_size` at a time, then the end of the stream;

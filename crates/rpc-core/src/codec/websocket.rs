@@ -20,10 +20,10 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::error::ProtocolError;
-use tokio_tungstenite::tungstenite::protocol::frame::Frame as WsFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data as OpData, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::{Frame as WsFrame, FrameHeader};
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig, WebSocketContext};
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
 use super::{Frame, FrameWrite, Outbound, Transport};
 
@@ -73,7 +73,7 @@ pub fn server_transport<S>(io: S, max_message: usize) -> Transport
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let direct = Direct::new(ReadOnDemand::new(io), max_message);
+    let direct = Direct::new(io, max_message);
     Transport {
         reader: Box::pin(Reader { inner: direct.clone(), done: false }),
         writer: Box::pin(Writer { inner: direct }),
@@ -106,8 +106,16 @@ struct Shared<S> {
 /// ended, [`Reader`] polls it no more, and `close` queues the close frame
 /// once and only flushes after that.
 struct DirectState<S> {
-    io: S,
+    io: ReadOnDemand<S>,
     ws: WebSocketContext,
+    /// The limit on a message (and so on a frame).
+    max_message: usize,
+    /// Whether tungstenite may be in the middle of something that the next
+    /// frame belongs to: a fragmented message, a pong or a close it owes
+    /// (sent at its next read). Set when a read of its returned a control
+    /// frame or nothing yet; cleared when one returned a whole data message,
+    /// which leaves it with no fragment and nothing owed that a read sends.
+    tungstenite_busy: bool,
 }
 
 impl<S> Clone for Direct<S> {
@@ -120,7 +128,8 @@ impl<S> Direct<S> {
     fn new(io: S, max_message: usize) -> Self {
         let config = config(max_message).read_buffer_size(ON_DEMAND_READ_BUFFER);
         let ws = WebSocketContext::new(Role::Server, Some(config));
-        let state = Mutex::new(DirectState { io, ws });
+        let io = ReadOnDemand::new(io);
+        let state = Mutex::new(DirectState { io, ws, max_message, tungstenite_busy: false });
         Direct { shared: Arc::new(Shared { state, ready: AtomicBool::new(true) }) }
     }
 }
@@ -160,11 +169,44 @@ impl<S: AsyncWrite + Unpin> io::Write for Polled<'_, '_, S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> DirectState<S> {
+    /// The next message: a whole text frame at the front of the input taken
+    /// as it is, anything else read by tungstenite.
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<Result<Message, WsError>> {
+        if let Some(text) = self.whole_text() {
+            return Poll::Ready(Ok(Message::Text(text)));
+        }
+        let read = self.poll(cx, |ws, io| ws.read(io));
+        self.tungstenite_busy = !matches!(read, Poll::Ready(Ok(Message::Text(_) | Message::Binary(_))));
+        read
+    }
+
+    /// The message of the frame at the front of the input, taken without
+    /// tungstenite when that is exactly what tungstenite would make of it:
+    /// tungstenite is between messages and owes nothing, and the frame is
+    /// whole, in the plain shape of [`plain_text_header`], within the limit,
+    /// and its payload is UTF-8. Nearly every frame a JSON-RPC client sends
+    /// is; reading it through tungstenite cost a quarter of a broker's
+    /// `ping`. Anything else is left to tungstenite, untouched. (The
+    /// `websocket` fuzz target checks that both ways read the same.)
+    fn whole_text(&mut self) -> Option<Utf8Bytes> {
+        if self.tungstenite_busy || !self.ws.can_read() {
+            return None;
+        }
+        let input = self.io.unread();
+        let (mask, start, end) = plain_text_header(input)?;
+        if end - start > self.max_message {
+            return None;
+        }
+        let text = String::from_utf8(unmasked(input.get(start..end)?, mask)).ok()?;
+        self.io.take_frame(end);
+        Some(text.into())
+    }
+
     /// Runs one tungstenite operation on the socket; `WouldBlock` is `Pending`.
     fn poll<T>(
         &mut self,
         cx: &mut Context<'_>,
-        op: impl FnOnce(&mut WebSocketContext, &mut Polled<'_, '_, S>) -> Result<T, WsError>,
+        op: impl FnOnce(&mut WebSocketContext, &mut Polled<'_, '_, ReadOnDemand<S>>) -> Result<T, WsError>,
     ) -> Poll<Result<T, WsError>> {
         match op(&mut self.ws, &mut Polled { io: &mut self.io, cx }) {
             Err(WsError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => Poll::Pending,
@@ -178,7 +220,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Stream for Direct<S> {
     type Item = Result<Message, WsError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        match ready!(self.shared.state.lock().poll(cx, |ws, io| ws.read(io))) {
+        match ready!(self.shared.state.lock().poll_read(cx)) {
             Ok(message) => Poll::Ready(Some(Ok(message))),
             Err(WsError::AlreadyClosed | WsError::ConnectionClosed) => Poll::Ready(None),
             Err(e) => Poll::Ready(Some(Err(e))),
@@ -240,13 +282,63 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Direct<S> {
     }
 }
 
+/// A client's payload with its mask taken off (RFC 6455 §5.3): copied, then
+/// unmasked in place eight bytes at a time.
+fn unmasked(payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
+    let mut out = payload.to_vec();
+    let [a, b, c, d] = mask;
+    let word = u64::from_ne_bytes([a, b, c, d, a, b, c, d]);
+    let mut words = out.chunks_exact_mut(8);
+    for eight in &mut words {
+        let unmasked = u64::from_ne_bytes((&*eight).try_into().expect("chunks of eight")) ^ word;
+        eight.copy_from_slice(&unmasked.to_ne_bytes());
+    }
+    for (byte, mask) in words.into_remainder().iter_mut().zip(mask.iter().cycle()) {
+        *byte ^= mask;
+    }
+    out
+}
+
+/// The header of a frame in the shape nearly every client's message has, at
+/// the front of `input`: final, text, no reserved bits, masked, with a
+/// payload under 64 KiB. Its mask, and where its payload starts and ends.
+/// `None` for any other header (tungstenite reads those), or one not all
+/// there yet.
+fn plain_text_header(input: &[u8]) -> Option<([u8; 4], usize, usize)> {
+    const FINAL_TEXT: u8 = 0x81;
+    const MASKED: u8 = 0x80;
+    let [FINAL_TEXT, second, rest @ ..] = input else { return None };
+    if second & MASKED == 0 {
+        return None;
+    }
+    let (len, rest) = match second & !MASKED {
+        126 => {
+            let [high, low, rest @ ..] = rest else { return None };
+            (usize::from(u16::from_be_bytes([*high, *low])), rest)
+        }
+        127 => return None,
+        len => (usize::from(len), rest),
+    };
+    let (mask, _) = rest.split_first_chunk::<4>()?;
+    let start = input.len() - rest.len() + 4;
+    Some((*mask, start, start + len))
+}
+
 /// A socket whose reads go through a buffer that is allocated when the socket
 /// has input and freed when it has none left (its read would block): an idle
 /// connection holds no read buffer at all. Writes go straight through.
+///
+/// The input is a client's WebSocket frames, and a read never goes past the
+/// end of the frame it starts in: tungstenite, reading through it, holds at
+/// most one frame, so whatever it has not read yet starts with a frame of
+/// its own, which [`Direct`] may take whole (see `DirectState::whole_text`).
 pub struct ReadOnDemand<S> {
     io: S,
     /// What the last system call read and the reader has not taken yet.
     chunk: Option<Box<Chunk>>,
+    /// How much of the frame being read is still to be handed over; 0
+    /// between frames.
+    frame_left: u64,
 }
 
 /// [`READ_CHUNK`] bytes in one allocation, the bounds included. `data` is
@@ -264,59 +356,135 @@ impl Chunk {
         Box::new(Chunk { start: 0, end: 0, data: [const { MaybeUninit::uninit() }; CHUNK_DATA] })
     }
 
-    /// What was read and not yet taken, at most `max` bytes of it.
+    /// What was read and not yet taken.
     #[allow(unsafe_code)]
-    fn unread(&self, max: usize) -> &[u8] {
-        let part = &self.data[self.start..self.end.min(self.start + max)];
+    fn unread(&self) -> &[u8] {
+        let part = &self.data[self.start..self.end];
         // SAFETY: `end` is only ever set to the length a read filled
-        // (`ReadBuf::filled`, which is initialised by its contract), and
-        // `start <= end`, so every byte of `part` was written by that read.
+        // (`ReadBuf::filled`, which is initialised by its contract), or
+        // moved down with the bytes below it (`keep_unread_only`), and
+        // `start <= end`, so every byte of `part` was written by a read.
         // `MaybeUninit<u8>` has the layout of `u8`.
         unsafe { &*(part as *const [MaybeUninit<u8>] as *const [u8]) }
+    }
+
+    /// Moves what is unread to the front, to read more behind it.
+    fn keep_unread_only(&mut self) {
+        self.data.copy_within(self.start..self.end, 0);
+        self.end -= self.start;
+        self.start = 0;
     }
 }
 
 const CHUNK_DATA: usize = READ_CHUNK - 2 * std::mem::size_of::<usize>();
 
+/// Where a frame starting at the front of `input` ends, if its header is
+/// all there; a header tungstenite refuses ends nowhere (everything after it
+/// may be handed over: tungstenite fails on it first).
+enum FrameEnd {
+    At(u64),
+    Unknown,
+    Refused,
+}
+
+fn frame_end(input: &[u8]) -> FrameEnd {
+    let mut cursor = io::Cursor::new(input);
+    match FrameHeader::parse(&mut cursor) {
+        Ok(Some((_, payload))) => FrameEnd::At(cursor.position().saturating_add(payload)),
+        Ok(None) => FrameEnd::Unknown,
+        Err(_) => FrameEnd::Refused,
+    }
+}
+
 impl<S> ReadOnDemand<S> {
     pub fn new(io: S) -> Self {
-        ReadOnDemand { io, chunk: None }
+        ReadOnDemand { io, chunk: None, frame_left: 0 }
     }
 
     /// Whether a read buffer is held (input read from the socket and not yet taken).
     pub fn holds_buffer(&self) -> bool {
         self.chunk.is_some()
     }
+
+    /// What was read from the socket and not yet taken: between frames, it
+    /// starts with a frame.
+    fn unread(&self) -> &[u8] {
+        self.chunk.as_ref().map_or(&[], |chunk| chunk.unread())
+    }
+
+    /// Takes `len` bytes of [`unread`](Self::unread), a whole frame.
+    fn take_frame(&mut self, len: usize) {
+        debug_assert_eq!(self.frame_left, 0, "a frame taken while another is being read");
+        if let Some(chunk) = &mut self.chunk {
+            chunk.start += len.min(chunk.end - chunk.start);
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> ReadOnDemand<S> {
+    /// Reads from the socket into the chunk, behind what is unread. `false`
+    /// at the end of the input; nothing read and no chunk held otherwise.
+    fn fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
+        let chunk = self.chunk.get_or_insert_with(Chunk::new);
+        chunk.keep_unread_only();
+        let mut buf = ReadBuf::uninit(&mut chunk.data[chunk.end..]);
+        let read = Pin::new(&mut self.io).poll_read(cx, &mut buf);
+        let filled = buf.filled().len();
+        chunk.end += filled;
+        if chunk.start == chunk.end {
+            // Nothing held (it would block, the input ended or failed):
+            // give the buffer back.
+            self.chunk = None;
+        }
+        read.map(|read| read.map(|()| filled > 0))
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for ReadOnDemand<S> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.chunk.as_ref().is_none_or(|c| c.start == c.end) {
-            // A read as large as the buffer would gain nothing from it.
-            if out.remaining() >= READ_CHUNK {
-                this.chunk = None;
-                return Pin::new(&mut this.io).poll_read(cx, out);
+        loop {
+            let unread = this.unread();
+            if this.frame_left == 0 && !unread.is_empty() {
+                match frame_end(unread) {
+                    FrameEnd::At(end) => this.frame_left = end,
+                    FrameEnd::Refused => this.frame_left = u64::MAX,
+                    // The rest of the header is still to come: read it in
+                    // behind what is here, then look again.
+                    FrameEnd::Unknown => match ready!(this.fill(cx)) {
+                        Ok(true) => continue,
+                        // The input ended inside a header: hand over what
+                        // there is, and the end after it.
+                        Ok(false) => this.frame_left = u64::MAX,
+                        Err(e) => return Poll::Ready(Err(e)),
+                    },
+                }
             }
-            let chunk = this.chunk.get_or_insert_with(Chunk::new);
-            let mut buf = ReadBuf::uninit(&mut chunk.data);
-            match Pin::new(&mut this.io).poll_read(cx, &mut buf) {
-                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
-                    chunk.end = buf.filled().len();
-                    chunk.start = 0;
-                }
-                // Nothing to read (it would block, the input ended or
-                // failed), and nothing held: give the buffer back.
-                other => {
-                    this.chunk = None;
-                    return other;
-                }
+            if !this.unread().is_empty() {
+                break;
+            }
+            // Nothing held. A read as large as the buffer would gain nothing
+            // from it, if it cannot go past the frame's end.
+            if out.remaining() >= READ_CHUNK && this.frame_left >= out.remaining() as u64 {
+                this.chunk = None;
+                let before = out.filled().len();
+                ready!(Pin::new(&mut this.io).poll_read(cx, out))?;
+                this.frame_left -= (out.filled().len() - before) as u64;
+                return Poll::Ready(Ok(()));
+            }
+            match ready!(this.fill(cx)) {
+                Ok(true) => {}
+                // The end of the input, or a failure: nothing held.
+                Ok(false) => return Poll::Ready(Ok(())),
+                Err(e) => return Poll::Ready(Err(e)),
             }
         }
-        let chunk = this.chunk.as_mut().expect("filled above");
-        let unread = chunk.unread(out.remaining());
-        out.put_slice(unread);
-        chunk.start += unread.len();
+        let chunk = this.chunk.as_mut().expect("input is held");
+        let give =
+            chunk.unread().len().min(out.remaining()).min(usize::try_from(this.frame_left).unwrap_or(usize::MAX));
+        out.put_slice(&chunk.unread()[..give]);
+        chunk.start += give;
+        this.frame_left -= give as u64;
         Poll::Ready(Ok(()))
     }
 }
@@ -606,7 +774,7 @@ mod tests {
     #[tokio::test]
     async fn on_demand_reads_big_messages_and_holds_no_buffer_when_idle() {
         let (a, b) = tokio::io::duplex(1 << 16);
-        let mut server = Direct::new(ReadOnDemand::new(a), 4 << 20);
+        let mut server = Direct::new(a, 4 << 20);
         let mut client = WebSocketStream::from_raw_socket(b, Role::Client, None).await;
         let big = "x".repeat(3 << 20);
         let writer = tokio::spawn(async move {
@@ -628,6 +796,104 @@ mod tests {
         // Over the limit: refused from its header.
         tokio::spawn(async move { client.send(Message::text("x".repeat(5 << 20))).await });
         assert!(matches!(server.next().await.unwrap(), Err(WsError::Capacity(_))));
+    }
+
+    /// A client's frame as it is on the wire: masked, unless `mask` is `None`.
+    fn client_frame(opcode: OpCode, fin: bool, rsv1: bool, mask: Option<[u8; 4]>, payload: &[u8]) -> Vec<u8> {
+        let header = FrameHeader { is_final: fin, rsv1, rsv2: false, rsv3: false, opcode, mask };
+        let mut wire = Vec::new();
+        header.format(payload.len() as u64, &mut wire).unwrap();
+        match mask {
+            Some(mask) => wire.extend(unmasked(payload, mask)),
+            None => wire.extend_from_slice(payload),
+        }
+        wire
+    }
+
+    fn text(payload: &str) -> Vec<u8> {
+        client_frame(OpCode::Data(OpData::Text), true, false, Some([1, 0x80, 0x33, 0xfe]), payload.as_bytes())
+    }
+
+    fn frame(opcode: OpCode, fin: bool, payload: &[u8]) -> Vec<u8> {
+        client_frame(opcode, fin, false, Some([9, 8, 7, 6]), payload)
+    }
+
+    #[test]
+    fn unmasking_takes_the_mask_off_every_byte() {
+        let mask = [0x12, 0x34, 0x56, 0x78];
+        for len in 0..13 {
+            let payload: Vec<u8> = (0..len as u8).collect();
+            let expected: Vec<u8> = payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]).collect();
+            assert_eq!(unmasked(&payload, mask), expected, "{len} bytes");
+        }
+    }
+
+    /// Whole text frames are taken from the input without tungstenite, and
+    /// what is taken is exactly the frame.
+    #[test]
+    fn whole_text_frames_are_taken_as_they_are() {
+        let input = [text(r#"{"a":1}"#), text("é"), text(&"x".repeat(200))].concat();
+        let direct = Direct::new(std::io::Cursor::new(input), 1024);
+        let mut state = direct.shared.state.lock();
+        let mut cx = Context::from_waker(Waker::noop());
+        // The first goes through tungstenite (nothing was read yet), which
+        // is handed that frame and no more.
+        assert_eq!(state.poll_read(&mut cx).map(Result::unwrap), Poll::Ready(Message::text(r#"{"a":1}"#)));
+        let rest = state.io.unread().len();
+        assert_eq!(rest, text("é").len() + text(&"x".repeat(200)).len());
+        assert_eq!(state.whole_text(), Some("é".into()));
+        assert_eq!(state.io.unread().len(), rest - text("é").len());
+        assert_eq!(state.whole_text(), Some("x".repeat(200).into()));
+        assert!(state.io.unread().is_empty());
+    }
+
+    /// Every kind of frame, alone and mixed with whole text frames, cut into
+    /// reads of every size: the server transport reads what tokio-tungstenite
+    /// does (the same check as the `websocket` fuzz target's).
+    #[test]
+    fn the_server_transport_reads_what_tungstenite_reads() {
+        let (text_op, continue_op) = (OpCode::Data(OpData::Text), OpCode::Data(OpData::Continue));
+        let ping = OpCode::Control(tokio_tungstenite::tungstenite::protocol::frame::coding::Control::Ping);
+        let close = OpCode::Control(tokio_tungstenite::tungstenite::protocol::frame::coding::Control::Close);
+        let binary = OpCode::Data(OpData::Binary);
+        let inputs: Vec<Vec<u8>> = vec![
+            [text("a"), text(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), frame(ping, true, b"p"), text("b")]
+                .concat(),
+            [
+                text("a"),
+                frame(text_op, false, b"ab"),
+                frame(ping, true, b""),
+                frame(continue_op, true, b"cd"),
+                text("x"),
+            ]
+            .concat(),
+            [text("a"), frame(text_op, false, b"ab"), text("not a continuation")].concat(),
+            [text("a"), frame(text_op, false, b"ab"), frame(ping, true, b""), text("not a continuation")].concat(),
+            [text("a"), frame(continue_op, true, b"no start"), text("b")].concat(),
+            [text("a"), client_frame(text_op, true, false, None, b"unmasked")].concat(),
+            [text("a"), client_frame(text_op, true, false, None, b"unmasked"), b"zzzz".to_vec()].concat(),
+            [text("a"), client_frame(text_op, true, true, Some([1, 2, 3, 4]), b"rsv1")].concat(),
+            [text("a"), frame(text_op, true, b"\"\xff\""), text("b")].concat(),
+            [
+                text("a"),
+                frame(text_op, false, "é".as_bytes()[..1].as_ref()),
+                frame(continue_op, true, &"é".as_bytes()[1..]),
+            ]
+            .concat(),
+            [text("a"), text(&"x".repeat(300)), text("b")].concat(),
+            [text("a"), text(&"y".repeat(250)), text(&"z".repeat(126))].concat(),
+            [text("a"), frame(binary, true, b"bin"), text("b")].concat(),
+            [text("a"), frame(OpCode::Data(OpData::Reserved(3)), true, b"r"), text("b")].concat(),
+            [text("a"), frame(ping, true, &[b'p'; 126]), text("b")].concat(),
+            [text("a"), frame(close, true, &[3, 232]), text("after the close")].concat(),
+            [text("a"), text("b")[..5].to_vec()].concat(),
+        ];
+        for (n, input) in inputs.iter().enumerate() {
+            for read_size in (1..=20).chain([63, 64, 4096]) {
+                let frames = crate::fuzzing::websocket_both_ways(input, read_size);
+                assert_eq!(frames.first(), Some(&Ok(Frame::Text("a".into()))), "input {n}, reads of {read_size}");
+            }
+        }
     }
 
     #[tokio::test]
