@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Waker, ready};
 
+use bytes::Bytes;
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -26,6 +27,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
 use super::{Frame, FrameWrite, Outbound, Transport};
+use crate::message::Kind;
 
 /// Default cap on one WebSocket message.
 pub const DEFAULT_MAX_MESSAGE: usize = 4 * 1024 * 1024;
@@ -76,10 +78,14 @@ where
     let direct = Direct::new(io, max_message);
     Transport {
         reader: Box::pin(Reader { inner: direct.clone(), done: false }),
-        writer: Box::pin(Writer { inner: direct }),
+        writer: Box::pin(direct),
         wants_keepalive: true,
     }
 }
+
+/// How much a server transport queues before it writes: what tungstenite
+/// buffers by default (`WebSocketConfig::write_buffer_size`).
+const WRITE_BUFFER: usize = 128 * 1024;
 
 /// A WebSocket's protocol state and its socket, shared by the transport's two
 /// halves, which the connection's one task polls: each call passes that
@@ -202,6 +208,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> DirectState<S> {
         Some(text.into())
     }
 
+    /// Queues `json` as a text frame, and writes the queue out once it is
+    /// [`WRITE_BUFFER`] bytes or more (`Pending` if that blocks). Once a
+    /// close has been sent or received, tungstenite says why nothing more
+    /// may be, as before.
+    fn poll_send_text(&mut self, cx: &mut Context<'_>, json: &[u8]) -> Poll<Result<(), WsError>> {
+        if !self.ws.can_write() {
+            let frame = WsFrame::message(Bytes::copy_from_slice(json), OpCode::Data(OpData::Text), true);
+            return self.poll(cx, |ws, io| ws.write(io, Message::Frame(frame)));
+        }
+        self.io.queue_text(json);
+        if self.io.out.len() < WRITE_BUFFER {
+            return Poll::Ready(Ok(()));
+        }
+        self.io.poll_write_queued(cx).map_err(WsError::Io)
+    }
+
     /// Runs one tungstenite operation on the socket; `WouldBlock` is `Pending`.
     fn poll<T>(
         &mut self,
@@ -228,53 +250,83 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Stream for Direct<S> {
     }
 }
 
-/// The write half: tokio-tungstenite's `Sink` for `WebSocketStream`.
-impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for Direct<S> {
-    type Error = WsError;
+/// The write half. A message is framed straight into the socket's queue
+/// (`ReadOnDemand::queue_text`), borrowed or owned, without tungstenite: what
+/// it did for a text frame (a `Message`, its frame, its buffer) was a sixth
+/// of a broker's `ping`. Pings and the close go through tungstenite, which
+/// writes behind what is queued (and answers pings and closes by itself).
+impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Outbound> for Direct<S> {
+    type Error = io::Error;
 
-    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.shared.ready.load(Ordering::Acquire) {
             return Poll::Ready(Ok(()));
         }
         // The last write blocked: flush it away first.
-        self.write_out(cx)
+        self.write_out(cx).map_err(to_io)
     }
 
-    fn start_send(self: Pin<&mut Self>, message: Message) -> Result<(), WsError> {
-        // No context here: a write that would block is queued by tungstenite,
-        // and the `poll_ready` or `poll_flush` that must follow registers the
-        // task with the socket (the no-op waker's registration is replaced).
-        let mut cx = Context::from_waker(Waker::noop());
-        let written = self.shared.state.lock().poll(&mut cx, |ws, io| ws.write(io, message));
-        // Blocked: queued, and the next `poll_ready` flushes first.
-        self.shared.ready.store(!written.is_pending(), Ordering::Release);
-        match written {
-            Poll::Ready(Err(e)) => Err(e),
-            Poll::Ready(Ok(())) | Poll::Pending => Ok(()),
+    fn start_send(self: Pin<&mut Self>, item: Outbound) -> io::Result<()> {
+        match item {
+            Outbound::Message { json, .. } => self.send_text(&json),
+            other => self.send_message(to_message(other)),
         }
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match ready!(self.write_out(cx)) {
             // The close handshake just completed: flushed, not an error.
             Err(WsError::ConnectionClosed) => Poll::Ready(Ok(())),
-            other => Poll::Ready(other),
+            other => Poll::Ready(other.map_err(to_io)),
         }
     }
 
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.shared.ready.store(true, Ordering::Release);
         // Queues the close frame the first time, then only flushes.
         match ready!(self.shared.state.lock().poll(cx, |ws, io| ws.close(io, None))) {
             Ok(()) | Err(WsError::ConnectionClosed) => Poll::Ready(Ok(())),
-            Err(e) => Poll::Ready(Err(e)),
+            Err(e) => Poll::Ready(Err(to_io(e))),
         }
     }
 }
 
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> FrameWrite for Direct<S> {
+    fn start_send_json(self: Pin<&mut Self>, _: Kind, json: &[u8]) -> io::Result<()> {
+        self.send_text(json)
+    }
+}
+
 impl<S: AsyncRead + AsyncWrite + Unpin> Direct<S> {
-    /// Writes out what tungstenite holds; the writer may start the next
-    /// message once this is done, whatever it gave.
+    /// Queues a text message. No context here: a write that would block is
+    /// left queued, and the `poll_ready` or `poll_flush` that must follow
+    /// registers the task with the socket (the no-op waker's registration
+    /// is replaced).
+    fn send_text(&self, json: &[u8]) -> io::Result<()> {
+        debug_assert!(std::str::from_utf8(json).is_ok(), "outgoing JSON is UTF-8");
+        let mut cx = Context::from_waker(Waker::noop());
+        let written = self.shared.state.lock().poll_send_text(&mut cx, json);
+        self.after_send(written)
+    }
+
+    /// Hands a ping or a close to tungstenite, as [`send_text`](Self::send_text) does a message.
+    fn send_message(&self, message: Message) -> io::Result<()> {
+        let mut cx = Context::from_waker(Waker::noop());
+        let written = self.shared.state.lock().poll(&mut cx, |ws, io| ws.write(io, message));
+        self.after_send(written)
+    }
+
+    fn after_send(&self, written: Poll<Result<(), WsError>>) -> io::Result<()> {
+        // Blocked: queued, and the next `poll_ready` flushes first.
+        self.shared.ready.store(!written.is_pending(), Ordering::Release);
+        match written {
+            Poll::Ready(Err(e)) => Err(to_io(e)),
+            Poll::Ready(Ok(())) | Poll::Pending => Ok(()),
+        }
+    }
+
+    /// Writes out what is queued, then what tungstenite holds; the writer
+    /// may start the next message once this is done, whatever it gave.
     fn write_out(&self, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
         let flushed = ready!(self.shared.state.lock().poll(cx, |ws, io| ws.flush(io)));
         self.shared.ready.store(true, Ordering::Release);
@@ -339,6 +391,8 @@ pub struct ReadOnDemand<S> {
     /// How much of the frame being read is still to be handed over; 0
     /// between frames.
     frame_left: u64,
+    /// Frames to write, in order: every write goes out behind them.
+    out: Vec<u8>,
 }
 
 /// [`READ_CHUNK`] bytes in one allocation, the bounds included. `data` is
@@ -398,7 +452,7 @@ fn frame_end(input: &[u8]) -> FrameEnd {
 
 impl<S> ReadOnDemand<S> {
     pub fn new(io: S) -> Self {
-        ReadOnDemand { io, chunk: None, frame_left: 0 }
+        ReadOnDemand { io, chunk: None, frame_left: 0, out: Vec::new() }
     }
 
     /// Whether a read buffer is held (input read from the socket and not yet taken).
@@ -421,6 +475,28 @@ impl<S> ReadOnDemand<S> {
     }
 }
 
+impl<S: AsyncWrite + Unpin> ReadOnDemand<S> {
+    /// Frames `json` as a text message behind what is queued (a server's
+    /// frames are not masked).
+    fn queue_text(&mut self, json: &[u8]) {
+        let header = FrameHeader { opcode: OpCode::Data(OpData::Text), ..FrameHeader::default() };
+        header.format(json.len() as u64, &mut self.out).expect("a Vec takes every write");
+        self.out.extend_from_slice(json);
+    }
+
+    /// Writes out what is queued.
+    fn poll_write_queued(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.out.is_empty() {
+            let written = ready!(Pin::new(&mut self.io).poll_write(cx, &self.out))?;
+            if written == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.out.drain(..written);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
 impl<S: AsyncRead + Unpin> ReadOnDemand<S> {
     /// Reads from the socket into the chunk, behind what is unread. `false`
     /// at the end of the input; nothing read and no chunk held otherwise.
@@ -433,8 +509,11 @@ impl<S: AsyncRead + Unpin> ReadOnDemand<S> {
         chunk.end += filled;
         if chunk.start == chunk.end {
             // Nothing held (it would block, the input ended or failed):
-            // give the buffer back.
+            // give the buffer back, and the write queue's if it is empty.
             self.chunk = None;
+            if self.out.is_empty() {
+                self.out = Vec::new();
+            }
         }
         read.map(|read| read.map(|()| filled > 0))
     }
@@ -489,8 +568,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for ReadOnDemand<S> {
     }
 }
 
+/// Writes go out behind what is queued.
 impl<S: AsyncWrite + Unpin> AsyncWrite for ReadOnDemand<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        ready!(self.poll_write_queued(cx))?;
         Pin::new(&mut self.io).poll_write(cx, buf)
     }
 
@@ -499,6 +580,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ReadOnDemand<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        ready!(self.poll_write_queued(cx))?;
         Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
     }
 
@@ -507,10 +589,12 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ReadOnDemand<S> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_write_queued(cx))?;
         Pin::new(&mut self.io).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_write_queued(cx))?;
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
@@ -893,6 +977,38 @@ mod tests {
                 let frames = crate::fuzzing::websocket_both_ways(input, read_size);
                 assert_eq!(frames.first(), Some(&Ok(Frame::Text("a".into()))), "input {n}, reads of {read_size}");
             }
+        }
+    }
+
+    /// Messages of every length class (7, 16 and 64-bit), owned and
+    /// borrowed, arrive whole and in order, and a close sent after them
+    /// arrives after them.
+    #[tokio::test]
+    async fn replies_of_every_size_arrive_in_order_before_the_close() {
+        let sizes = [0, 1, 125, 126, 65_535, 65_536, 200_000, 3];
+        for (kind, t, mut client) in pairs(1 << 20, 4096).await {
+            let mut writer = t.writer;
+            let sending = tokio::spawn(async move {
+                for (n, size) in sizes.into_iter().enumerate() {
+                    let json = format!("\"{}\"", char::from(b'a' + n as u8).to_string().repeat(size));
+                    if n % 2 == 0 {
+                        writer.send(Outbound::message(Kind::Response, json)).await.unwrap();
+                    } else {
+                        std::future::poll_fn(|cx| writer.as_mut().poll_ready(cx)).await.unwrap();
+                        writer.as_mut().start_send_json(Kind::Response, json.as_bytes()).unwrap();
+                    }
+                }
+                writer.send(Outbound::Close { code: 4001, reason: "done".into() }).await.unwrap();
+                writer
+            });
+            for (n, size) in sizes.into_iter().enumerate() {
+                let expected = format!("\"{}\"", char::from(b'a' + n as u8).to_string().repeat(size));
+                let message = tokio::time::timeout(std::time::Duration::from_secs(5), client.next()).await;
+                assert_eq!(message.unwrap().unwrap().unwrap(), Message::text(expected), "{kind}: message {n}");
+            }
+            let Message::Close(Some(frame)) = client.next().await.unwrap().unwrap() else { panic!("{kind}: no close") };
+            assert_eq!(u16::from(frame.code), 4001, "{kind}");
+            drop(sending.await.unwrap());
         }
     }
 
