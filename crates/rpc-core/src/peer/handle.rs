@@ -226,7 +226,12 @@ impl PeerHandle {
             };
             let answer = match cancel {
                 None => exchange.await,
+                // Biased, the answer first: an answer that is in when the
+                // call is abandoned is still the answer, and an unbiased
+                // select draws a random number every poll (half a percent of
+                // a forwarded call).
                 Some((abandoned, notice)) => tokio::select! {
+                    biased;
                     answer = exchange => answer,
                     () = abandoned => {
                         drop(forget);
