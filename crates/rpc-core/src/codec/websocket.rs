@@ -269,7 +269,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Outbound> for Direct<S> {
     fn start_send(self: Pin<&mut Self>, item: Outbound) -> io::Result<()> {
         match item {
             Outbound::Message { json, .. } => self.send_text(&json),
-            other => self.send_message(to_message(other)),
+            Outbound::Close { code, reason } => {
+                self.send_close(CloseFrame { code: code.into(), reason: reason.into() })
+            }
+            Outbound::Ping => self.send_message(Message::Ping(Default::default())),
         }
     }
 
@@ -309,7 +312,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Direct<S> {
         self.after_send(written)
     }
 
-    /// Hands a ping or a close to tungstenite, as [`send_text`](Self::send_text) does a message.
+    /// Closes with `frame`, or, when the other side closed first, sends the
+    /// answer tungstenite queued to its close (echoing its code, as RFC 6455
+    /// §5.5.1 asks) instead: `write` would refuse any message then, the
+    /// answer included, and the connection went away without one.
+    fn send_close(&self, frame: CloseFrame) -> io::Result<()> {
+        let mut cx = Context::from_waker(Waker::noop());
+        let written = match self.shared.state.lock().poll(&mut cx, |ws, io| ws.close(io, Some(frame))) {
+            // Answered, and the handshake is over.
+            Poll::Ready(Err(WsError::ConnectionClosed)) => Poll::Ready(Ok(())),
+            other => other,
+        };
+        self.after_send(written)
+    }
+
+    /// Hands a ping to tungstenite, as [`send_text`](Self::send_text) does a message.
     fn send_message(&self, message: Message) -> io::Result<()> {
         let mut cx = Context::from_waker(Waker::noop());
         let written = self.shared.state.lock().poll(&mut cx, |ws, io| ws.write(io, message));
@@ -608,7 +625,7 @@ where
     let (sink, stream) = ws.split();
     Transport {
         reader: Box::pin(Reader { inner: stream, done: false }),
-        writer: Box::pin(Writer { inner: sink }),
+        writer: Box::pin(Writer { inner: sink, closing: false }),
         wants_keepalive: true,
     }
 }
@@ -617,6 +634,8 @@ where
 /// through `SinkExt::with`, which makes and polls a future per item).
 struct Writer<W> {
     inner: W,
+    /// A close was handed over.
+    closing: bool,
 }
 
 impl<W: Sink<Message, Error = WsError> + Unpin> Sink<Outbound> for Writer<W> {
@@ -627,11 +646,27 @@ impl<W: Sink<Message, Error = WsError> + Unpin> Sink<Outbound> for Writer<W> {
     }
 
     fn start_send(mut self: Pin<&mut Self>, item: Outbound) -> io::Result<()> {
-        self.inner.start_send_unpin(to_message(item)).map_err(to_io)
+        self.closing |= matches!(item, Outbound::Close { .. });
+        let closing = self.closing;
+        match self.inner.start_send_unpin(to_message(item)) {
+            Err(WsError::Protocol(ProtocolError::SendAfterClosing)) if closing => Ok(()),
+            other => other.map_err(to_io),
+        }
     }
 
+    /// When the other side closed first, tungstenite refuses our close (here
+    /// or, through `SplitSink`, at this flush) and has queued its answer to
+    /// theirs (RFC 6455 §5.5.1): the flush goes on, and sends that answer.
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.inner.poll_flush_unpin(cx).map_err(to_io)
+        let mut refused = false;
+        loop {
+            match ready!(self.inner.poll_flush_unpin(cx)) {
+                Err(WsError::Protocol(ProtocolError::SendAfterClosing)) if self.closing && !refused => refused = true,
+                // The answer went out, and the handshake is over.
+                Err(WsError::ConnectionClosed) if self.closing => return Poll::Ready(Ok(())),
+                other => return Poll::Ready(other.map_err(to_io)),
+            }
+        }
     }
 
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -851,7 +886,7 @@ mod tests {
             // tungstenite queued the answering close; the writer flushes it.
             let _ = t.writer.close().await;
             let answer = tokio::time::timeout(std::time::Duration::from_secs(5), client.next()).await.unwrap();
-            assert!(matches!(answer, Some(Ok(Message::Close(_))) | None), "{kind}: {answer:?}");
+            assert!(matches!(answer, Some(Ok(Message::Close(_)))), "{kind}: {answer:?}");
         }
     }
 

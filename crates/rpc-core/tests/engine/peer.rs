@@ -285,6 +285,43 @@ async fn a_websocket_peer_that_ignores_pings_is_dropped() {
     assert!(peer.is_closed());
 }
 
+/// RFC 6455 §5.5.1: a close from the client is answered with a close (its
+/// code echoed) before the connection goes, on both WebSocket transports.
+#[tokio::test]
+async fn a_websocket_client_that_closes_gets_a_close_back() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::WebSocketStream;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
+    for direct in [true, false] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let transport = if direct {
+                websocket::server_transport(stream, 1024)
+            } else {
+                let config = Some(websocket::config(1024));
+                websocket::transport(WebSocketStream::from_raw_socket(stream, Role::Server, config).await)
+            };
+            let (_peer, conn) =
+                Connection::new(transport, common::spec_router(), Arc::default(), PeerConfig::default());
+            conn.run().await
+        });
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut client = WebSocketStream::from_raw_socket(stream, Role::Client, None).await;
+        client.send(Message::text(r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":[1]}"#)).await.unwrap();
+        let reply = client.next().await.unwrap().unwrap();
+        assert_eq!(reply, Message::text(r#"{"jsonrpc":"2.0","id":1,"result":[1]}"#), "direct: {direct}");
+        client.send(Message::Close(Some(CloseFrame { code: CloseCode::Away, reason: "bye".into() }))).await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(2), client.next()).await.expect("an answer in time");
+        let Some(Ok(Message::Close(Some(frame)))) = answer else { panic!("direct: {direct}: {answer:?}") };
+        assert_eq!(frame.code, CloseCode::Away, "direct: {direct}");
+        assert_eq!(tokio::time::timeout(Duration::from_secs(2), server).await.unwrap().unwrap(), CloseReason::Eof);
+    }
+}
+
 #[tokio::test]
 async fn an_answering_websocket_peer_survives_keepalive() {
     use futures_util::StreamExt;
