@@ -84,8 +84,6 @@ pub(super) struct Shared<S> {
 pub(super) struct DirectState<S> {
     pub(super) io: ReadOnDemand<S>,
     ws: WebSocketContext,
-    /// The limit on a message (and so on a frame).
-    max_message: usize,
     /// Whether tungstenite may be in the middle of something that the next
     /// frame belongs to: a fragmented message, a pong or a close it owes
     /// (sent at its next read). Set when a read of its returned a control
@@ -105,7 +103,7 @@ impl<S> Direct<S> {
         let config = config(max_message).read_buffer_size(ON_DEMAND_READ_BUFFER);
         let ws = WebSocketContext::new(Role::Server, Some(config));
         let io = ReadOnDemand::new(io);
-        let state = Mutex::new(DirectState { io, ws, max_message, tungstenite_busy: false });
+        let state = Mutex::new(DirectState { io, ws, tungstenite_busy: false });
         Direct { shared: Arc::new(Shared { state, ready: AtomicBool::new(true) }) }
     }
 }
@@ -170,7 +168,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> DirectState<S> {
         }
         let input = self.io.unread();
         let (mask, start, end) = plain_text_header(input)?;
-        if end - start > self.max_message {
+        // The limit tungstenite holds a message to (and so a frame).
+        if self.ws.get_config().max_message_size.is_some_and(|max| end - start > max) {
             return None;
         }
         let text = String::from_utf8(unmasked(input.get(start..end)?, mask)).ok()?;
