@@ -17,6 +17,7 @@
 mod error;
 mod id;
 mod parse;
+mod raw;
 mod scan;
 #[cfg(test)]
 mod tests;

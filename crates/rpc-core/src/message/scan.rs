@@ -5,6 +5,8 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::raw::{self, number, skip_ws};
+
 /// The members we look at: the three that must be scalars as their raw JSON
 /// text, the three that may be anything as raw values. `Some` for a member
 /// that is present, even as `null` (an absent id is not `"id": null`).
@@ -83,15 +85,6 @@ enum Member {
     Other,
 }
 
-/// JSON's four whitespace bytes, as serde reads them.
-#[inline]
-fn skip_ws(b: &[u8], mut i: usize) -> usize {
-    while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(i) {
-        i += 1;
-    }
-    i
-}
-
 /// After a key that ends just before `i`: its colon, and where its value
 /// starts.
 #[inline]
@@ -142,34 +135,6 @@ fn plain_string(b: &[u8], i: usize) -> Option<usize> {
     }
 }
 
-/// A number by JSON's grammar starting at `i`: the index just past it.
-fn number(b: &[u8], i: usize) -> Option<usize> {
-    let digits = |mut j: usize| {
-        let start = j;
-        while b.get(j).is_some_and(u8::is_ascii_digit) {
-            j += 1;
-        }
-        (j > start).then_some(j)
-    };
-    let mut j = i + usize::from(b.get(i) == Some(&b'-'));
-    j = match b.get(j)? {
-        b'0' => j + 1,
-        b'1'..=b'9' => digits(j)?,
-        _ => return None,
-    };
-    if b.get(j) == Some(&b'.') {
-        j = digits(j + 1)?;
-    }
-    if let Some(b'e' | b'E') = b.get(j) {
-        j += 1;
-        if let Some(b'+' | b'-') = b.get(j) {
-            j += 1;
-        }
-        j = digits(j)?;
-    }
-    Some(j)
-}
-
 /// A plain string, a number or `null` at `i`, into an empty slot.
 fn scalar<'a>(text: &'a str, i: usize, slot: &mut Option<&'a str>) -> Option<usize> {
     if slot.is_some() {
@@ -187,26 +152,20 @@ fn scalar<'a>(text: &'a str, i: usize, slot: &mut Option<&'a str>) -> Option<usi
     Some(end)
 }
 
-/// `{}` and `[]` as raw values: a frame's own text cannot be made one
-/// without serde, but the same text from elsewhere reads the same.
-static EMPTY: std::sync::LazyLock<(&RawValue, &RawValue)> = std::sync::LazyLock::new(|| {
-    let raw = |text| serde_json::from_str::<&RawValue>(text).expect("`{}` and `[]` are JSON");
-    (raw("{}"), raw("[]"))
-});
-
-/// Any JSON value at `i`, read by serde (which checks it as the derive would:
-/// `ignore_value` has no depth limit either way), into an empty slot.
+/// Any JSON value at `i` into an empty slot: checked here when it is of the
+/// common kind ([`raw::value_end`]), otherwise by serde (which checks it as
+/// the derive would: `ignore_value` has no depth limit either way).
 fn any_value<'a>(text: &'a str, i: usize, slot: &mut Option<&'a RawValue>) -> Option<usize> {
     if slot.is_some() {
         return None;
     }
-    let rest = &text[i..];
-    // `{}` and `[]`, the params of most calls that take none, without serde.
-    if let Some(pair @ (b"{}" | b"[]")) = rest.as_bytes().first_chunk::<2>() {
-        let (object, array) = *EMPTY;
-        *slot = Some(if pair == b"{}" { object } else { array });
-        return Some(i + 2);
+    if let Some(end) = raw::value_end(text.as_bytes(), i)
+        && let Some(value) = raw::borrowed(&text[i..end])
+    {
+        *slot = Some(value);
+        return Some(end);
     }
+    let rest = &text[i..];
     let raw = <&RawValue>::deserialize(&mut serde_json::Deserializer::from_str(rest)).ok()?;
     // The value is a slice of `rest`; serde skips no whitespace here, since
     // the caller already did.
