@@ -94,6 +94,7 @@ pub(super) fn skip_ws(b: &[u8], mut i: usize) -> usize {
 }
 
 /// A number by JSON's grammar starting at `i`: the index just past it.
+#[inline]
 pub(super) fn number(b: &[u8], i: usize) -> Option<usize> {
     let digits = |mut j: usize| {
         let start = j;
