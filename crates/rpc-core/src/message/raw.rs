@@ -133,7 +133,8 @@ fn string_end(b: &[u8], i: usize) -> Option<usize> {
     loop {
         // Ordinary bytes eight at a time (serde's `skip_to_escape` does the
         // same): a tool's text is most of what a call carries.
-        while let Some(chunk) = b.get(j..).and_then(<[u8]>::first_chunk::<8>) {
+        let (chunks, _) = b.get(j..)?.as_chunks::<8>();
+        for chunk in chunks {
             let special = special_bytes(u64::from_le_bytes(*chunk));
             if special != 0 {
                 j += special.trailing_zeros() as usize / 8;
