@@ -80,8 +80,21 @@ fn member_value(b: &[u8], i: usize) -> Option<usize> {
     if b.get(i) != Some(&b'"') {
         return None;
     }
-    let i = skip_ws(b, string_end(b, i)?);
+    colon(b, string_end(b, i)?)
+}
+
+/// After a key that ends just before `i`: its colon, and where its value
+/// starts.
+#[inline]
+pub(super) fn colon(b: &[u8], i: usize) -> Option<usize> {
+    let i = skip_ws(b, i);
     (b.get(i) == Some(&b':')).then(|| skip_ws(b, i + 1))
+}
+
+/// A fixed-size comparison, which compiles to a few loads rather than a call.
+#[inline]
+pub(super) fn starts_with<const N: usize>(b: &[u8], prefix: &[u8; N]) -> bool {
+    b.first_chunk::<N>() == Some(prefix)
 }
 
 /// JSON's four whitespace bytes, as serde reads them.
@@ -123,7 +136,7 @@ pub(super) fn number(b: &[u8], i: usize) -> Option<usize> {
 }
 
 fn literal<const N: usize>(b: &[u8], i: usize, word: &[u8; N]) -> Option<usize> {
-    (b.get(i..)?.first_chunk::<N>() == Some(word)).then_some(i + N)
+    starts_with(b.get(i..)?, word).then_some(i + N)
 }
 
 /// The string whose opening quote is at `i`: the index just past its

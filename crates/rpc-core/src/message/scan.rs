@@ -5,7 +5,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::raw::{self, number, skip_ws};
+use super::raw::{self, colon, number, skip_ws, starts_with};
 
 /// The members we look at: the three that must be scalars as their raw JSON
 /// text, the three that may be anything as raw values. `Some` for a member
@@ -28,10 +28,10 @@ pub(super) struct Members<'a> {
 /// keys have no escapes and come at most once each, with `jsonrpc`, `method`
 /// and `id` (when present) plain strings without escapes, numbers or null.
 /// One pass over the keys, no derive machinery; the other members' values are
-/// still read (and so checked) by serde. `None` for anything else, which then
-/// goes the serde way and gets exactly the answer it always got: for whatever
-/// this accepts, serde reads the same members (the `message` fuzz target
-/// checks both ways against each other).
+/// checked by [`raw::value_end`] (by serde, the rare ones it leaves). `None`
+/// for anything else, which then goes the serde way and gets exactly the
+/// answer it always got: for whatever this accepts, serde reads the same
+/// members (the `message` fuzz target checks both ways against each other).
 pub(super) fn scan(text: &str) -> Option<Members<'_>> {
     let b = text.as_bytes();
     let mut members = Members { plain: true, ..Members::default() };
@@ -85,14 +85,6 @@ enum Member {
     Other,
 }
 
-/// After a key that ends just before `i`: its colon, and where its value
-/// starts.
-#[inline]
-fn colon(b: &[u8], i: usize) -> Option<usize> {
-    let i = skip_ws(b, i);
-    (b.get(i) == Some(&b':')).then(|| skip_ws(b, i + 1))
-}
-
 /// One of the six member names at `i` and where its value starts, found by
 /// comparing whole names (a word and a byte) rather than a byte at a time:
 /// nearly every key is one of them.
@@ -109,12 +101,6 @@ fn known_key(b: &[u8], i: usize) -> Option<(Member, usize)> {
         _ => return None,
     };
     Some((member, colon(b, i + len)?))
-}
-
-/// A fixed-size comparison, which compiles to a few loads rather than a call.
-#[inline]
-fn starts_with<const N: usize>(b: &[u8], prefix: &[u8; N]) -> bool {
-    b.first_chunk::<N>() == Some(prefix)
 }
 
 /// A string without escapes starting at `i` (its opening quote): the index
