@@ -123,8 +123,14 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
 
     /// A handler finished: its ids are answered, its reply goes out.
     pub fn finish(&mut self, done: Done) -> Result<(), CloseReason> {
-        for id in self.incoming.settle(done.owed) {
-            self.handle.shared.tokens.forget(&id);
+        let tokens = &self.handle.shared.tokens;
+        match done.owed {
+            // Most calls: their id, without a list made for it.
+            Owed::One(id) => {
+                self.incoming.settle_one(&id);
+                tokens.forget(&id);
+            }
+            owed => self.incoming.settle(owed).iter().for_each(|id| tokens.forget(id)),
         }
         if let Some(reply) = done.reply {
             self.write(Kind::Response, reply)?;

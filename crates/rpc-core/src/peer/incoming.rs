@@ -184,6 +184,11 @@ impl Incoming {
         }
     }
 
+    /// The id of one request is answered: no longer in flight.
+    pub fn settle_one(&mut self, id: &Id) {
+        self.in_flight.remove(id);
+    }
+
     /// The ids `owed` held are answered: no longer in flight. Returns them.
     pub fn settle(&mut self, owed: Owed) -> Vec<Id> {
         let ids = match owed {
