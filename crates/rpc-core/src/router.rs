@@ -169,11 +169,23 @@ fn not_serialised(e: serde_json::Error) -> RpcError {
 
 /// Deserialises params, absent ones as `{}` so that structs whose fields are all
 /// optional work without params. Errors name the offending field.
+///
+/// A handler that takes `Box<RawValue>` gets the params as they came (absent
+/// or `null` ones as `{}`), copied, not parsed again: the frame is valid
+/// JSON already. For a hot method that reads its params itself.
 pub fn parse_params<P: DeserializeOwned + 'static>(params: Option<&RawValue>) -> Result<P, RpcError> {
     // A method that takes none accepts anything, and the frame is valid JSON
     // already: nothing to read.
     if let Some(none) = (&mut Some(NoParams) as &mut dyn std::any::Any).downcast_mut::<Option<P>>() {
         return Ok(none.take().expect("just put there"));
+    }
+    let mut as_they_came = None::<P>;
+    if let Some(slot) = (&mut as_they_came as &mut dyn std::any::Any).downcast_mut::<Option<Box<RawValue>>>() {
+        static NONE: std::sync::LazyLock<Box<RawValue>> =
+            std::sync::LazyLock::new(|| RawValue::from_string("{}".into()).expect("{} is JSON"));
+        let params = params.filter(|params| params.get() != "null").unwrap_or(&NONE);
+        *slot = Some(params.to_owned());
+        return Ok(as_they_came.expect("just put there"));
     }
     parse_params_at("", params)
 }
@@ -495,6 +507,15 @@ mod tests {
         assert!(err.message.contains("arguments.code: invalid type"), "{}", err.message);
         let err = parse_params_at::<Args>("arguments", Some(&raw("[]"))).err().unwrap();
         assert!(err.message.starts_with("Invalid params: arguments: "), "{}", err.message);
+    }
+
+    #[test]
+    fn raw_params_come_as_they_came_and_absent_ones_as_an_empty_object() {
+        let text = r#"{"name": "x", "arguments": {"code": "1+1"}}"#;
+        assert_eq!(parse_params::<Box<RawValue>>(Some(&raw(text))).unwrap().get(), text);
+        assert_eq!(parse_params::<Box<RawValue>>(Some(&raw("[1, 2]"))).unwrap().get(), "[1, 2]");
+        assert_eq!(parse_params::<Box<RawValue>>(Some(&raw("null"))).unwrap().get(), "{}");
+        assert_eq!(parse_params::<Box<RawValue>>(None).unwrap().get(), "{}");
     }
 
     #[test]

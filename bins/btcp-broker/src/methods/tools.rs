@@ -4,6 +4,7 @@
 //! timeout), then routed to the session's browser and forwarded by
 //! `sessions/forward.rs`; its outcome is counted here.
 
+use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
@@ -61,8 +62,10 @@ pub async fn list(cx: Ctx<ConnState>, _: NoParams) -> Result<ToolsReply, RpcErro
     Ok(ToolsReply { tools: session.tools() })
 }
 
+/// A call's params, as serde reads them. Only its errors are read this way
+/// on the hot path: [`CallParams::read`] reads the common shape itself.
 #[derive(Deserialize)]
-pub struct CallParams {
+struct OwnedCallParams {
     name: String,
     #[serde(default)]
     arguments: Option<Box<RawValue>>,
@@ -71,12 +74,61 @@ pub struct CallParams {
     timeout: Option<u64>,
 }
 
+/// A call's params, borrowed from its message where they can be.
+struct CallParams<'a> {
+    name: Cow<'a, str>,
+    arguments: Option<Cow<'a, RawValue>>,
+    timeout: Option<u64>,
+}
+
+impl<'a> CallParams<'a> {
+    /// The params of the common shape read in one pass over their members
+    /// (a third of serde's derive, with no copy); anything else, and every
+    /// mistake, the way serde reads it, with its errors.
+    fn read(params: &'a RawValue) -> Result<Self, RpcError> {
+        if let Some(read) = Self::common(params.get()) {
+            return Ok(read);
+        }
+        let owned: OwnedCallParams = rpc_core::router::parse_params(Some(params))?;
+        Ok(CallParams { name: owned.name.into(), arguments: owned.arguments.map(Cow::Owned), timeout: owned.timeout })
+    }
+
+    /// Members `name` (a string without escapes), `arguments` and `timeout`
+    /// (digits), each at most once, others ignored: what serde's derive
+    /// would read the same way. `None` for anything else.
+    fn common(text: &'a str) -> Option<Self> {
+        let (mut name, mut arguments, mut timeout, mut twice) = (None, None, None, false);
+        rpc_core::message::object_members(text, |key, value| {
+            let slot = match key {
+                "name" => &mut name,
+                "arguments" => &mut arguments,
+                "timeout" => &mut timeout,
+                _ => return,
+            };
+            twice |= slot.replace(value).is_some();
+        })?;
+        if twice {
+            return None;
+        }
+        let name = name?.get().strip_prefix('"')?.strip_suffix('"').filter(|name| !name.contains('\\'))?;
+        let arguments = arguments.filter(|arguments| arguments.get() != "null").map(Cow::Borrowed);
+        let timeout = match timeout.map(RawValue::get) {
+            None | Some("null") => None,
+            Some(digits) if digits.bytes().all(|c| c.is_ascii_digit()) => Some(digits.parse().ok()?),
+            Some(_) => return None,
+        };
+        Some(CallParams { name: Cow::Borrowed(name), arguments, timeout })
+    }
+}
+
 /// `arguments` when the agent sent none.
 static NO_ARGUMENTS: LazyLock<Box<RawValue>> =
     LazyLock::new(|| RawValue::from_string("{}".into()).expect("{} is JSON"));
 
 /// Forwards the call to the session's browser and passes its answer back.
-pub async fn call(cx: Ctx<ConnState>, params: CallParams) -> Result<Box<RawValue>, RpcError> {
+/// Takes its params as they came and reads them itself ([`CallParams::read`]).
+pub async fn call(cx: Ctx<ConnState>, params: Box<RawValue>) -> Result<Box<RawValue>, RpcError> {
+    let params = CallParams::read(&params)?;
     let state = &cx.state;
     let broker = &state.broker;
     let metrics = &broker.metrics;
@@ -224,6 +276,63 @@ mod tests {
 
     fn raw(text: &str) -> Box<RawValue> {
         RawValue::from_string(text.to_owned()).unwrap()
+    }
+
+    /// Where the call's own reading answers, serde's derive reads the same;
+    /// where serde refuses, it declines (and serde's error is the answer).
+    #[test]
+    fn a_calls_params_read_as_serde_reads_them() {
+        let cases = [
+            r#"{"name":"echo","arguments":{}}"#,
+            r#"{"name":"echo"}"#,
+            r#"{"name":"echo","arguments":null,"timeout":null}"#,
+            r#" { "timeout" : 250 , "arguments" : {"a": [1, "\"", {"b": null}]}, "name" : "é 🦀", "extra": [1] } "#,
+            r#"{"name":"echo","timeout":18446744073709551615}"#,
+            r#"{"name":"echo","arguments":[1,2]}"#,
+            // Serde reads these, the common reading declines them.
+            r#"{"name":"say \"hi\""}"#,
+            r#"{"na\u006de":"echo"}"#,
+            r#"{"name":"echo","timeout":-0}"#,
+            // Serde refuses these.
+            r#"{"name":"echo","name":"again"}"#,
+            r#"{"name":"echo","timeout":18446744073709551616}"#,
+            r#"{"name":"echo","timeout":1.5}"#,
+            r#"{"name":"echo","timeout":-1}"#,
+            r#"{"name":"echo","timeout":"5"}"#,
+            r#"{"name":null}"#,
+            r#"{"name":7}"#,
+            r#"{"arguments":{}}"#,
+            r#"{}"#,
+            r#"["echo"]"#,
+        ];
+        let mut read_here = 0;
+        for text in cases {
+            let serde = serde_json::from_str::<OwnedCallParams>(text);
+            let Some(common) = CallParams::common(text) else {
+                continue;
+            };
+            read_here += 1;
+            let serde = serde.unwrap_or_else(|e| panic!("{text}: read, where serde says {e}"));
+            assert_eq!(common.name, serde.name, "{text}");
+            assert_eq!(
+                common.arguments.map(|a| a.get().to_owned()),
+                serde.arguments.map(|a| a.get().to_owned()),
+                "{text}"
+            );
+            assert_eq!(common.timeout, serde.timeout, "{text}");
+        }
+        assert_eq!(read_here, 6, "the first six are of the common shape");
+        let read = |text| CallParams::common(text).map(|p| (p.name.into_owned(), p.timeout));
+        assert_eq!(read(r#"{"name":"echo","arguments":{}}"#), Some(("echo".into(), None)));
+        assert_eq!(read(r#"{"name":"say \"hi\""}"#), None, "escapes go to serde");
+        assert_eq!(read(r#"{"name":"echo","name":"again"}"#), None, "so do duplicates");
+        // Through `read`, what the common reading declines gets serde's answer.
+        let params = raw(r#"{"name":"say \"hi\"","timeout":5}"#);
+        let read = CallParams::read(&params).unwrap();
+        assert_eq!((read.name.as_ref(), read.timeout), ("say \"hi\"", Some(5)));
+        let error = CallParams::read(&raw(r#"{"name":"echo","timeout":1.5}"#)).err().unwrap();
+        assert_eq!(error.code, RpcError::INVALID_PARAMS);
+        assert!(error.message.contains("timeout"), "{}", error.message);
     }
 
     #[test]

@@ -74,6 +74,37 @@ pub(super) fn scan(text: &str) -> Option<Members<'_>> {
     }
 }
 
+/// The members of the JSON object `text`, in order, each as its key and its
+/// value, for a handler that reads a few params without serde's derive:
+/// `each` sees every member, duplicates too. `None` when `text` is not an
+/// object of the common kind (a key with escapes, a value nested past 64
+/// levels): the caller reads it with serde then, which reads it as it
+/// always did. `text` must be valid JSON already (a message's params are):
+/// values are checked, but not the text as a whole.
+pub fn object_members<'a>(text: &'a str, mut each: impl FnMut(&'a str, &'a RawValue)) -> Option<()> {
+    let b = text.as_bytes();
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b'}') {
+        return Some(());
+    }
+    loop {
+        let key_end = plain_string(b, i)?;
+        let value_at = colon(b, key_end)?;
+        let value_end = raw::value_end(b, value_at)?;
+        each(&text[i + 1..key_end - 1], raw::borrowed(&text[value_at..value_end])?);
+        i = skip_ws(b, value_end);
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            Some(b'}') => return Some(()),
+            _ => return None,
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Member {
     Jsonrpc,

@@ -277,3 +277,55 @@ impl Parsed<'_> {
         }
     }
 }
+
+/// What serde's map reading sees in an object: every member, in order,
+/// duplicates too.
+struct Pairs(Vec<(String, Box<RawValue>)>);
+
+impl<'de> serde::Deserialize<'de> for Pairs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Pairs;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Pairs, A::Error> {
+                let mut pairs = Vec::new();
+                while let Some(pair) = map.next_entry()? {
+                    pairs.push(pair);
+                }
+                Ok(Pairs(pairs))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// Where [`object_members`] answers, serde's map reading sees the same
+/// members; it declines only objects of the rare kind.
+#[test]
+fn object_members_read_an_object_as_serde_does() {
+    let members = |text: &str| {
+        let mut seen = Vec::new();
+        super::object_members(text, |key, value| seen.push((key.to_owned(), value.get().to_owned()))).map(|()| seen)
+    };
+    let cases = [
+        r#"{"name":"echo","arguments":{}}"#,
+        " { \"name\" : \"say \\\"hi\\\"\" ,\n\t\"arguments\" : {\"a\": [1, 2.5e3, {\"deep\": null}]}, \"timeout\": 250 } ",
+        r#"{"name":"x","name":"y","other":[true,false,null],"timeout":null}"#,
+        r#"{}"#,
+        r#"{ }"#,
+        r#"{"é🦀":"ü","":""}"#,
+    ];
+    for text in cases {
+        let serde: Pairs = serde_json::from_str(text).unwrap();
+        let serde: Vec<_> = serde.0.into_iter().map(|(k, v)| (k, v.get().to_owned())).collect();
+        assert_eq!(members(text), Some(serde), "{text}");
+    }
+    // The rare kind: serde reads it instead.
+    let deep = format!(r#"{{"a":{}1{}}}"#, "[".repeat(65), "]".repeat(65));
+    for text in [r#"{"na\u006de":"x"}"#, r#"{"a\"b":1}"#, "[1, 2]", "\"text\"", "null", deep.as_str()] {
+        assert_eq!(members(text), None, "{text}");
+    }
+}
