@@ -91,6 +91,7 @@ pub(crate) fn lines_apart(frames: Vec<Frame>) -> Vec<Frame> {
         while let Some(line) = lines.next_line() {
             out.push(match line {
                 Line::Message(text) => Frame::Message(bytes::Bytes::copy_from_slice(text)),
+                Line::Text(text) => Frame::Message(bytes::Bytes::copy_from_slice(text.as_bytes())),
                 Line::TooLarge => Frame::TooLarge(None),
                 Line::Blank => panic!("a blank line was handed over"),
             });

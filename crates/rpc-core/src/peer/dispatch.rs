@@ -219,6 +219,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     pub fn on_line(&mut self, line: Line<'_>, cx: &mut Context<'_>) -> Result<(), CloseReason> {
         match line {
             Line::Message(bytes) => self.on_bytes(bytes, cx),
+            Line::Text(text) => {
+                let parsed = message::parse_text(text, self.handle.shared.config.max_batch);
+                self.on_message(text.as_bytes(), parsed, cx)
+            }
             Line::TooLarge => self.write_error(&Id::Null, &too_large()),
             Line::Blank => Ok(()),
         }

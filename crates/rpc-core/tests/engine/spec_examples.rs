@@ -334,6 +334,17 @@ async fn ndjson_invalid_utf8_is_a_parse_error_and_the_next_line_works() {
     assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32700), json!(null)));
     c.send_bytes(b"\r\n\n{\"jsonrpc\":\"2.0\",\"method\":\"subtract\",\"params\":[5,3],\"id\":2}\r\n").await;
     assert_eq!(c.recv().await["result"], 2);
+    // One bad line among good ones in a single read: only it is refused.
+    c.send_bytes(
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"subtract\",\"params\":[9,3],\"id\":3}\n\
+          {\"jsonrpc\":\"2.0\",\"method\":\"echo\",\"params\":[\"\xc3\x28\"],\"id\":4}\n\
+          {\"jsonrpc\":\"2.0\",\"method\":\"echo\",\"params\":[\"\xc3\xa9\"],\"id\":5}\n",
+    )
+    .await;
+    assert_eq!(c.recv().await["result"], 6);
+    let r = c.recv().await;
+    assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32700), json!(null)));
+    assert_eq!(c.recv().await["result"], json!(["é"]));
 }
 
 #[tokio::test]
