@@ -10,7 +10,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::FrameHeader;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data as OpData, OpCode};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
-use super::server::{Direct, unmasked};
+use super::server::{Direct, unmasked, unmasked_text};
 use super::{config, server_transport, transport};
 use crate::codec::{Frame, Outbound, Transport};
 use crate::message::Kind;
@@ -200,6 +200,29 @@ fn unmasking_takes_the_mask_off_every_byte() {
         let payload: Vec<u8> = (0..len as u8).collect();
         let expected: Vec<u8> = payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]).collect();
         assert_eq!(unmasked(&payload, mask), expected, "{len} bytes");
+    }
+}
+
+/// A text payload unmasked is its text exactly when it is UTF-8, wherever
+/// a byte past ASCII falls: in a word of eight, in the rest, or nowhere.
+#[test]
+fn unmasked_text_is_the_text_exactly_when_it_is_utf8() {
+    let mask = [0x81, 0x00, 0x7f, 0xff];
+    for len in 0..24 {
+        let ascii: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+        let mut payloads = vec![ascii.clone()];
+        for at in 0..len {
+            for odd in [&[0xc3, 0xa9][..], &[0xff], &[0xc3, 0x28], &[0x80], &[0x7f]] {
+                let mut payload = ascii.clone();
+                payload.splice(at..at + 1, odd.iter().copied());
+                payloads.push(payload);
+            }
+        }
+        for payload in payloads {
+            let masked = unmasked(&payload, mask);
+            let expected = String::from_utf8(payload.clone()).ok();
+            assert_eq!(unmasked_text(&masked, mask), expected, "{payload:?}");
+        }
     }
 }
 
