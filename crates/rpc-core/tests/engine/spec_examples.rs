@@ -254,6 +254,11 @@ async fn daemon_error_codes_and_panics_reach_only_that_request() {
         assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32603), json!(2)), "{framing:?}");
         let r = c.call(r#"{"jsonrpc":"2.0","method":"subtract","params":[2,1],"id":3}"#).await;
         assert_eq!(r["result"], 1, "the connection lives on after a panic");
+        // A handler that panics once it has waited, among the running ones.
+        let r = c.call(r#"{"jsonrpc":"2.0","method":"late_panic","id":4}"#).await;
+        assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32603), json!(4)), "{framing:?}");
+        let r = c.call(r#"{"jsonrpc":"2.0","method":"subtract","params":[3,1],"id":5}"#).await;
+        assert_eq!(r["result"], 2, "the connection lives on after a late panic");
     }
 }
 

@@ -55,6 +55,13 @@ pub fn spec_router() -> Arc<Router<Seen>> {
             }
             Ok(())
         })
+        .method("late_panic", |_, _: NoParams| async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            if true {
+                panic!("handler bug after a wait");
+            }
+            Ok(())
+        })
         .method("fail", |_, _: NoParams| async move { Err::<(), _>(RpcError::new(-32042, "own error")) })
         .method("seen", |cx, _: NoParams| async move { Ok(Value::Array(cx.state.notes.lock().clone())) })
         // `method_now` handlers: answered inline, or later when they must wait.
