@@ -181,9 +181,7 @@ pub fn parse_params<P: DeserializeOwned + 'static>(params: Option<&RawValue>) ->
     }
     let mut as_they_came = None::<P>;
     if let Some(slot) = (&mut as_they_came as &mut dyn std::any::Any).downcast_mut::<Option<Box<RawValue>>>() {
-        static NONE: std::sync::LazyLock<Box<RawValue>> =
-            std::sync::LazyLock::new(|| RawValue::from_string("{}".into()).expect("{} is JSON"));
-        let params = params.filter(|params| params.get() != "null").unwrap_or(&NONE);
+        let params = params.filter(|params| params.get() != "null").unwrap_or(message::empty_object());
         *slot = Some(params.to_owned());
         return Ok(as_they_came.expect("just put there"));
     }

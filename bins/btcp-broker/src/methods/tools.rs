@@ -9,6 +9,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use memchr::memmem::Finder;
+use rpc_core::message::empty_object;
 use rpc_core::{CallError, Ctx, Id, NoParams, PeerHandle, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -121,10 +122,6 @@ impl<'a> CallParams<'a> {
     }
 }
 
-/// `arguments` when the agent sent none.
-static NO_ARGUMENTS: LazyLock<Box<RawValue>> =
-    LazyLock::new(|| RawValue::from_string("{}".into()).expect("{} is JSON"));
-
 /// Forwards the call to the session's browser and passes its answer back.
 /// Takes its params as they came and reads them itself ([`CallParams::read`]).
 pub async fn call(cx: Ctx<ConnState>, params: Box<RawValue>) -> Result<Box<RawValue>, RpcError> {
@@ -137,7 +134,7 @@ pub async fn call(cx: Ctx<ConnState>, params: Box<RawValue>) -> Result<Box<RawVa
         error
     };
     let (session, browser) = admit(state, &params.name).map_err(refused)?;
-    let arguments = params.arguments.as_deref().unwrap_or(&NO_ARGUMENTS);
+    let arguments = params.arguments.as_deref().unwrap_or(empty_object());
     if !arguments.get().starts_with('{') {
         return Err(RpcError::invalid_params("arguments: must be an object"));
     }

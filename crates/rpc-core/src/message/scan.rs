@@ -175,6 +175,11 @@ static EMPTY: std::sync::LazyLock<(&RawValue, &RawValue)> = std::sync::LazyLock:
     (raw("{}"), raw("[]"))
 });
 
+/// `{}` as a raw value, made once: what absent params or arguments stand for.
+pub fn empty_object() -> &'static RawValue {
+    EMPTY.0
+}
+
 /// Any JSON value at `i` into an empty slot: checked here when it is of the
 /// common kind ([`raw::value_end`]), otherwise by serde (which checks it as
 /// the derive would: `ignore_value` has no depth limit either way).

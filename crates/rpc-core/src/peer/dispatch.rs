@@ -195,10 +195,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 }
                 Ok(())
             }
-            Frame::Text(text) => {
-                let parsed = message::parse_text(text.as_str(), self.handle.shared.config.max_batch);
-                self.on_message(text.as_bytes(), parsed, cx)
-            }
+            Frame::Text(text) => self.on_text(text.as_str(), cx),
             Frame::TooLarge(None) => self.write_error(&Id::Null, &too_large()),
             Frame::TooLarge(Some(sniffed)) => match sniffed.id {
                 Some(id) if sniffed.has_method => self.write_error(&id, &too_large()),
@@ -219,13 +216,17 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     pub fn on_line(&mut self, line: Line<'_>, cx: &mut Context<'_>) -> Result<(), CloseReason> {
         match line {
             Line::Message(bytes) => self.on_bytes(bytes, cx),
-            Line::Text(text) => {
-                let parsed = message::parse_text(text, self.handle.shared.config.max_batch);
-                self.on_message(text.as_bytes(), parsed, cx)
-            }
+            Line::Text(text) => self.on_text(text, cx),
             Line::TooLarge => self.write_error(&Id::Null, &too_large()),
             Line::Blank => Ok(()),
         }
+    }
+
+    /// A frame known to be UTF-8 already (a WebSocket text frame, a line of
+    /// a read checked as a whole).
+    fn on_text(&mut self, text: &str, cx: &mut Context<'_>) -> Result<(), CloseReason> {
+        let parsed = message::parse_text(text, self.handle.shared.config.max_batch);
+        self.on_message(text.as_bytes(), parsed, cx)
     }
 
     fn on_bytes(&mut self, bytes: &[u8], cx: &mut Context<'_>) -> Result<(), CloseReason> {
