@@ -4,7 +4,8 @@
 //! to its process group, as a terminal sends it) stops everything and leaves
 //! nothing behind.
 //!
-//! The tests use the default ports, so they take turns, and each is skipped
+//! The tests use the default ports, so they take turns (across processes:
+//! nextest runs each test in its own), and each is skipped
 //! when one of those ports is in use on this machine before it starts.
 //!
 //! A test binary of its own: run-all's build step may relink the daemons'
@@ -13,6 +14,7 @@
 //! meanwhile. `cargo test` runs test binaries one after another.
 
 use parking_lot::Mutex;
+use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
@@ -33,8 +35,15 @@ fn repo() -> PathBuf {
 /// hermes-host's editor page.
 const DEFAULT_PORTS: [u16; 4] = [9876, 4433, 8765, 8767];
 
-/// One run-all at a time: they all want the default ports.
-static DEFAULT_PORTS_IN_USE: Mutex<()> = Mutex::new(());
+/// One run-all at a time, they all want the default ports: a lock on a file,
+/// since nextest runs each test in a process of its own (and two test runs
+/// may share the machine). Held until the returned file is dropped.
+fn default_ports_turn() -> File {
+    let path = std::env::temp_dir().join("rpc-daemons-run-all-default-ports.lock");
+    let file = File::options().create(true).truncate(false).write(true).open(&path).expect("opening the lock file");
+    file.lock().unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
+    file
+}
 
 fn listening(port: u16) -> bool {
     TcpStream::connect(("127.0.0.1", port)).is_ok()
@@ -196,7 +205,7 @@ fn assert_nothing_left(log: &str, scratch: &Path, started: &[&str]) {
 
 #[test]
 fn run_all_starts_every_daemon_each_try_it_works_and_ctrl_c_leaves_nothing_behind() {
-    let _turn = DEFAULT_PORTS_IN_USE.lock();
+    let _turn = default_ports_turn();
     if DEFAULT_PORTS.iter().any(|p| listening(*p)) {
         integration_tests::skip(&format!("a default port ({DEFAULT_PORTS:?}) is in use"), "stop what listens there");
         return;
@@ -236,7 +245,7 @@ fn run_all_starts_every_daemon_each_try_it_works_and_ctrl_c_leaves_nothing_behin
 
 #[test]
 fn run_all_with_the_bridge_port_taken_reports_supex_bridge_at_once_and_runs_the_others() {
-    let _turn = DEFAULT_PORTS_IN_USE.lock();
+    let _turn = default_ports_turn();
     if DEFAULT_PORTS.iter().any(|p| listening(*p)) {
         integration_tests::skip(&format!("a default port ({DEFAULT_PORTS:?}) is in use"), "stop what listens there");
         return;
@@ -277,7 +286,7 @@ fn run_all_with_the_bridge_port_taken_reports_supex_bridge_at_once_and_runs_the_
 
 #[test]
 fn run_all_without_ruby_still_runs_the_bridge_and_its_try_it_says_how_to_get_ruby() {
-    let _turn = DEFAULT_PORTS_IN_USE.lock();
+    let _turn = default_ports_turn();
     if DEFAULT_PORTS.iter().any(|p| listening(*p)) {
         integration_tests::skip(&format!("a default port ({DEFAULT_PORTS:?}) is in use"), "stop what listens there");
         return;
