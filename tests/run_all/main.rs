@@ -35,14 +35,20 @@ fn repo() -> PathBuf {
 /// hermes-host's editor page.
 const DEFAULT_PORTS: [u16; 4] = [9876, 4433, 8765, 8767];
 
-/// One run-all at a time, they all want the default ports: a lock on a file,
-/// since nextest runs each test in a process of its own (and two test runs
-/// may share the machine). Held until the returned file is dropped.
-fn default_ports_turn() -> File {
+/// This test's turn on the default ports, or `None` (the test is skipped)
+/// when something else listens on one of them. One run-all at a time, they
+/// all want those ports: a lock on a file, since nextest runs each test in a
+/// process of its own (and two test runs may share the machine). The turn
+/// lasts until the returned file is dropped.
+fn default_ports_turn() -> Option<File> {
     let path = std::env::temp_dir().join("rpc-daemons-run-all-default-ports.lock");
     let file = File::options().create(true).truncate(false).write(true).open(&path).expect("opening the lock file");
     file.lock().unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
-    file
+    if DEFAULT_PORTS.iter().any(|p| listening(*p)) {
+        integration_tests::skip(&format!("a default port ({DEFAULT_PORTS:?}) is in use"), "stop what listens there");
+        return None;
+    }
+    Some(file)
 }
 
 fn listening(port: u16) -> bool {
@@ -205,11 +211,7 @@ fn assert_nothing_left(log: &str, scratch: &Path, started: &[&str]) {
 
 #[test]
 fn run_all_starts_every_daemon_each_try_it_works_and_ctrl_c_leaves_nothing_behind() {
-    let _turn = default_ports_turn();
-    if DEFAULT_PORTS.iter().any(|p| listening(*p)) {
-        integration_tests::skip(&format!("a default port ({DEFAULT_PORTS:?}) is in use"), "stop what listens there");
-        return;
-    }
+    let Some(_turn) = default_ports_turn() else { return };
     let mut run_all = RunAll::start(&[]);
     assert!(run_all.wait_for_banner(), "no banner:\n{}", run_all.log());
     let log = run_all.log();
@@ -245,11 +247,7 @@ fn run_all_starts_every_daemon_each_try_it_works_and_ctrl_c_leaves_nothing_behin
 
 #[test]
 fn run_all_with_the_bridge_port_taken_reports_supex_bridge_at_once_and_runs_the_others() {
-    let _turn = default_ports_turn();
-    if DEFAULT_PORTS.iter().any(|p| listening(*p)) {
-        integration_tests::skip(&format!("a default port ({DEFAULT_PORTS:?}) is in use"), "stop what listens there");
-        return;
-    }
+    let Some(_turn) = default_ports_turn() else { return };
     // Taken by something that accepts and never answers: a client of it would hang.
     let taken = TcpListener::bind("127.0.0.1:9876").unwrap();
     let mut run_all = RunAll::start(&[]);
@@ -286,11 +284,7 @@ fn run_all_with_the_bridge_port_taken_reports_supex_bridge_at_once_and_runs_the_
 
 #[test]
 fn run_all_without_ruby_still_runs_the_bridge_and_its_try_it_says_how_to_get_ruby() {
-    let _turn = default_ports_turn();
-    if DEFAULT_PORTS.iter().any(|p| listening(*p)) {
-        integration_tests::skip(&format!("a default port ({DEFAULT_PORTS:?}) is in use"), "stop what listens there");
-        return;
-    }
+    let Some(_turn) = default_ports_turn() else { return };
     let mut run_all = RunAll::start(&[("SUPEX_RUBY", "/nonexistent/ruby")]);
     assert!(run_all.wait_for_banner(), "no banner:\n{}", run_all.log());
     let log = run_all.log();
