@@ -142,6 +142,7 @@ pub(super) fn members_by_serde(text: &str) -> serde_json::Result<Members<'_>> {
         result: raw.result,
         error: raw.error,
         plain: false,
+        int_id: None,
     })
 }
 
@@ -198,6 +199,8 @@ pub(super) fn message_from<'a>(raw: Members<'a>) -> Result<Message<'a>, Invalid>
     };
     let id = match raw.id {
         None => None,
+        // Digits the scanner read as a number already.
+        Some(_) if raw.int_id.is_some() => raw.int_id.map(Id::Int),
         // A string that does not decode (a lone surrogate escape) is no id,
         // but the member is there: refused, never taken for a notification.
         Some(v) => match Id::from_text(v) {

@@ -6,7 +6,7 @@ use super::parse::{
     Invalid, Message, Outcome, Parsed, check_id_kept, check_scanner, classify, members_by_serde, message_from, parse,
     parse_object,
 };
-use super::scan::scan;
+use super::scan::{compact, scan};
 use super::write::*;
 use serde_json::value::RawValue;
 
@@ -254,6 +254,71 @@ fn the_scanner_reads_common_messages_and_leaves_the_rest_to_serde() {
         };
         let (via_parse, via_serde) = (format!("{:?}", parse_object(text)), format!("{via_serde:?}"));
         assert_eq!(via_parse, via_serde, "{text:?}");
+    }
+}
+
+/// The compact layouts are read in one step, and exactly as the general
+/// loop and serde read them; a near miss goes the general way and still
+/// reads the same.
+#[test]
+fn the_compact_layouts_read_as_serde_reads_them() {
+    let compact_ones = [
+        r#"{"jsonrpc":"2.0","id":77,"method":"ping","params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":0,"method":"tools/call","params":{"name":"echo","arguments":{"a":[1,"}"]}}}"#,
+        r#"{"jsonrpc":"2.0","id":"a-1","method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"m","params":[]}"#,
+        r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":9999999999999999999,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":0,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","method":"note","params":[1,2]}"#,
+        r#"{"jsonrpc":"2.0","method":"note"}"#,
+        r#"{"jsonrpc":"2.0","method":"m","params":{},"id":5}"#,
+        r#"{"jsonrpc":"2.0","method":"m","id":"x"}"#,
+        r#"{"jsonrpc":"2.0","id":12,"result":{"content":[{"type":"text","text":"é"}]}}"#,
+        r#"{"jsonrpc":"2.0","id":12,"result":null}"#,
+        r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"no"}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"m","params":null}"#,
+        // Read in one step, refused as the general way refuses it.
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":1}"#,
+    ];
+    let general_ones = [
+        r#"{"jsonrpc":"2.0","id":01,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":-1,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":null,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":"a\"b","method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"p\u0069ng"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","id":2}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{},"params":[]}"#,
+        r#"{"jsonrpc":"2.0","method":"m","params":{},"id":1,"id":2}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":1,"error":{"code":1,"message":"x"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","jsonrpc":"1.0"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m"} "#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m",}"#,
+        r#"{"jsonrpc":"2.0","id":1 ,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m""#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"#,
+        r#"{"jsonrpc":"2.0","id":1"#,
+        r#"{"jsonrpc":"2.0","id":"#,
+        r#"{"jsonrpc":"2.0","id":1}"#,
+        r#"{"jsonrpc":"2.0","method":1}"#,
+        r#"{"jsonrpc":"2.0","params":{},"method":"m","id":1}"#,
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\u{1}b\"}",
+    ];
+    for text in compact_ones {
+        assert!(compact(text).is_some(), "{text:?} should be read in one step");
+    }
+    for text in general_ones {
+        assert!(compact(text).is_none(), "{text:?} should go the general way");
+    }
+    for text in compact_ones.iter().chain(&general_ones) {
+        check_scanner(text);
+        let via_serde = match members_by_serde(text) {
+            Ok(members) => message_from(members),
+            Err(e) => Err(Invalid { id: Id::Null, error: Box::new(classify(text, e)), lacks_outcome: false }),
+        };
+        assert_eq!(format!("{:?}", parse_object(text)), format!("{via_serde:?}"), "{text:?}");
     }
 }
 
