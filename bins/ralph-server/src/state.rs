@@ -343,7 +343,7 @@ impl Session {
         if self.pumps.is_closed() {
             return None;
         }
-        let topics = Arc::new(Mutex::new(topics));
+        let topics = SharedTopics::new(topics);
         self.pumps.spawn(ring::pump(self.events.clone(), self.events.cursor(), topics.clone(), peer, |count| {
             event("dropped", &timestamp::now(), &json!({ "count": count })).to_vec()
         }));

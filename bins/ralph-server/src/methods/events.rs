@@ -31,7 +31,7 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let topics = self.topics.lock().as_ref().map(|t| t.lock().clone());
+        let topics = self.topics.lock().as_ref().map(SharedTopics::get);
         f.debug_struct("Client").field("topics", &topics).finish()
     }
 }
@@ -66,11 +66,7 @@ pub fn subscribe(session: Arc<Session>) -> impl Fn(Ctx<Client>, EventsParams) ->
             check(&params.events)?;
             let mut slot = ctx.state.topics.lock();
             let topics = match &*slot {
-                Some(shared) => {
-                    let mut topics = shared.lock();
-                    params.events.iter().for_each(|e| topics.add(e));
-                    topics.clone()
-                }
+                Some(shared) => shared.update(|topics| params.events.iter().for_each(|e| topics.add(e))),
                 None => {
                     let mut topics = Topics::none();
                     params.events.iter().for_each(|e| topics.add(e));
@@ -89,11 +85,7 @@ pub fn unsubscribe() -> impl Fn(Ctx<Client>, EventsParams) -> Pending + Send + S
         Box::pin(async move {
             check(&params.events)?;
             let topics = match &*ctx.state.topics.lock() {
-                Some(shared) => {
-                    let mut topics = shared.lock();
-                    params.events.iter().for_each(|e| topics.remove(e));
-                    topics.clone()
-                }
+                Some(shared) => shared.update(|topics| params.events.iter().for_each(|e| topics.remove(e))),
                 None => Topics::none(),
             };
             Ok(json!({"subscribed": listed(&topics)}))
