@@ -21,6 +21,7 @@ pub mod daemon;
 pub mod fanout;
 #[doc(hidden)]
 pub mod fuzzing;
+mod gate;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod listen;

@@ -46,6 +46,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::Topics;
+use crate::gate::Gate;
 use crate::message::Kind;
 use crate::peer::PeerHandle;
 
@@ -380,6 +381,10 @@ pub async fn pump(
     let mut batch = Vec::new();
     let closed = peer.closed();
     tokio::pin!(closed);
+    // Polled at every wake-up (a line each), the connection's token only
+    // once it fired.
+    let mut gate = Gate::default();
+    let mut closed = std::pin::pin!(std::future::poll_fn(move |cx| gate.poll(closed.as_mut(), cx)));
     // Computed apart: the topics' lock is never held with the ring's.
     let (mut seen, mut mask) = topics.mask(&ring);
     loop {
@@ -420,6 +425,7 @@ pub async fn pump(
             continue;
         }
         tokio::select! {
+            biased;
             _ = changed => {}
             _ = &mut closed => return,
         }

@@ -4,7 +4,8 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -13,7 +14,7 @@ use tokio_util::sync::WaitForCancellationFuture;
 
 use super::config::PeerConfig;
 use super::dispatch::Dispatch;
-use super::handle::{CloseReason, PeerHandle};
+use super::handle::{CloseReason, PeerHandle, Shared};
 use super::outbox::{Drain, Drained, Outbox};
 use crate::codec::{Frame, FrameStream, Lines, Outbound, Transport};
 use crate::router::Router;
@@ -66,8 +67,19 @@ impl<S: Send + Sync + 'static> Connection<S> {
         let closing = shared.closing.cancelled();
         let daemon = shutdown.draining();
         tokio::pin!(closing, daemon);
+        // Both are polled at the first turn.
+        let mut due = Due { closing: true, daemon: true };
         let reason = std::future::poll_fn(|cx| {
-            let mut signals = Signals { closing: closing.as_mut(), daemon: daemon.as_mut(), shutdown: &shutdown };
+            // Before any turn reads the note: a signal that fires from now on
+            // wakes this poll's waker.
+            shared.outbox.register_connection(cx.waker());
+            let mut signals = Signals {
+                closing: closing.as_mut(),
+                daemon: daemon.as_mut(),
+                shared: &shared,
+                due: &mut due,
+                shutdown: &shutdown,
+            };
             driver.poll_run(&mut signals, cx)
         })
         .await;
@@ -86,7 +98,56 @@ struct Signals<'a, 's> {
     /// later, see [`Shutdown::aborted`]). One future for both keeps every
     /// connection's task smaller.
     daemon: Pin<&'a mut WaitForCancellationFuture<'s>>,
+    /// Both are polled with `shared` as their waker, which notes that one
+    /// fired (`Shared::signalled`) and wakes the task.
+    shared: &'a Arc<Shared>,
+    due: &'a mut Due,
     shutdown: &'s Shutdown,
+}
+
+/// Which signals the connection must poll when it gets to them: each turn
+/// looks at every signal, and a token's future takes two locks a poll, a
+/// tenth of what a subscriber's connection does for each event it sends.
+/// So a signal is polled only when it is new or may have fired: both
+/// become due whenever the note says one woke the task, and each stays due
+/// until the turn gets to it.
+struct Due {
+    closing: bool,
+    daemon: bool,
+}
+
+impl Signals<'_, '_> {
+    fn closed(&mut self) -> bool {
+        self.read_note();
+        if !std::mem::take(&mut self.due.closing) {
+            return false;
+        }
+        let waker = Waker::from(self.shared.clone());
+        self.closing.as_mut().poll(&mut Context::from_waker(&waker)).is_ready()
+    }
+
+    /// The daemon took its next step (see `daemon`).
+    fn daemon_moved_on(&mut self) -> bool {
+        self.read_note();
+        if !std::mem::take(&mut self.due.daemon) {
+            return false;
+        }
+        let waker = Waker::from(self.shared.clone());
+        self.daemon.as_mut().poll(&mut Context::from_waker(&waker)).is_ready()
+    }
+
+    /// The drain has begun: wait for the end of the grace period.
+    fn wait_for_abort(&mut self) {
+        self.daemon.set(self.shutdown.aborted());
+        self.due.daemon = true;
+    }
+
+    fn read_note(&mut self) {
+        let signalled = &self.shared.signalled;
+        if signalled.load(Ordering::Relaxed) && signalled.swap(false, Ordering::Acquire) {
+            *self.due = Due { closing: true, daemon: true };
+        }
+    }
 }
 
 /// Where a connection is in its life.
@@ -223,11 +284,11 @@ impl<S: Send + Sync + 'static> Driver<S> {
 
     /// One turn: the first source (in this order) with something to handle.
     fn poll_turn(&mut self, signals: &mut Signals<'_, '_>, cx: &mut Context<'_>) -> Turn {
-        if signals.closing.as_mut().poll(cx).is_ready() {
+        if signals.closed() {
             return Poll::Ready(Err(CloseReason::Closed));
         }
         let draining = !matches!(self.phase, Phase::Serving);
-        if draining && !self.abandoned && signals.daemon.as_mut().poll(cx).is_ready() {
+        if draining && !self.abandoned && signals.daemon_moved_on() {
             return Poll::Ready(self.on_grace_over());
         }
         if let Some(turn) = self.next_phase() {
@@ -240,8 +301,8 @@ impl<S: Send + Sync + 'static> Driver<S> {
         source!(self.poll_keepalive(cx));
         source!(self.poll_handshake(cx));
         source!(self.poll_call_deadlines(cx));
-        if !draining && signals.daemon.as_mut().poll(cx).is_ready() {
-            signals.daemon.set(signals.shutdown.aborted());
+        if !draining && signals.daemon_moved_on() {
+            signals.wait_for_abort();
             return Poll::Ready(self.on_drain_begun());
         }
         source!(self.poll_sweep(cx));

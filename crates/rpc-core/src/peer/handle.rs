@@ -5,6 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::Wake;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -81,9 +82,27 @@ pub(crate) struct Shared {
     pub close_after_reply: AtomicBool,
     /// The other side completed the daemon's handshake.
     pub handshaken: AtomicBool,
+    /// One of the signals the connection's task watches (its closing, the
+    /// daemon's shutdown) woke it: they are polled with this as their waker
+    /// (see the `Wake` impl), and polled again only once it is set.
+    pub signalled: AtomicBool,
     pub tokens: CallTokens,
     pub counters: Counters,
     pub config: PeerConfig,
+}
+
+/// The waker of the signals the connection's task watches: notes that one
+/// fired, then wakes the task (whose waker the outbox holds, registered at
+/// each of its polls before it reads the note).
+impl Wake for Shared {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.signalled.store(true, Ordering::Release);
+        self.outbox.wake_connection();
+    }
 }
 
 /// The cloneable handle to a connection: send requests and notifications, close it.
@@ -109,6 +128,7 @@ impl PeerHandle {
             closing: CancellationToken::new(),
             close_after_reply: AtomicBool::new(false),
             handshaken: AtomicBool::new(config.handshake_deadline.is_none()),
+            signalled: AtomicBool::new(false),
             tokens: CallTokens::default(),
             counters: Counters::default(),
             config,

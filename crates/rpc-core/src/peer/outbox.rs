@@ -206,6 +206,11 @@ impl Outbox {
         }
     }
 
+    /// Registers the connection task's waker (as `Drain::poll_drain` does).
+    pub fn register_connection(&self, waker: &std::task::Waker) {
+        self.writer.register(waker);
+    }
+
     /// Wakes the connection task, to look at its conditions again.
     pub fn wake_connection(&self) {
         self.writer.wake();
