@@ -108,7 +108,15 @@ async fn a_new_tool_list_reaches_agents_on_other_nodes() {
     assert_eq!(joined["result"]["tools"][0]["name"], "one", "{joined}");
 
     browser.register(&["one", "two"]).await;
-    let updated = agent.notification("tools/updated").await;
+    // The owner announces its browser and tools once its claim is stored,
+    // which this node can see first: that announcement (the list the agent
+    // joined with) may reach the agent before the new list does.
+    let updated = loop {
+        let updated = agent.notification("tools/updated").await;
+        if updated["params"]["tools"] != joined["result"]["tools"] {
+            break updated;
+        }
+    };
     assert_eq!(updated["params"]["tools"].as_array().unwrap().len(), 2, "{updated}");
     agent.notification("notifications/tools/list_changed").await;
     let listed = agent.call(2, "tools/list", json!({})).await;
