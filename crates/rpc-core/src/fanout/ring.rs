@@ -379,12 +379,12 @@ pub async fn pump(
     missed: impl Fn(u64) -> Vec<u8>,
 ) {
     let mut batch = Vec::new();
-    let closed = peer.closed();
-    tokio::pin!(closed);
-    // Polled at every wake-up (a line each), the connection's token only
-    // once it fired.
+    let connection_closed = peer.closed();
+    tokio::pin!(connection_closed);
+    // Looked at every wake-up (a line each), the connection's token is
+    // polled only once it fired.
     let mut gate = Gate::default();
-    let mut closed = std::pin::pin!(std::future::poll_fn(move |cx| gate.poll(closed.as_mut(), cx)));
+    let mut closed = std::pin::pin!(std::future::poll_fn(move |cx| gate.poll(connection_closed.as_mut(), cx)));
     // Computed apart: the topics' lock is never held with the ring's.
     let (mut seen, mut mask) = topics.mask(&ring);
     loop {
@@ -424,6 +424,8 @@ pub async fn pump(
         if read.more {
             continue;
         }
+        // The ring first, the usual reason to wake: a connection that
+        // closed meanwhile fails the next send.
         tokio::select! {
             biased;
             _ = changed => {}

@@ -105,12 +105,12 @@ struct Signals<'a, 's> {
     shutdown: &'s Shutdown,
 }
 
-/// Which signals the connection must poll when it gets to them: each turn
-/// looks at every signal, and a token's future takes two locks a poll, a
-/// tenth of what a subscriber's connection does for each event it sends.
-/// So a signal is polled only when it is new or may have fired: both
-/// become due whenever the note says one woke the task, and each stays due
-/// until the turn gets to it.
+/// Which signals the connection must poll when it gets to them. Each turn
+/// looks at them, and a token's future takes two locks a poll: a quarter
+/// of what a subscriber's connection did for each event it sends. So a
+/// signal is polled only when it is new or may have fired: both become due
+/// whenever the note says one woke the task, and each stays due until the
+/// turn gets to it (one signal's wake-up is never taken for the other's).
 struct Due {
     closing: bool,
     daemon: bool,
