@@ -119,21 +119,13 @@ struct Due {
 impl Signals<'_, '_> {
     fn closed(&mut self) -> bool {
         self.read_note();
-        if !std::mem::take(&mut self.due.closing) {
-            return false;
-        }
-        let waker = Waker::from(self.shared.clone());
-        self.closing.as_mut().poll(&mut Context::from_waker(&waker)).is_ready()
+        fired(&mut self.due.closing, self.closing.as_mut(), self.shared)
     }
 
     /// The daemon took its next step (see `daemon`).
     fn daemon_moved_on(&mut self) -> bool {
         self.read_note();
-        if !std::mem::take(&mut self.due.daemon) {
-            return false;
-        }
-        let waker = Waker::from(self.shared.clone());
-        self.daemon.as_mut().poll(&mut Context::from_waker(&waker)).is_ready()
+        fired(&mut self.due.daemon, self.daemon.as_mut(), self.shared)
     }
 
     /// The drain has begun: wait for the end of the grace period.
@@ -148,6 +140,16 @@ impl Signals<'_, '_> {
             *self.due = Due { closing: true, daemon: true };
         }
     }
+}
+
+/// Polls `signal` if it is `due` (no longer due after that), with the
+/// connection's note as its waker; whether it fired.
+fn fired(due: &mut bool, signal: Pin<&mut WaitForCancellationFuture<'_>>, shared: &Arc<Shared>) -> bool {
+    if !std::mem::take(due) {
+        return false;
+    }
+    let waker = Waker::from(shared.clone());
+    signal.poll(&mut Context::from_waker(&waker)).is_ready()
 }
 
 /// Where a connection is in its life.
