@@ -94,7 +94,8 @@ fn a_false_completion_claim_is_logged_and_the_loop_goes_on() {
     assert_eq!(
         progress.matches("claimed completion, but these stories do not pass yet: US-001, US-002").count(),
         2,
-        "{progress}"
+        "{progress}\n{}",
+        daemon.stderr()
     );
     assert!(progress.contains("STOPPED: max_iterations reached"), "{progress}");
     let state: serde_json::Value = serde_json::from_str(&task.read(".ralph/state.json")).unwrap();

@@ -19,8 +19,7 @@ use tokio::time::Instant;
 use crate::output::{LineSplitter, OutputWatch, Piece, plain};
 use crate::state::Session;
 
-/// How long a line still being written waits for more before it is
-/// published as it is (a prompt, keys echoed in interactive mode).
+/// How long a line still being written waits before it is published as it is (a prompt, echoed keys).
 const PARTIAL_AFTER: Duration = Duration::from_millis(50);
 /// How long the agent's process group gets after SIGTERM before SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -280,7 +279,9 @@ async fn stream(
         Some(exit) => exit,
         None => exited.await,
     };
-    tracing::info!(%exit, "agent exited");
+    // Its own lines (the prompt's echo not counted), for a surprising iteration.
+    let findings = &run.watch.findings;
+    tracing::info!(%exit, lines = findings.own_lines, claimed = findings.claimed, "agent exited");
     RunReport { exit, stopped_by_us: run.stopped_by_us }
 }
 
