@@ -300,8 +300,10 @@ fn swapping_a_directory_for_a_symlink_during_file_tools_never_escapes_the_root()
             // The swapper has moved since the last round: on a loaded machine
             // it can be kept off the CPU for a whole tool's calls, which then
             // all meet one side (a release run saw 2000 list_dir all "ok").
-            let seen = swaps.load(Ordering::Relaxed);
+            // Bounded: a swapper that died fails the test instead of hanging it.
+            let (seen, since) = (swaps.load(Ordering::Relaxed), std::time::Instant::now());
             while swaps.load(Ordering::Relaxed) == seen {
+                assert!(since.elapsed() < std::time::Duration::from_secs(10), "the swapper stopped");
                 std::thread::yield_now();
             }
             for i in 0..PIPELINE {
