@@ -46,18 +46,18 @@ impl Encoder<Outbound> for AsciiContentLength {
 
     fn encode(&mut self, item: Outbound, dst: &mut BytesMut) -> io::Result<()> {
         match item {
-            Outbound::Message { json, .. } => self.encode_json(&json, dst),
+            Outbound::Message { json, .. } => Self::encode_json(&json, dst),
             other => self.inner.encode(other, dst),
         }
     }
 }
 
 impl EncodeJson for AsciiContentLength {
-    fn encode_json(&mut self, json: &[u8], dst: &mut BytesMut) -> io::Result<()> {
+    fn encode_json(json: &[u8], dst: &mut BytesMut) -> io::Result<()> {
         if json.is_ascii() {
-            return self.inner.encode_json(json, dst);
+            return ContentLengthCodec::encode_json(json, dst);
         }
-        self.inner.encode_json(&escape_non_ascii(json)?, dst)
+        ContentLengthCodec::encode_json(&escape_non_ascii(json)?, dst)
     }
 }
 

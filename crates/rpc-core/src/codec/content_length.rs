@@ -182,14 +182,14 @@ impl Encoder<Outbound> for ContentLengthCodec {
     /// one unit and cannot interleave with another message.
     fn encode(&mut self, item: Outbound, dst: &mut BytesMut) -> io::Result<()> {
         match item {
-            Outbound::Message { json, .. } => self.encode_json(&json, dst),
+            Outbound::Message { json, .. } => Self::encode_json(&json, dst),
             Outbound::Ping | Outbound::Close { .. } => Ok(()),
         }
     }
 }
 
 impl EncodeJson for ContentLengthCodec {
-    fn encode_json(&mut self, json: &[u8], dst: &mut BytesMut) -> io::Result<()> {
+    fn encode_json(json: &[u8], dst: &mut BytesMut) -> io::Result<()> {
         let mut length = itoa::Buffer::new();
         let length = length.format(json.len()).as_bytes();
         dst.reserve(HEAD.len() + length.len() + 4 + json.len());

@@ -239,14 +239,14 @@ impl Encoder<Outbound> for NdjsonCodec {
 
     fn encode(&mut self, item: Outbound, dst: &mut BytesMut) -> io::Result<()> {
         match item {
-            Outbound::Message { json, .. } => self.encode_json(&json, dst),
+            Outbound::Message { json, .. } => Self::encode_json(&json, dst),
             Outbound::Ping | Outbound::Close { .. } => Ok(()),
         }
     }
 }
 
 impl EncodeJson for NdjsonCodec {
-    fn encode_json(&mut self, json: &[u8], dst: &mut BytesMut) -> io::Result<()> {
+    fn encode_json(json: &[u8], dst: &mut BytesMut) -> io::Result<()> {
         dst.reserve(json.len() + 1);
         let start = dst.len();
         dst.put_slice(json);

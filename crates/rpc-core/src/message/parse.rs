@@ -92,21 +92,21 @@ pub fn parse_text(text: &str, max_batch: usize) -> Parsed<'_> {
             Ok(items) => Parsed::Batch(items.into_iter().map(|raw| parse_object(raw.get())).collect()),
             Err(e) => rejected(classify(text, e)),
         },
-        b'{' => {
-            let single = parse_object(text);
-            // A syntax error anywhere in the frame is -32700 as a whole, never -32600.
-            if let Err(Invalid { error, .. }) = &single
-                && error.code == RpcError::PARSE_ERROR
-            {
-                return Parsed::Rejected(single.unwrap_err().error);
-            }
-            Parsed::Single(single)
-        }
+        b'{' => parse_object(text).map_or_else(invalid_object, |message| Parsed::Single(Ok(message))),
         _ => match serde_json::from_str::<IgnoredAny>(text) {
             Ok(_) => rejected(RpcError::invalid_request("a message must be an object or an array")),
             Err(e) => rejected(RpcError::parse_error(e)),
         },
     }
+}
+
+/// What a frame of one object that is not a message parsed to. A syntax
+/// error anywhere in the frame is -32700 as a whole, never -32600.
+pub(crate) fn invalid_object<'a>(invalid: Invalid) -> Parsed<'a> {
+    if invalid.error.code == RpcError::PARSE_ERROR {
+        return Parsed::Rejected(invalid.error);
+    }
+    Parsed::Single(Err(invalid))
 }
 
 /// The same members read by serde, for any object the scanner passes over.
@@ -172,7 +172,7 @@ pub(crate) fn check_id_kept(text: &str) {
     }
 }
 
-pub(super) fn parse_object(text: &str) -> Result<Message<'_>, Invalid> {
+pub(crate) fn parse_object(text: &str) -> Result<Message<'_>, Invalid> {
     let members = match scan(text) {
         Some(members) => members,
         None => match members_by_serde(text) {
