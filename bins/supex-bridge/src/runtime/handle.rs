@@ -120,10 +120,16 @@ impl Runtime {
     /// which must not allocate for a running runtime (see [`Snapshot`]). A
     /// process that exited and waits for the keeper's restart is `starting`.
     pub fn health(&self) -> (&'static str, Option<String>) {
-        if self.inner.running.load(Ordering::Acquire) != 0 {
+        if self.is_running() {
             return ("running", None);
         }
         health_of(&self.inner.state.borrow())
+    }
+
+    /// Whether Ruby runs now: [`Runtime::health`]'s common answer, without
+    /// the pair it returns (`ping` asks this first, see there).
+    pub fn is_running(&self) -> bool {
+        self.inner.running.load(Ordering::Acquire) != 0
     }
 
     /// [`Runtime::health`], after waiting up to `settle` for a runtime that is
