@@ -53,7 +53,7 @@ pub fn ping(app: &Arc<App>) -> Answer<Pong> {
     // `Pong`, it was a stalled copy on every ping (5 % of the bridge's time
     // at 8 connections, perf).
     if app.runtime.is_running() {
-        return Answer::Now(Ok(Pong { status: "ok", problem: None }));
+        return Answer::Now(Ok(Pong::from_health(("running", None))));
     }
     let now = app.runtime.health();
     if now.0 != "starting" {
