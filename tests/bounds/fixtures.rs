@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use integration_tests::{Daemon, LogReader, eventually, free_port, free_ports};
+use integration_tests::{Daemon, LogReader, eventually, on_free_ports};
 use serde_json::{Value, json};
 
 /// How each test's daemon writes its log.
@@ -65,12 +65,12 @@ pub struct Broker {
 }
 
 pub fn broker(env: &[(&str, &str)], log: Log) -> Broker {
-    let port = free_port();
-    let port_text = port.to_string();
-    let mut daemon = start("btcp-broker", &["serve", "--port", &port_text], env, None, log);
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    daemon.wait_for_port(addr);
-    Broker { daemon, addr }
+    on_free_ports(|[port]| {
+        let mut daemon = start("btcp-broker", &["serve", "--port", &port.to_string()], env, None, log);
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        daemon.listening_on(addr)?;
+        Ok(Broker { daemon, addr })
+    })
 }
 
 pub struct Bridge {
@@ -84,14 +84,17 @@ pub fn bridge(env: &[(&str, &str)], log: Log) -> Bridge {
     let dir = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap().join("project");
     std::fs::create_dir_all(&root).unwrap();
-    let [port, repl_port] = free_ports().map(|port| port.to_string());
     let logs = dir.path().join("logs").display().to_string();
-    let mut all: Vec<(&str, &str)> =
-        vec![("SUPEX_PORT", &port), ("SUPEX_REPL_PORT", &repl_port), ("SUPEX_LOG_DIR", &logs)];
-    all.extend_from_slice(env);
-    let mut daemon = start("supex-bridge", &[], &all, Some(&root), log);
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    daemon.wait_for_port(addr);
+    let (daemon, addr) = on_free_ports(|[port, repl_port]| {
+        let (port_text, repl_text) = (port.to_string(), repl_port.to_string());
+        let mut all: Vec<(&str, &str)> =
+            vec![("SUPEX_PORT", &port_text), ("SUPEX_REPL_PORT", &repl_text), ("SUPEX_LOG_DIR", &logs)];
+        all.extend_from_slice(env);
+        let mut daemon = start("supex-bridge", &[], &all, Some(&root), log);
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        daemon.listening_on(addr)?;
+        Ok((daemon, addr))
+    });
     Bridge { daemon, addr, root, _dir: dir }
 }
 

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use integration_tests::{Daemon, free_port};
+use integration_tests::{Daemon, PortTaken, on_free_ports};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
@@ -25,17 +25,21 @@ pub struct Broker {
 impl Broker {
     /// Starts btcp-broker on a free port with extra environment.
     pub fn start(env: &[(&str, &str)]) -> Broker {
-        Self::start_on(free_port(), env)
+        on_free_ports(|[port]| Self::try_start_on(port, env))
     }
 
     /// Starts btcp-broker on `port` (e.g. again after stopping one there).
     pub fn start_on(port: u16, env: &[(&str, &str)]) -> Broker {
+        Self::try_start_on(port, env).unwrap_or_else(|PortTaken| panic!("another process had port {port}"))
+    }
+
+    fn try_start_on(port: u16, env: &[(&str, &str)]) -> Result<Broker, PortTaken> {
         let port_text = port.to_string();
         let mut all = vec![("BTCP_PORT", port_text.as_str()), ("BTCP_HOST", "127.0.0.1")];
         all.extend_from_slice(env);
         let mut daemon = Daemon::start("btcp-broker", &[], &all);
-        daemon.wait_for_port(SocketAddr::from(([127, 0, 0, 1], port)));
-        Broker { daemon, port }
+        daemon.listening_on(SocketAddr::from(([127, 0, 0, 1], port)))?;
+        Ok(Broker { daemon, port })
     }
 
     pub fn url(&self, path_and_query: &str) -> String {

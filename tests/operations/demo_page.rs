@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use integration_tests::browser::Chromium;
-use integration_tests::{Daemon, free_port, require_tool};
+use integration_tests::{Daemon, on_free_ports, require_tool};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -28,9 +28,11 @@ async fn the_demo_page_shows_whole_commands_with_a_long_session_id_at_1280_px() 
     if !require_tool("chromium") {
         return;
     }
-    let port = free_port();
-    let mut broker = Daemon::start("btcp-broker", &["serve", "--port", &port.to_string()], &[]);
-    broker.wait_for_port(format!("127.0.0.1:{port}").parse().unwrap());
+    let (broker, port) = on_free_ports(|[port]| {
+        let mut broker = Daemon::start("btcp-broker", &["serve", "--port", &port.to_string()], &[]);
+        broker.listening_on(([127, 0, 0, 1], port).into())?;
+        Ok((broker, port))
+    });
     let session = "5f0c6a1e-9b2d-4c7a-8e31-d4b2a9f07c65";
     assert_eq!(session.len(), 36);
     let chromium = Chromium::with_devtools(&format!("http://127.0.0.1:{port}/?sessionId={session}"));

@@ -6,10 +6,13 @@
 //! which makes `cargo test` (and nextest) build its binary first.
 
 pub mod browser;
+mod ports;
+
+pub use ports::{PortTaken, distinct_free_ports, free_port, free_ports, listens_on, on_free_ports};
 
 use parking_lot::Mutex;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
@@ -24,24 +27,6 @@ pub fn bin_path(name: &str) -> PathBuf {
     let path = profile_dir.join(name);
     assert!(path.exists(), "{} is not built; run the tests with `cargo test` (or `cargo build` first)", path.display());
     path
-}
-
-/// A port that was free a moment ago on 127.0.0.1.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// `count` distinct free ports. Each listener is held until all are chosen:
-/// two calls of [`free_port`] in a row may be handed the same port, since the
-/// first listener is gone before the second asks.
-pub fn distinct_free_ports(count: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..count).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    listeners.iter().map(|listener| listener.local_addr().unwrap().port()).collect()
-}
-
-/// [`distinct_free_ports`] as an array, for destructuring.
-pub fn free_ports<const N: usize>() -> [u16; N] {
-    distinct_free_ports(N).try_into().expect("as many ports as asked for")
 }
 
 /// Whether an external program the test needs is installed. Missing: the test
@@ -214,14 +199,31 @@ impl Daemon {
         self.stderr.lock().clone()
     }
 
-    /// Waits until `addr` accepts TCP connections, or panics with the daemon's log.
+    /// Waits until the daemon itself listens on `addr`, or panics with its log.
     pub fn wait_for_port(&mut self, addr: SocketAddr) {
+        if self.listening_on(addr).is_err() {
+            panic!("{} exited: another process had {addr}:\n{}", self.name, self.stderr());
+        }
+    }
+
+    /// Waits until the daemon itself listens on `addr` (a listening socket
+    /// that is one of its own descriptors: another process accepting there
+    /// does not count). [`PortTaken`] if it exited because another process
+    /// had the port (for [`on_free_ports`] to choose again); panics with its
+    /// log if it exited for another reason or never listened.
+    pub fn listening_on(&mut self, addr: SocketAddr) -> Result<(), PortTaken> {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return;
+            if listens_on(self.pid(), addr.port()) {
+                return Ok(());
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                let _ = self.stderr_done.lock().recv_timeout(Duration::from_secs(2));
+                let taken = self.stderr().to_lowercase().contains("address already in use")
+                    || ports::anyone_listens_on(addr.port());
+                if taken {
+                    return Err(PortTaken);
+                }
                 panic!("{} exited with {status} before listening:\n{}", self.name, self.stderr());
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -681,7 +683,7 @@ impl NatsServer {
 
     /// One server, alone.
     pub fn start() -> NatsServer {
-        Self::start_with(free_port(), &[])
+        on_free_ports(|[port]| Self::start_with(port, &[]))
     }
 
     /// Servers joined in one NATS cluster by routes, each with JetStream and
@@ -697,11 +699,12 @@ impl NatsServer {
                 let listen = format!("nats://127.0.0.1:{}", route_ports[i]);
                 let extra = ["-n", &name, "--cluster_name", "btcp-test", "--cluster", &listen, "--routes", &routes];
                 Self::start_with(client_ports[i], &extra)
+                    .unwrap_or_else(|PortTaken| panic!("another process had port {}", client_ports[i]))
             })
             .collect()
     }
 
-    fn start_with(port: u16, extra: &[&str]) -> NatsServer {
+    fn start_with(port: u16, extra: &[&str]) -> Result<NatsServer, PortTaken> {
         let store = tempfile::tempdir().unwrap();
         let mut args: Vec<String> =
             ["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd", &store.path().display().to_string()]
@@ -710,11 +713,13 @@ impl NatsServer {
                 .collect();
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut server = NatsServer { child: None, port, args, _store: store };
-        server.spawn();
-        server
+        server.spawn()?;
+        Ok(server)
     }
 
-    fn spawn(&mut self) {
+    /// Starts the server and waits until it listens on its port itself;
+    /// [`PortTaken`] if it exited while another process had the port.
+    fn spawn(&mut self) -> Result<(), PortTaken> {
         let child = Command::new(Self::binary())
             .args(&self.args)
             .stdin(Stdio::null())
@@ -722,10 +727,18 @@ impl NatsServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", Self::binary()));
-        self.child = Some(child);
-        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        let listening = eventually(Duration::from_secs(10), || TcpStream::connect(addr).is_ok());
-        assert!(listening, "nats-server did not listen on {addr}");
+        let pid = child.id();
+        let child = self.child.insert(child);
+        let mut exited = false;
+        let listening = eventually(Duration::from_secs(10), || {
+            exited = exited || child.try_wait().is_ok_and(|status| status.is_some());
+            exited || listens_on(pid, self.port)
+        });
+        if exited && ports::anyone_listens_on(self.port) {
+            return Err(PortTaken);
+        }
+        assert!(listening && !exited, "nats-server did not listen on 127.0.0.1:{}", self.port);
+        Ok(())
     }
 
     pub fn url(&self) -> String {
@@ -743,7 +756,7 @@ impl NatsServer {
     /// Starts it again on the same port with the same store.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        self.spawn().unwrap_or_else(|PortTaken| panic!("another process took port {} while it was down", self.port));
     }
 }
 

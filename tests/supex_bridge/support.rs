@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use integration_tests::{Daemon, LineClient, free_ports, require_tool};
+use integration_tests::{Daemon, LineClient, on_free_ports, require_tool};
 use serde_json::{Value, json};
 
 pub const BIN: &str = "supex-bridge";
@@ -39,16 +39,17 @@ impl Bridge {
         let root = base.join("project");
         let logs = base.join("logs");
         std::fs::create_dir_all(&root).unwrap();
-        let [bridge_port, repl_port] = free_ports();
-        let (bp, rp) = (bridge_port.to_string(), repl_port.to_string());
         let logs_text = logs.to_string_lossy().into_owned();
-        let mut all: Vec<(&str, &str)> =
-            vec![("SUPEX_PORT", &bp), ("SUPEX_REPL_PORT", &rp), ("SUPEX_LOG_DIR", &logs_text)];
-        all.extend_from_slice(env);
-        let mut daemon = Daemon::start_in(BIN, &[], &all, Some(&root));
-        let bridge: SocketAddr = format!("127.0.0.1:{bridge_port}").parse().unwrap();
-        let repl: SocketAddr = format!("127.0.0.1:{repl_port}").parse().unwrap();
-        daemon.wait_for_port(bridge);
+        let (daemon, bridge, repl) = on_free_ports(|[bridge_port, repl_port]| {
+            let (bp, rp) = (bridge_port.to_string(), repl_port.to_string());
+            let mut all: Vec<(&str, &str)> =
+                vec![("SUPEX_PORT", &bp), ("SUPEX_REPL_PORT", &rp), ("SUPEX_LOG_DIR", &logs_text)];
+            all.extend_from_slice(env);
+            let mut daemon = Daemon::start_in(BIN, &[], &all, Some(&root));
+            let bridge = SocketAddr::from(([127, 0, 0, 1], bridge_port));
+            daemon.listening_on(bridge)?;
+            Ok((daemon, bridge, SocketAddr::from(([127, 0, 0, 1], repl_port))))
+        });
         Bridge { daemon, bridge, repl, root, logs, _dir: dir }
     }
 

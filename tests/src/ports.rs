@@ -1,0 +1,117 @@
+//! Free ports for the daemons under test, and whether a daemon really holds
+//! the port it was given.
+//!
+//! A port chosen free is free only for a moment: between the choice and the
+//! daemon's bind, another test's daemon (or an outgoing connection, which
+//! takes its local port from the same range) may take it. A test that only
+//! checks that *something* accepts on the port then talks to a stranger. So
+//! a daemon counts as listening only when the listening socket is one of its
+//! own file descriptors, and a daemon that lost its port to another process
+//! is started again on a fresh one ([`on_free_ports`]).
+
+use std::net::TcpListener;
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `count` distinct free ports. Each listener is held until all are chosen:
+/// two calls of [`free_port`] in a row may be handed the same port, since the
+/// first listener is gone before the second asks.
+pub fn distinct_free_ports(count: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..count).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    listeners.iter().map(|listener| listener.local_addr().unwrap().port()).collect()
+}
+
+/// [`distinct_free_ports`] as an array, for destructuring.
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    distinct_free_ports(N).try_into().expect("as many ports as asked for")
+}
+
+/// A daemon could not serve the port it was given: another process had it.
+#[derive(Debug)]
+pub struct PortTaken;
+
+/// How many times [`on_free_ports`] chooses ports before it gives up.
+const TRIES: usize = 5;
+
+/// Runs `start` on freshly chosen distinct free ports until what it starts
+/// holds them, choosing again when `start` reports [`PortTaken`].
+pub fn on_free_ports<const N: usize, T>(mut start: impl FnMut([u16; N]) -> Result<T, PortTaken>) -> T {
+    for _ in 1..TRIES {
+        if let Ok(started) = start(free_ports()) {
+            return started;
+        }
+    }
+    start(free_ports()).unwrap_or_else(|PortTaken| panic!("{TRIES} sets of free ports were all taken by others"))
+}
+
+/// Who holds a listening TCP socket on `port`, by the socket inodes in the
+/// kernel's tables (IPv4 and IPv6, any address).
+fn listening_sockets(port: u16) -> Vec<String> {
+    let mut sockets = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+        for fields in text.lines().skip(1).map(|line| line.split_whitespace().collect::<Vec<_>>()) {
+            let local_port = fields.get(1).and_then(|a| a.rsplit(':').next());
+            let listening = fields.get(3) == Some(&"0A");
+            if listening && local_port.and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port) {
+                sockets.extend(fields.get(9).map(|inode| format!("socket:[{inode}]")));
+            }
+        }
+    }
+    sockets
+}
+
+/// Whether process `pid` itself listens on TCP `port`.
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let sockets = listening_sockets(port);
+    if sockets.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .any(|target| sockets.iter().any(|socket| target.as_os_str() == socket.as_str()))
+}
+
+/// Whether any process listens on TCP `port`.
+pub fn anyone_listens_on(port: u16) -> bool {
+    !listening_sockets(port).is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_is_listened_on_by_its_holder_only() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(listens_on(std::process::id(), port));
+        // Another process, up while the listener is held (which it does not
+        // inherit: Rust's sockets are close-on-exec).
+        let mut other = std::process::Command::new("sleep").arg("10").spawn().unwrap();
+        assert!(!listens_on(other.id(), port));
+        assert!(anyone_listens_on(port));
+        let _ = other.kill();
+        let _ = other.wait();
+        drop(listener);
+        assert!(!anyone_listens_on(port));
+        assert!(!listens_on(std::process::id(), port));
+    }
+
+    #[test]
+    fn a_taken_port_is_chosen_again() {
+        let mut tried = Vec::new();
+        let started = on_free_ports(|[a, b]| {
+            tried.push((a, b));
+            if tried.len() < 3 { Err(PortTaken) } else { Ok(a) }
+        });
+        assert_eq!(tried.len(), 3);
+        assert_eq!(started, tried[2].0);
+        assert!(tried.iter().all(|(a, b)| a != b));
+    }
+}
