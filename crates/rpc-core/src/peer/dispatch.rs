@@ -22,7 +22,7 @@ use super::outbox::{Drain, Outbox};
 use super::outgoing::CallError;
 use crate::codec::{Frame, Line, Outbound};
 use crate::message::{self, Id, Invalid, Kind, Message, Outcome, Parsed, RpcError};
-use crate::router::{HandlerFuture, Router, Started};
+use crate::router::{HandlerFuture, LastRoute, Router, Started};
 
 /// Everything the connection task does with what the other side sends.
 pub(crate) struct Dispatch<S> {
@@ -39,6 +39,8 @@ pub(crate) struct Dispatch<S> {
     /// Where a `method_now` handler writes its response, kept from one to
     /// the next while the connection is busy (up to `KEEP_REPLY` bytes).
     reply: Vec<u8>,
+    /// The route this connection's last call took.
+    last_route: LastRoute,
 }
 
 /// Past this, the reply buffer goes after use: a busy connection keeps at
@@ -61,6 +63,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             router,
             draining: false,
             reply: Vec::new(),
+            last_route: LastRoute::default(),
         }
     }
 
@@ -323,7 +326,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         let reply = &mut self.reply;
         reply.clear();
         let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            self.router.start(&self.conn, Some(&id), method, params, reply)
+            self.router.start(&self.conn, Some(&id), method, params, reply, &mut self.last_route)
         }));
         let mut handler = match started {
             Ok(Ok(Started::Running(handler))) => handler,
