@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use integration_tests::{Daemon, LineClient, eventually, free_port, pids_matching, run};
+use integration_tests::{Daemon, LineClient, eventually, free_port, free_ports, on_free_ports, pids_matching, run};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -68,8 +68,7 @@ fn sighup_is_logged_and_ignored() {
 }
 
 fn refused(env: &[(&str, &str)], cwd: Option<&std::path::Path>) -> String {
-    let port = free_port().to_string();
-    let repl = free_port().to_string();
+    let [port, repl] = free_ports().map(|port| port.to_string());
     let mut all = vec![("SUPEX_PORT", port.as_str()), ("SUPEX_REPL_PORT", repl.as_str())];
     all.extend_from_slice(env);
     let dir = tempfile::tempdir().unwrap();
@@ -92,22 +91,23 @@ fn a_non_loopback_bind_needs_allow_remote_and_a_token() {
     let stderr = refused(&[("SUPEX_REPL_HOST", "0.0.0.0")], None);
     assert!(stderr.contains("SUPEX_REPL_HOST"), "{stderr}");
     // With both, it starts.
-    let port = free_port();
     let dir = tempfile::tempdir().unwrap();
-    let mut daemon = Daemon::start_in(
-        BIN,
-        &[],
-        &[
-            ("SUPEX_HOST", "0.0.0.0"),
-            ("SUPEX_ALLOW_REMOTE", "1"),
-            ("SUPEX_AUTH_TOKEN", "tok"),
-            ("SUPEX_PORT", &port.to_string()),
-            ("SUPEX_REPL_DISABLED", "1"),
-            ("SUPEX_RUBY", "/nonexistent/ruby"),
-        ],
-        Some(dir.path()),
-    );
-    daemon.wait_for_port(format!("127.0.0.1:{port}").parse().unwrap());
+    on_free_ports(|[port]| {
+        let mut daemon = Daemon::start_in(
+            BIN,
+            &[],
+            &[
+                ("SUPEX_HOST", "0.0.0.0"),
+                ("SUPEX_ALLOW_REMOTE", "1"),
+                ("SUPEX_AUTH_TOKEN", "tok"),
+                ("SUPEX_PORT", &port.to_string()),
+                ("SUPEX_REPL_DISABLED", "1"),
+                ("SUPEX_RUBY", "/nonexistent/ruby"),
+            ],
+            Some(dir.path()),
+        );
+        daemon.listening_on(([127, 0, 0, 1], port).into())
+    });
 }
 
 #[test]
@@ -131,19 +131,20 @@ fn the_root_directory_is_refused_as_an_implicit_project_root() {
     let stderr = refused(&[("SUPEX_PROJECT_ROOT", "/")], None);
     assert!(stderr.contains("SUPEX_ALLOWED_ROOTS='*'"), "{stderr}");
     // Opening everything explicitly is allowed (and warned about).
-    let port = free_port();
-    let mut daemon = Daemon::start_in(
-        BIN,
-        &[],
-        &[
-            ("SUPEX_ALLOWED_ROOTS", "*"),
-            ("SUPEX_PORT", &port.to_string()),
-            ("SUPEX_REPL_DISABLED", "1"),
-            ("SUPEX_RUBY", "/nonexistent/ruby"),
-        ],
-        Some(std::path::Path::new("/")),
-    );
-    daemon.wait_for_port(format!("127.0.0.1:{port}").parse().unwrap());
+    let daemon = on_free_ports(|[port]| {
+        let mut daemon = Daemon::start_in(
+            BIN,
+            &[],
+            &[
+                ("SUPEX_ALLOWED_ROOTS", "*"),
+                ("SUPEX_PORT", &port.to_string()),
+                ("SUPEX_REPL_DISABLED", "1"),
+                ("SUPEX_RUBY", "/nonexistent/ruby"),
+            ],
+            Some(std::path::Path::new("/")),
+        );
+        daemon.listening_on(([127, 0, 0, 1], port).into()).map(|()| daemon)
+    });
     assert!(daemon.wait_for_log("anywhere", Duration::from_secs(5)), "{}", daemon.stderr());
 }
 

@@ -284,10 +284,7 @@ pub struct RouterBuilder<S> {
 impl<S: Send + Sync + 'static> Router<S> {
     #[allow(clippy::new_ret_no_self)]
     pub fn new() -> RouterBuilder<S> {
-        RouterBuilder {
-            router: Router::bare(),
-            duplicates: Vec::new(),
-        }
+        RouterBuilder { router: Router::bare(), duplicates: Vec::new() }
     }
 
     /// A router with no methods, for the client side of a connection that only
@@ -602,7 +599,9 @@ mod tests {
         let router = Router::<()>::new().method("big", |_, _: NoParams| big()).build().unwrap();
         let conn =
             Arc::new(ConnCtx { peer: crate::PeerHandle::new(crate::PeerConfig::default()), state: Arc::new(()) });
-        let Ok(Started::Running(run)) = router.start(&conn, Some(&Id::Int(1)), "big", None, &mut Vec::new(), &mut LastRoute::default()) else {
+        let Ok(Started::Running(run)) =
+            router.start(&conn, Some(&Id::Int(1)), "big", None, &mut Vec::new(), &mut LastRoute::default())
+        else {
             panic!("an async handler runs")
         };
         let (own, boxed) = (std::mem::size_of_val(&big()), std::mem::size_of_val(&*run));
