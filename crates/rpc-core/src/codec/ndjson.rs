@@ -212,25 +212,23 @@ impl Lines {
     /// The next line that is not blank, if any is left.
     #[allow(unsafe_code)]
     pub fn next_line(&mut self) -> Option<Line<'_>> {
-        let (start, end) = loop {
-            let rest = self.chunk.get(self.at..).filter(|rest| !rest.is_empty())?;
+        let chunk: &[u8] = &self.chunk;
+        loop {
+            let rest = chunk.get(self.at..).filter(|rest| !rest.is_empty())?;
             let len = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
-            let start = self.at;
             self.at += len + 1;
-            if Line::of(&rest[..len], self.max_line) != Line::Blank {
-                break (start, start + len);
-            }
-        };
-        Some(match Line::of(&self.chunk[start..end], self.max_line) {
-            // SAFETY: `utf8` says `from_utf8` accepted the whole chunk, and
-            // `line` is a part of it that starts at its start or just after
-            // a `\n`, and ends at its end or just before a `\n` or `\r`:
-            // single bytes in UTF-8, so both ends are character boundaries,
-            // and a part of valid UTF-8 between character boundaries is valid
-            // UTF-8.
-            Line::Message(line) if self.utf8 => Line::Text(unsafe { std::str::from_utf8_unchecked(line) }),
-            other => other,
-        })
+            return Some(match Line::of(&rest[..len], self.max_line) {
+                Line::Blank => continue,
+                // SAFETY: `utf8` says `from_utf8` accepted the whole chunk,
+                // and `line` is a part of it that starts at its start or just
+                // after a `\n`, and ends at its end or just before a `\n` or
+                // `\r`: single bytes in UTF-8, so both ends are character
+                // boundaries, and a part of valid UTF-8 between character
+                // boundaries is valid UTF-8.
+                Line::Message(line) if self.utf8 => Line::Text(unsafe { std::str::from_utf8_unchecked(line) }),
+                other => other,
+            });
+        }
     }
 }
 
