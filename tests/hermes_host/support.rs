@@ -6,7 +6,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use integration_tests::{Daemon, eventually};
+use integration_tests::{Daemon, PortTaken, eventually};
 use serde_json::{Value, json};
 
 pub fn ext_py() -> PathBuf {
@@ -46,6 +46,29 @@ impl Host {
 
     /// Starts the daemon with extra environment (`RUST_LOG`, say).
     pub fn start_with_env(config: &str, args: &[&str], env: &[(&str, &str)]) -> Host {
+        let mut host = Self::spawn(config, args, env);
+        let socket = &host.socket;
+        let daemon = &mut host.daemon;
+        let up = eventually(Duration::from_secs(20), || UnixStream::connect(socket).is_ok() || daemon.has_exited());
+        assert!(up && !daemon.has_exited(), "no control socket:\n{}", daemon.stderr());
+        host
+    }
+
+    /// [`Host::start_with`] with the page on `127.0.0.1:port`, and the page's
+    /// address once the host has written it. [`PortTaken`] if the host
+    /// stopped because another process had the port.
+    pub fn try_start_with_page(config: &str, port: u16) -> Result<(Host, String), PortTaken> {
+        let mut host = Self::spawn(config, &["--http", &format!("127.0.0.1:{port}")], &[]);
+        host.daemon.listening_on(([127, 0, 0, 1], port).into())?;
+        let url_file = host.socket.with_extension("url");
+        let written = eventually(Duration::from_secs(30), || url_file.exists());
+        assert!(written, "no {}:\n{}", url_file.display(), host.daemon.stderr());
+        let url = std::fs::read_to_string(&url_file).unwrap().trim().to_owned();
+        Ok((host, url))
+    }
+
+    /// The daemon started on `config` in a directory of its own.
+    fn spawn(config: &str, args: &[&str], env: &[(&str, &str)]) -> Host {
         let dir = tempfile::tempdir().unwrap();
         let config_path = dir.path().join("config.toml");
         std::fs::write(&config_path, config).unwrap();
@@ -68,8 +91,6 @@ impl Host {
         all.extend(args.iter().map(|a| a.to_string()));
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
         let daemon = Daemon::start("hermes-host", &all, env);
-        let up = eventually(Duration::from_secs(20), || UnixStream::connect(&socket).is_ok());
-        assert!(up, "no control socket:\n{}", daemon.stderr());
         Host { dir, daemon, socket }
     }
 

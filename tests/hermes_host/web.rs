@@ -11,7 +11,7 @@ use std::net::TcpStream;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use integration_tests::{bin_path, eventually, free_port, require_tool};
+use integration_tests::{bin_path, eventually, on_free_ports, require_tool};
 use serde_json::{Value, json};
 
 use crate::browser::Browser;
@@ -30,12 +30,7 @@ fn page_host() -> (Host, String) {
 }
 
 fn host_with_page(config: &str) -> (Host, String) {
-    let port = free_port();
-    let host = Host::start_with(config, &["--http", &format!("127.0.0.1:{port}")]);
-    let url_file = host.socket.with_extension("url");
-    assert!(eventually(LONG, || url_file.exists()), "no {}:\n{}", url_file.display(), host.daemon.stderr());
-    let url = std::fs::read_to_string(&url_file).unwrap().trim().to_owned();
-    (host, url)
+    on_free_ports(|[port]| Host::try_start_with_page(config, port))
 }
 
 /// The host with ADT open from a file, and a browser on the page, ready.
@@ -83,6 +78,15 @@ fn ctl_get(host: &Host) -> String {
     let (status, stdout, stderr) = integration_tests::run("hermes-host", &["ctl", "--socket", &socket, "get"], &[]);
     assert!(status.success(), "{stderr}");
     stdout
+}
+
+/// A page port another process holds stops the host with a clear error,
+/// which the harness tells from any other failure (and chooses again).
+#[test]
+fn a_page_port_another_process_holds_stops_the_host() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    assert!(Host::try_start_with_page("", port).is_err(), "the host served a port it did not hold");
 }
 
 #[test]
