@@ -8,7 +8,8 @@
 pub mod browser;
 mod ports;
 
-pub use ports::{PortTaken, distinct_free_ports, free_port, free_ports, listens_on, on_free_ports};
+use ports::Wait;
+pub use ports::{PortTaken, distinct_free_ports, free_port, free_ports, on_free_ports};
 
 use parking_lot::Mutex;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -212,23 +213,18 @@ impl Daemon {
     /// had the port (for [`on_free_ports`] to choose again); panics with its
     /// log if it exited for another reason or never listened.
     pub fn listening_on(&mut self, addr: SocketAddr) -> Result<(), PortTaken> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if listens_on(self.pid(), addr.port()) {
-                return Ok(());
-            }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+        match ports::wait_listening(self.child.as_mut().unwrap(), addr.port(), Duration::from_secs(20)) {
+            Wait::Listening => Ok(()),
+            Wait::Exited { status, taken } => {
+                // Its last lines, which may say why (a failing log reader has none).
                 let _ = self.stderr_done.lock().recv_timeout(Duration::from_secs(2));
-                let taken = self.stderr().to_lowercase().contains("address already in use")
-                    || ports::anyone_listens_on(addr.port());
-                if taken {
+                if taken || self.stderr().to_lowercase().contains("address already in use") {
                     return Err(PortTaken);
                 }
                 panic!("{} exited with {status} before listening:\n{}", self.name, self.stderr());
             }
-            std::thread::sleep(Duration::from_millis(20));
+            Wait::TimedOut => panic!("{} did not listen on {addr} within 20 s:\n{}", self.name, self.stderr()),
         }
-        panic!("{} did not listen on {addr} within 20 s:\n{}", self.name, self.stderr());
     }
 
     /// Waits until the daemon's stderr contains `needle`.
@@ -727,18 +723,11 @@ impl NatsServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", Self::binary()));
-        let pid = child.id();
-        let child = self.child.insert(child);
-        let mut exited = false;
-        let listening = eventually(Duration::from_secs(10), || {
-            exited = exited || child.try_wait().is_ok_and(|status| status.is_some());
-            exited || listens_on(pid, self.port)
-        });
-        if exited && ports::anyone_listens_on(self.port) {
-            return Err(PortTaken);
+        match ports::wait_listening(self.child.insert(child), self.port, Duration::from_secs(10)) {
+            Wait::Listening => Ok(()),
+            Wait::Exited { taken: true, .. } => Err(PortTaken),
+            other => panic!("nats-server did not listen on 127.0.0.1:{}: {other:?}", self.port),
         }
-        assert!(listening && !exited, "nats-server did not listen on 127.0.0.1:{}", self.port);
-        Ok(())
     }
 
     pub fn url(&self) -> String {

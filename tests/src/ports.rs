@@ -10,6 +10,8 @@
 //! is started again on a fresh one ([`on_free_ports`]).
 
 use std::net::TcpListener;
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
 
 /// A port that was free a moment ago on 127.0.0.1.
 pub fn free_port() -> u16 {
@@ -47,6 +49,35 @@ pub fn on_free_ports<const N: usize, T>(mut start: impl FnMut([u16; N]) -> Resul
     start(free_ports()).unwrap_or_else(|PortTaken| panic!("{TRIES} sets of free ports were all taken by others"))
 }
 
+/// What became of a process started to listen on a port ([`wait_listening`]).
+#[derive(Debug)]
+pub(crate) enum Wait {
+    Listening,
+    /// It exited first; `taken` when another process listens on the port now.
+    Exited {
+        status: ExitStatus,
+        taken: bool,
+    },
+    TimedOut,
+}
+
+/// Waits until `child` itself listens on `port`, exits, or `timeout` passes.
+pub(crate) fn wait_listening(child: &mut Child, port: u16, timeout: Duration) -> Wait {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if listens_on(child.id(), port) {
+            return Wait::Listening;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            return Wait::Exited { status, taken: anyone_listens_on(port) };
+        }
+        if Instant::now() >= deadline {
+            return Wait::TimedOut;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Who holds a listening TCP socket on `port`, by the socket inodes in the
 /// kernel's tables (IPv4 and IPv6, any address).
 fn listening_sockets(port: u16) -> Vec<String> {
@@ -66,7 +97,7 @@ fn listening_sockets(port: u16) -> Vec<String> {
 }
 
 /// Whether process `pid` itself listens on TCP `port`.
-pub fn listens_on(pid: u32, port: u16) -> bool {
+fn listens_on(pid: u32, port: u16) -> bool {
     let sockets = listening_sockets(port);
     if sockets.is_empty() {
         return false;
@@ -78,7 +109,7 @@ pub fn listens_on(pid: u32, port: u16) -> bool {
 }
 
 /// Whether any process listens on TCP `port`.
-pub fn anyone_listens_on(port: u16) -> bool {
+fn anyone_listens_on(port: u16) -> bool {
     !listening_sockets(port).is_empty()
 }
 

@@ -297,13 +297,6 @@ impl<S: Send + Sync + 'static> Router<S> {
         Router { routes: Vec::new(), index: FxHashMap::default(), guard: None, rewrite: None, result_with_error: None }
     }
 
-    /// The registered method names, sorted.
-    pub fn methods(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.routes.iter().map(|(name, _)| &**name).collect();
-        names.sort_unstable();
-        names
-    }
-
     /// The handler of `method`. `last` is the route the connection's last
     /// call took: a connection tends to call one method again, and
     /// comparing the name with that route's costs less than hashing it and
@@ -502,11 +495,18 @@ impl<S: Send + Sync + 'static> RouterBuilder<S> {
     }
 }
 
-impl<S> fmt::Debug for Router<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl<S> Router<S> {
+    /// The registered method names, sorted.
+    pub fn methods(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self.routes.iter().map(|(name, _)| &**name).collect();
         names.sort_unstable();
-        f.debug_struct("Router").field("methods", &names).finish()
+        names
+    }
+}
+
+impl<S> fmt::Debug for Router<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Router").field("methods", &self.methods()).finish()
     }
 }
 
