@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_util::codec::Decoder;
 
-use crate::codec::{self, ContentLengthCodec, Frame, Line, NdjsonCodec, NdjsonLines};
+use crate::codec::{self, ContentLengthCodec, Frame, Line, NdjsonCodec, NdjsonLines, Next};
 use crate::message::{self, Id, Message, Outcome, Parsed, RpcError};
 
 /// The limit the framings get here: small, so that fuzzed inputs cross it.
@@ -80,7 +80,9 @@ pub fn ndjson(data: &[u8]) {
     }
 }
 
-/// Each [`Frame::Lines`] as the frames of its lines.
+/// Each [`Frame::Lines`] as the frames of its lines, taken apart as a peer
+/// takes them: a line read where it lies ([`message::parse_leading`]) must
+/// end where the line does, and read as the line reads on its own.
 pub(crate) fn lines_apart(frames: Vec<Frame>) -> Vec<Frame> {
     let mut out = Vec::new();
     for frame in frames {
@@ -88,7 +90,18 @@ pub(crate) fn lines_apart(frames: Vec<Frame>) -> Vec<Frame> {
             out.push(frame);
             continue;
         };
-        while let Some(line) = lines.next_line() {
+        let read_where_it_lies = |rest: &str| {
+            message::check_leading(rest);
+            message::parse_leading(rest).map(|(_, len)| (bytes::Bytes::copy_from_slice(&rest.as_bytes()[..len]), len))
+        };
+        while let Some(next) = lines.next_read(read_where_it_lies) {
+            let line = match next {
+                Next::Read(line, _) => {
+                    out.push(Frame::Message(line));
+                    continue;
+                }
+                Next::Line(line) => line,
+            };
             out.push(match line {
                 Line::Message(text) => Frame::Message(bytes::Bytes::copy_from_slice(text)),
                 Line::Text(text) => Frame::Message(bytes::Bytes::copy_from_slice(text.as_bytes())),
@@ -194,6 +207,7 @@ pub fn parse(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         message::check_scanner(text);
         message::check_id_kept(text);
+        message::check_leading(text);
         // Each member of a batch is read like a single message.
         if let Ok(items) = serde_json::from_str::<Vec<&serde_json::value::RawValue>>(text) {
             for item in items {

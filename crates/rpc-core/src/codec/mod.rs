@@ -21,7 +21,7 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite};
 
 pub use content_length::ContentLengthCodec;
-pub use ndjson::{Line, Lines, NdjsonCodec, NdjsonLines};
+pub use ndjson::{Line, Lines, NdjsonCodec, NdjsonLines, Next};
 pub use sniff::Sniffed;
 
 use crate::message::Kind;

@@ -189,6 +189,14 @@ impl Decoder for NdjsonLines {
     }
 }
 
+/// A line of [`Lines::next_read`]: what its reader read, and the line's
+/// length without its `\n`; or the line as [`Lines::next_line`] gives it.
+#[derive(Debug)]
+pub enum Next<'a, T> {
+    Read(T, usize),
+    Line(Line<'a>),
+}
+
 /// Complete lines as one read brought them, each ending in `\n`, taken one
 /// at a time with [`Lines::next_line`] (blank lines skipped).
 #[derive(Debug, PartialEq)]
@@ -209,26 +217,57 @@ impl Lines {
         Lines { chunk, at: 0, max_line, utf8 }
     }
 
-    /// The next line that is not blank, if any is left.
+    /// The next line, read by `read` where it lies when it can: `read` is
+    /// given the rest of the read from the line's start (lines after it
+    /// too), and answers with what it read and the line's length, which it
+    /// promises a `\n` ends (no `\n` before it, one right after). What it
+    /// leaves, and a line over the limit, comes as [`Lines::next_line`] gives
+    /// it. A reader that finds where a message ends spares the search for
+    /// the line's end, a second pass over every byte.
     #[allow(unsafe_code)]
-    pub fn next_line(&mut self) -> Option<Line<'_>> {
-        let chunk: &[u8] = &self.chunk;
-        loop {
-            let rest = chunk.get(self.at..).filter(|rest| !rest.is_empty())?;
-            let len = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
-            self.at += len + 1;
-            return Some(match Line::of(&rest[..len], self.max_line) {
-                Line::Blank => continue,
-                // SAFETY: `utf8` says `from_utf8` accepted the whole chunk,
-                // and `line` is a part of it that starts at its start or just
-                // after a `\n`, and ends at its end or just before a `\n` or
-                // `\r`: single bytes in UTF-8, so both ends are character
-                // boundaries, and a part of valid UTF-8 between character
-                // boundaries is valid UTF-8.
-                Line::Message(line) if self.utf8 => Line::Text(unsafe { std::str::from_utf8_unchecked(line) }),
-                other => other,
-            });
+    #[inline(always)]
+    pub fn next_read<'s, T>(&'s mut self, read: impl FnOnce(&'s str) -> Option<(T, usize)>) -> Option<Next<'s, T>> {
+        let Lines { chunk, at, max_line, utf8 } = self;
+        let chunk: &'s [u8] = chunk;
+        if *utf8 && let Some(rest) = chunk.get(*at..) {
+            // SAFETY: `utf8` says `from_utf8` accepted the whole chunk, and
+            // `at` is its start or just after a `\n`, a single byte in
+            // UTF-8: a character boundary, and a part of valid UTF-8 from a
+            // character boundary to its end is valid UTF-8.
+            let rest = unsafe { std::str::from_utf8_unchecked(rest) };
+            if let Some((item, len)) = read(rest).filter(|&(_, len)| len <= *max_line) {
+                debug_assert!(rest.as_bytes().get(len) == Some(&b'\n') && !rest[..len].contains('\n'));
+                *at += len + 1;
+                return Some(Next::Read(item, len));
+            }
         }
+        next_line(chunk, at, *max_line, *utf8).map(Next::Line)
+    }
+
+    /// The next line that is not blank, if any is left.
+    pub fn next_line(&mut self) -> Option<Line<'_>> {
+        next_line(&self.chunk, &mut self.at, self.max_line, self.utf8)
+    }
+}
+
+/// [`Lines::next_line`] of `chunk` from `at` on.
+#[allow(unsafe_code)]
+fn next_line<'c>(chunk: &'c [u8], at: &mut usize, max_line: usize, utf8: bool) -> Option<Line<'c>> {
+    loop {
+        let rest = chunk.get(*at..).filter(|rest| !rest.is_empty())?;
+        let len = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
+        *at += len + 1;
+        return Some(match Line::of(&rest[..len], max_line) {
+            Line::Blank => continue,
+            // SAFETY: `utf8` says `from_utf8` accepted the whole chunk,
+            // and `line` is a part of it that starts at its start or just
+            // after a `\n`, and ends at its end or just before a `\n` or
+            // `\r`: single bytes in UTF-8, so both ends are character
+            // boundaries, and a part of valid UTF-8 between character
+            // boundaries is valid UTF-8.
+            Line::Message(line) if utf8 => Line::Text(unsafe { std::str::from_utf8_unchecked(line) }),
+            other => other,
+        });
     }
 }
 
@@ -358,6 +397,23 @@ mod tests {
         for seed in 1..50 {
             let chunks = random_chunks(seed, 64, 9);
             assert_eq!(lines(1024, INPUT, &chunks), expected, "seed {seed}");
+        }
+    }
+
+    /// Messages a peer reads where they lie in the read (the common layouts,
+    /// a `\n` right after them) end and read as the lines they are: the same
+    /// frames as the line-at-a-time decoder, however the reads are cut, with
+    /// the limit, `\r\n`, blank lines and a raw line break inside a value
+    /// (which ends the line there) each taken as the line's own reading takes it.
+    #[test]
+    fn messages_read_where_they_lie_end_where_their_lines_end() {
+        let ping = |id: u32| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping","params":{{}}}}"#);
+        let long = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(80));
+        let broken = r#"{"jsonrpc":"2.0","id":2,"method":"m","params":{"a":"#;
+        let input = format!("{}\n{}\r\n\n{}\n{long}\n{broken}\n1}}}}\n{}", ping(1), ping(22), ping(333), ping(4444));
+        let expected = [ping(1), ping(22), ping(333), "TooLarge(None)".into(), broken.into(), "1}}".into(), ping(4444)];
+        for chunks in [&[1usize][..], &[input.len()], &random_chunks(3, 100, 40)] {
+            assert_eq!(lines(100, input.as_bytes(), chunks), expected);
         }
     }
 

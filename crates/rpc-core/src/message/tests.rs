@@ -306,11 +306,12 @@ fn the_compact_layouts_read_as_serde_reads_them() {
         r#"{"jsonrpc":"2.0","params":{},"method":"m","id":1}"#,
         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\u{1}b\"}",
     ];
+    let whole = |text: &str| compact(text).is_some_and(|(_, len)| len == text.len());
     for text in compact_ones {
-        assert!(compact(text).is_some(), "{text:?} should be read in one step");
+        assert!(whole(text), "{text:?} should be read in one step");
     }
     for text in general_ones {
-        assert!(compact(text).is_none(), "{text:?} should go the general way");
+        assert!(!whole(text), "{text:?} should go the general way");
     }
     for text in compact_ones.iter().chain(&general_ones) {
         check_scanner(text);
@@ -392,5 +393,41 @@ fn object_members_read_an_object_as_serde_does() {
     let deep = format!(r#"{{"a":{}1{}}}"#, "[".repeat(65), "]".repeat(65));
     for text in [r#"{"na\u006de":"x"}"#, r#"{"a\"b":1}"#, "[1, 2]", "\"text\"", "null", deep.as_str()] {
         assert_eq!(members(text), None, "{text}");
+    }
+}
+
+/// A line's message is read where it lies only when a `\n` ends it right
+/// after its `}`, with none before it; it then reads as the line does on its
+/// own. Everything else is left to the line's own reading.
+#[test]
+fn a_message_is_read_where_it_lies_only_when_its_line_ends_with_it() {
+    let ping = r#"{"jsonrpc":"2.0","id":77,"method":"ping","params":{}}"#;
+    let read_here = [
+        format!("{ping}\n{ping}\n"),
+        format!("{ping}\n"),
+        "{\"jsonrpc\":\"2.0\",\"method\":\"note\",\"params\":[1,2]}\nrest".to_owned(),
+        "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"text\":\"a\\nb\"}}\n".to_owned(),
+        "{\"jsonrpc\":\"2.0\",\"id\":3,\"error\":{\"code\":1,\"message\":\"x\"}}\n".to_owned(),
+        "{\"jsonrpc\":\"2.0\",\"id\":123456789012,\"method\":\"m\",\"params\":{\"a\":[1,{}]}}\n".to_owned(),
+    ];
+    let left_to_the_line = [
+        format!("{ping}\r\n"),
+        format!("{ping} \n"),
+        ping.to_owned(),
+        format!("\n{ping}\n"),
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":{\"a\":\n1}}\n".to_owned(),
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":[\n]}\n".to_owned(),
+        "{\"jsonrpc\":\"2.0\", \"id\":1,\"method\":\"m\"}\n".to_owned(),
+        // Read in one step, but invalid: the line's reading answers it.
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":1}\n".to_owned(),
+    ];
+    for text in &read_here {
+        let (_, len) =
+            super::parse::parse_leading(text).unwrap_or_else(|| panic!("{text:?} should be read where it lies"));
+        assert_eq!(len, text.find('\n').unwrap(), "{text:?}");
+        super::parse::check_leading(text);
+    }
+    for text in &left_to_the_line {
+        assert!(super::parse::parse_leading(text).is_none(), "{text:?} should be left to the line's reading");
     }
 }

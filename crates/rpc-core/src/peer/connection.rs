@@ -17,6 +17,7 @@ use super::dispatch::Dispatch;
 use super::handle::{CloseReason, PeerHandle, Shared};
 use super::outbox::{Drain, Drained, Outbox};
 use crate::codec::{Frame, FrameStream, Lines, Outbound, Transport};
+use crate::message;
 use crate::router::Router;
 use crate::shutdown::Shutdown;
 
@@ -470,13 +471,13 @@ impl<S: Send + Sync + 'static> Driver<S> {
         let mut handled = 0;
         while handled < READ_BATCH && self.may_read() {
             if let Some(lines) = &mut self.lines {
-                if let Some(line) = lines.next_line() {
+                if let Some(next) = lines.next_read(message::parse_leading) {
                     handled += 1;
                     self.missed_pings = 0;
                     if let Phase::Sweeping(sweep) = &mut self.phase {
                         sweep.heard();
                     }
-                    self.work.on_line(line, cx)?;
+                    self.work.on_next(next, cx)?;
                     continue;
                 }
                 // Every line handled: the read buffer is ours again.
