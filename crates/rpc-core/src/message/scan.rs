@@ -35,6 +35,7 @@ pub(super) struct Members<'a> {
 /// for anything else, which then goes the serde way and gets exactly the
 /// answer it always got: for whatever this accepts, serde reads the same
 /// members (the `message` fuzz target checks both ways against each other).
+#[inline(always)]
 pub(super) fn scan(text: &str) -> Option<Members<'_>> {
     if let Some((members, len)) = compact(text)
         && len == text.len()
@@ -44,7 +45,9 @@ pub(super) fn scan(text: &str) -> Option<Members<'_>> {
     general(text)
 }
 
-/// [`scan`] of whatever [`compact`] does not read: a member at a time.
+/// [`scan`] of whatever [`compact`] does not read: a member at a time, kept
+/// out of line so that [`scan`] inlines as the compact reading and a call.
+#[inline(never)]
 fn general(text: &str) -> Option<Members<'_>> {
     let b = text.as_bytes();
     let prefixed = starts_with(b, PREFIX);
