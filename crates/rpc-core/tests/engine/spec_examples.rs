@@ -352,6 +352,27 @@ async fn ndjson_invalid_utf8_is_a_parse_error_and_the_next_line_works() {
     assert_eq!(c.recv().await["result"], json!(["é"]));
 }
 
+/// A raw line break ends an NDJSON message wherever it is, even inside a
+/// value where JSON would take it for whitespace; lines in the same read
+/// before and after it are answered as they are. (The common layouts are
+/// read where they lie in the read; this is what they must not read past.)
+#[tokio::test]
+async fn ndjson_a_raw_line_break_inside_a_message_ends_its_line() {
+    let mut c = connect(Framing::Ndjson, PeerConfig::default()).await;
+    c.send_bytes(
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"subtract\",\"params\":[9,3]}\n\
+          {\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"subtract\",\"params\":[5,\n3]}\n\
+          {\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"subtract\",\"params\":[7,3]}\n",
+    )
+    .await;
+    assert_eq!(c.recv().await["result"], 6);
+    for _ in 0..2 {
+        let r = c.recv().await;
+        assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32700), json!(null)), "{r}");
+    }
+    assert_eq!(c.recv().await["result"], 4);
+}
+
 #[tokio::test]
 async fn content_length_resynchronises_after_garbage() {
     let mut c = connect(Framing::ContentLength, PeerConfig::default()).await;
