@@ -219,10 +219,10 @@ impl Lines {
 
     /// The next line, read by `read` where it lies when it can: `read` is
     /// given the rest of the read from the line's start (lines after it
-    /// too), and answers with what it read and the line's length, which it
-    /// promises a `\n` ends (no `\n` before it, one right after). What it
-    /// leaves, and a line over the limit, comes as [`Lines::next_line`] gives
-    /// it. A reader that finds where a message ends spares the search for
+    /// too), and answers with what it read and the line's length: a `\n`
+    /// must follow at once (checked) and none come before (its promise).
+    /// What it leaves, a line over the limit, and a length no `\n` follows
+    /// come as [`Lines::next_line`] gives them. A reader that finds where a message ends spares the search for
     /// the line's end, a second pass over every byte.
     #[allow(unsafe_code)]
     #[inline(always)]
@@ -235,8 +235,11 @@ impl Lines {
             // UTF-8: a character boundary, and a part of valid UTF-8 from a
             // character boundary to its end is valid UTF-8.
             let rest = unsafe { std::str::from_utf8_unchecked(rest) };
-            if let Some((item, len)) = read(rest).filter(|&(_, len)| len <= *max_line) {
-                debug_assert!(rest.as_bytes().get(len) == Some(&b'\n') && !rest[..len].contains('\n'));
+            // The `\n` after the line is checked, not trusted: `at` must land
+            // just after one for the next line's `from_utf8_unchecked`.
+            let ends_a_line = |len: usize| len <= *max_line && rest.as_bytes().get(len) == Some(&b'\n');
+            if let Some((item, len)) = read(rest).filter(|&(_, len)| ends_a_line(len)) {
+                debug_assert!(!rest[..len].contains('\n'), "the reader read past a line's end");
                 *at += len + 1;
                 return Some(Next::Read(item, len));
             }
@@ -415,6 +418,18 @@ mod tests {
         for chunks in [&[1usize][..], &[input.len()], &random_chunks(3, 100, 40)] {
             assert_eq!(lines(100, input.as_bytes(), chunks), expected);
         }
+    }
+
+    /// A reader's length that no `\n` follows is not taken: the line comes
+    /// whole, as if the reader had read nothing.
+    #[test]
+    fn a_length_that_does_not_end_a_line_is_not_taken() {
+        let mut codec = NdjsonLines::new(1 << 20);
+        let mut buf = BytesMut::from(&b"{\"a\":1}\n{\"b\":2}\n"[..]);
+        let Some(Frame::Lines(mut lines)) = codec.decode(&mut buf).unwrap() else { panic!("no lines") };
+        assert!(matches!(lines.next_read(|_| Some(((), 3))), Some(Next::Line(Line::Text("{\"a\":1}")))));
+        assert!(matches!(lines.next_read(|_| Some(((), 7))), Some(Next::Read((), 7))));
+        assert!(lines.next_read(|_| Some(((), 0))).is_none());
     }
 
     #[test]
