@@ -2,8 +2,8 @@
 //! daemon benchmarks need (a fast browser stub for BTCP, idle connections).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -11,7 +11,10 @@ use anyhow::{Context, Result, bail};
 use crate::load;
 use futures_util::{SinkExt, StreamExt};
 use rpc_core::codec::websocket;
+use rpc_core::router::Answer;
 use rpc_core::{NoParams, PeerHandle, Router};
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -224,11 +227,18 @@ pub async fn btcp_browser(base: &str, session: &str) -> Result<PeerHandle> {
     let url = format!("{base}/ws?clientType=browser&sessionId={session}");
     let (ws, _) =
         tokio_tungstenite::connect_async(url.as_str()).await.with_context(|| format!("connecting to {url}"))?;
+    // A browser whose tool costs nothing: the call is answered by the read
+    // loop itself (`method_now`), its arguments skipped rather than built
+    // into a `Value`, its result written as it stands. B3 measures the
+    // broker's forwarding; a stub that built and serialised a `Value` a call
+    // took more of the load side's core than the agents it answers.
+    static ANSWER: LazyLock<Box<RawValue>> = LazyLock::new(|| {
+        RawValue::from_string(r#"{"content":[{"type":"text","text":"ok"}],"isError":false}"#.to_owned())
+            .expect("the stub's answer is JSON")
+    });
     let router = Router::<()>::new()
-        .method("tools/call", |_, _: Value| async {
-            Ok(json!({"content": [{"type": "text", "text": "ok"}], "isError": false}))
-        })
-        .method("ping", |_, _: NoParams| async { Ok(json!({"pong": true})) })
+        .method_now("tools/call", |_, _: IgnoredAny| Answer::Now(Ok(&**ANSWER)))
+        .method_now("ping", |_, _: NoParams| Answer::Now(Ok(json!({"pong": true}))))
         .build()?;
     let peer = rpc_core::client::spawn(websocket::transport(ws), router, ());
     let tools =
@@ -310,4 +320,44 @@ pub fn rss_mib(pid: u32) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kib: f64 = status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stub as B3 uses it: registers `echo` and answers each call with
+    /// the same result, whatever its arguments, over a real WebSocket.
+    #[tokio::test]
+    async fn the_browser_stub_registers_echo_and_answers_every_call() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let registered = Arc::new(std::sync::Mutex::new(None));
+        let seen = registered.clone();
+        let broker = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let ws = tokio_tungstenite::accept_async(stream).await.unwrap();
+            let router = Router::<()>::new()
+                .method("tools/register", move |_, params: Value| {
+                    let tools = params["tools"].as_array().cloned().unwrap_or_default();
+                    *seen.lock().unwrap() = Some(tools.clone());
+                    async move { Ok(json!({ "registered": tools.len() })) }
+                })
+                .build()
+                .unwrap();
+            rpc_core::client::spawn(websocket::transport(ws), router, ())
+        });
+        let _browser = btcp_browser(&format!("ws://{addr}"), "s").await.unwrap();
+        let to_browser = broker.await.unwrap();
+        let tools = registered.lock().unwrap().clone().expect("the stub registered its tools");
+        assert_eq!(tools.len(), 1);
+        assert_eq!(tools[0]["name"], "echo");
+        for arguments in [json!({}), json!({"text": "hi", "n": [1, 2.5, {"deep": null}]})] {
+            let answer: Value =
+                to_browser.request("tools/call", json!({ "name": "echo", "arguments": arguments })).await.unwrap();
+            assert_eq!(answer, json!({"content": [{"type": "text", "text": "ok"}], "isError": false}));
+        }
+        let pong: Value = to_browser.request("ping", json!({})).await.unwrap();
+        assert_eq!(pong, json!({"pong": true}));
+    }
 }
