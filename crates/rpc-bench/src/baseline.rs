@@ -332,15 +332,14 @@ mod tests {
     async fn the_browser_stub_registers_echo_and_answers_every_call() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let registered = Arc::new(std::sync::Mutex::new(None));
-        let seen = registered.clone();
+        let (seen, mut registered) = tokio::sync::mpsc::unbounded_channel();
         let broker = tokio::spawn(async move {
             let (stream, _) = listener.accept().await.unwrap();
             let ws = tokio_tungstenite::accept_async(stream).await.unwrap();
             let router = Router::<()>::new()
                 .method("tools/register", move |_, params: Value| {
                     let tools = params["tools"].as_array().cloned().unwrap_or_default();
-                    *seen.lock().unwrap() = Some(tools.clone());
+                    let _ = seen.send(tools.clone());
                     async move { Ok(json!({ "registered": tools.len() })) }
                 })
                 .build()
@@ -349,7 +348,7 @@ mod tests {
         });
         let _browser = btcp_browser(&format!("ws://{addr}"), "s").await.unwrap();
         let to_browser = broker.await.unwrap();
-        let tools = registered.lock().unwrap().clone().expect("the stub registered its tools");
+        let tools = registered.try_recv().expect("the stub registered its tools");
         assert_eq!(tools.len(), 1);
         assert_eq!(tools[0]["name"], "echo");
         for arguments in [json!({}), json!({"text": "hi", "n": [1, 2.5, {"deep": null}]})] {
