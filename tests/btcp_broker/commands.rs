@@ -91,7 +91,8 @@ async fn the_commands_send_the_token() {
 
 #[tokio::test]
 async fn a_broker_that_is_not_running_is_a_clear_error() {
-    let port = integration_tests::free_port();
+    let held = integration_tests::HeldPort::new();
+    let port = held.port();
     let (code, _, err) = command(port, &["sessions"], None).await;
     assert_eq!(code, 1);
     assert!(err.contains("no btcp-broker is listening"), "{err}");
@@ -99,7 +100,8 @@ async fn a_broker_that_is_not_running_is_a_clear_error() {
 
 #[tokio::test]
 async fn client_commands_without_a_broker_say_how_to_start_one() {
-    let port = integration_tests::free_port();
+    let held = integration_tests::HeldPort::new();
+    let port = held.port();
     for args in [&["sessions"][..], &["tools", "demo"], &["call", "demo", "echo"]] {
         let (code, _, err) = command(port, args, None).await;
         assert_eq!(code, 1, "{args:?}: {err}");

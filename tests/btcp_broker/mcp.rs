@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use integration_tests::{McpClient, bin_path, free_port};
+use integration_tests::{HeldPort, McpClient, bin_path};
 use serde_json::{Value, json};
 
 use super::support::{Broker, Ws, http, scripted_browser};
@@ -215,7 +215,8 @@ async fn mcp_over_http_on_the_broker_port_with_its_token_and_origin_rules() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_stdio_waits_for_a_stopped_broker_and_picks_the_tools_up_when_it_is_back() {
-    let port = free_port();
+    let held = HeldPort::new();
+    let port = held.port();
     let Some(mut mcp) = McpClient::start() else { return };
     blocking(|| {
         open_stdio(&mut mcp, port, "later", "auto");
@@ -224,7 +225,7 @@ async fn mcp_stdio_waits_for_a_stopped_broker_and_picks_the_tools_up_when_it_is_
         assert_eq!(down["isError"], true, "{down}");
         assert!(McpClient::text(&down).contains("btcp-broker serve"), "says how to start it: {down}");
     });
-    let broker = Broker::start_on(port, &[]);
+    let broker = Broker::start_on(held.release(), &[]);
     let mut browser = broker.browser("later").await;
     browser.register(&["found"]).await;
     blocking(|| {

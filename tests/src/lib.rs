@@ -9,7 +9,7 @@ pub mod browser;
 mod ports;
 
 use ports::Wait;
-pub use ports::{PortTaken, distinct_free_ports, free_port, free_ports, on_free_ports};
+pub use ports::{HeldPort, PortTaken, distinct_free_ports, free_port, free_ports, on_free_ports};
 
 use parking_lot::Mutex;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -18,6 +18,43 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// A free port on 127.0.0.1 held back with nothing listening on it, for a
+/// test that points a client at a port before (or instead of) a daemon
+/// serving it. A connection to it is refused, and while it is held no other
+/// socket can take it: not another listener, and not an outgoing connection
+/// for its own end (which [`free_port`]'s choice cannot rule out over the
+/// seconds such a test takes). [`release`](Self::release) lets it go for
+/// the daemon that is to serve it.
+pub struct HeldPort {
+    port: u16,
+    _bound: tokio::net::TcpSocket,
+}
+
+impl HeldPort {
+    pub fn new() -> HeldPort {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(([127, 0, 0, 1], 0).into()).unwrap();
+        let port = socket.local_addr().unwrap().port();
+        HeldPort { port, _bound: socket }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Lets the port go and returns it, for the daemon that is to serve it
+    /// next (from here on it is as free as [`free_port`]'s).
+    pub fn release(self) -> u16 {
+        self.port
+    }
+}
+
+impl Default for HeldPort {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// `count` distinct free ports. Each listener is held until all are chosen:
 /// two calls of [`free_port`] in a row may be handed the same port, since the
 /// first listener is gone before the second asks.
@@ -144,5 +181,22 @@ mod tests {
         assert_eq!(tried.len(), 3);
         assert_eq!(started, tried[2].0);
         assert!(tried.iter().all(|(a, b)| a != b));
+    }
+
+    #[test]
+    fn a_held_port_refuses_connections_and_no_one_else_takes_it_until_released() {
+        use std::io::ErrorKind;
+        use std::net::TcpStream;
+        let held = HeldPort::new();
+        let port = held.port();
+        let refused = TcpStream::connect(("127.0.0.1", port)).unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::ConnectionRefused, "nothing listens on a held port");
+        assert!(!anyone_listens_on(port));
+        let taken = TcpListener::bind(("127.0.0.1", port)).unwrap_err();
+        assert_eq!(taken.kind(), ErrorKind::AddrInUse, "a held port cannot be bound by another socket");
+        assert_eq!(held.release(), port);
+        let daemon = TcpListener::bind(("127.0.0.1", port)).expect("a released port is free again");
+        assert!(listens_on(std::process::id(), port));
+        drop(daemon);
     }
 }

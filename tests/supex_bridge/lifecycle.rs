@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use integration_tests::{Daemon, LineClient, eventually, free_port, free_ports, on_free_ports, pids_matching, run};
+use integration_tests::{Daemon, LineClient, eventually, free_ports, on_free_ports, pids_matching, run};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -194,7 +194,8 @@ fn call_and_ping_commands_talk_to_the_bridge() {
     let repl_port = bridge.repl.port().to_string();
     let (status, _, _) = run(BIN, &["ping", "--repl"], &[("SUPEX_REPL_PORT", &repl_port)]);
     assert!(status.success());
-    let dead = free_port().to_string();
+    let held = integration_tests::HeldPort::new();
+    let dead = held.port().to_string();
     let (status, _, stderr) = run(BIN, &["ping", "--timeout", "1"], &[("SUPEX_PORT", &dead)]);
     assert_eq!(status.code(), Some(1));
     assert!(stderr.contains(&format!("no supex-bridge is listening at 127.0.0.1:{dead}")), "{stderr}");

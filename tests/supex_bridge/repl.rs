@@ -213,7 +213,8 @@ fn the_repl_command_reconnects_when_the_server_comes_back() {
 fn the_repl_command_without_a_server_says_how_to_start_one_and_exits() {
     // No Ruby needed: nothing listens. Input from a pipe (here: at EOF) cannot
     // wait for someone to start the daemon, so this is said once, at once.
-    let port = integration_tests::free_port().to_string();
+    let held = integration_tests::HeldPort::new();
+    let port = held.port().to_string();
     let started = Instant::now();
     let (status, stdout, stderr) =
         integration_tests::run(crate::support::BIN, &["repl"], &[("SUPEX_REPL_PORT", &port)]);

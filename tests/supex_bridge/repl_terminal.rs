@@ -120,7 +120,8 @@ async fn at_a_terminal_the_repl_waits_for_a_server_that_is_not_up_yet() {
     if !integration_tests::require_tool("ruby") {
         return;
     }
-    let repl_port = integration_tests::free_port();
+    let held = integration_tests::HeldPort::new();
+    let repl_port = held.port();
     let history = tempfile::tempdir().unwrap();
     let pty = nix::pty::openpty(None, None).unwrap();
     let master = std::fs::File::from(pty.master);
@@ -146,7 +147,7 @@ async fn at_a_terminal_the_repl_waits_for_a_server_that_is_not_up_yet() {
     terminal.expect("start it with `supex-bridge serve`");
     terminal.expect("waiting up to 30 s for it");
 
-    let port = repl_port.to_string();
+    let port = held.release().to_string();
     let _bridge = Bridge::start_unchecked(&[("SUPEX_REPL_PORT", &port)]);
     terminal.expect("connected to");
     terminal.expect("supex> ");
