@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use integration_tests::{NotifySocket, SocketActivated, eventually, free_port, require_tool};
+use integration_tests::{NotifySocket, SocketActivated, eventually, require_tool};
 
 use crate::support::Ws;
 
@@ -13,9 +13,9 @@ async fn socket_activation_hands_over_the_socket_and_ready_is_notified() {
         return;
     }
     let notify = NotifySocket::new();
-    let port = free_port();
     let notify_path = notify.path().display().to_string();
-    let broker = SocketActivated::start("btcp-broker", port, None, &[("NOTIFY_SOCKET", &notify_path)]);
+    let broker = SocketActivated::start("btcp-broker", None, &[("NOTIFY_SOCKET", &notify_path)]);
+    let port = broker.port;
     // The first connection starts the broker on the socket systemd holds.
     let mut agent = Ws::connect(&format!("ws://127.0.0.1:{port}/ws?clientType=agent")).await;
     let reply = agent.call(1, "ping", serde_json::json!({})).await;

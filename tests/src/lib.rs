@@ -435,17 +435,23 @@ impl NotifySocket {
 }
 
 /// A daemon started the way systemd's socket activation starts it:
-/// `systemd-socket-activate` holds a listening socket on `port` and execs the
-/// daemon with it at fd 3 (`LISTEN_FDS`) on the first connection.
+/// `systemd-socket-activate` holds a listening socket on [`port`](Self::port)
+/// and execs the daemon with it at fd 3 (`LISTEN_FDS`) on the first connection.
 pub struct SocketActivated {
     child: Child,
     _dir: tempfile::TempDir,
     log: PathBuf,
+    pub port: u16,
 }
 
 impl SocketActivated {
-    /// `fd_name` is the socket's `FileDescriptorName=`; `env` is passed with `-E`.
-    pub fn start(bin: &str, port: u16, fd_name: Option<&str>, env: &[(&str, &str)]) -> SocketActivated {
+    /// On a free port (chosen again if another process had it). `fd_name` is
+    /// the socket's `FileDescriptorName=`; `env` is passed with `-E`.
+    pub fn start(bin: &str, fd_name: Option<&str>, env: &[(&str, &str)]) -> SocketActivated {
+        on_free_ports(|[port]| Self::try_start(bin, port, fd_name, env))
+    }
+
+    fn try_start(bin: &str, port: u16, fd_name: Option<&str>, env: &[(&str, &str)]) -> Result<Self, PortTaken> {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("daemon.log");
         let mut cmd = Command::new("systemd-socket-activate");
@@ -468,10 +474,17 @@ impl SocketActivated {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let activated = SocketActivated { child, _dir: dir, log };
-        let listening = eventually(Duration::from_secs(10), || activated.log().contains("Listening on"));
-        assert!(listening, "systemd-socket-activate did not listen:\n{}", activated.log());
-        activated
+        let mut activated = SocketActivated { child, _dir: dir, log, port };
+        let settled = eventually(Duration::from_secs(10), || {
+            activated.log().contains("Listening on") || activated.child.try_wait().is_ok_and(|exit| exit.is_some())
+        });
+        let log = activated.log();
+        if log.contains("Listening on") {
+            return Ok(activated);
+        }
+        // It says so twice ("Failed to listen on ...: Address already in use").
+        assert!(settled && log.contains("Address already in use"), "systemd-socket-activate did not listen:\n{log}");
+        Err(PortTaken)
     }
 
     /// What the launcher and the daemon wrote to stderr.
@@ -752,5 +765,26 @@ impl NatsServer {
 impl Drop for NatsServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port another process has is chosen again, as for every daemon the
+    /// tests start ([`on_free_ports`]); the launcher's refusal is told apart
+    /// from its other failures by what it prints.
+    #[test]
+    fn socket_activation_on_a_taken_port_is_started_again_on_another() {
+        if !require_tool("systemd-socket-activate") {
+            return;
+        }
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        assert!(SocketActivated::try_start("btcp-broker", port, None, &[]).is_err(), "port {port} is taken");
+        let activated = SocketActivated::start("btcp-broker", None, &[]);
+        assert_ne!(activated.port, port);
+        assert!(activated.log().contains("Listening on"), "{}", activated.log());
     }
 }

@@ -37,9 +37,9 @@ fn a_socket_passed_by_systemd_is_used() {
     if !require_tool("systemd-socket-activate") || !require_tool("ruby") {
         return;
     }
-    let port = free_port();
     let env = [("SUPEX_REPL_DISABLED", "1"), ("SUPEX_PORT", "1")];
-    let bridge = SocketActivated::start(BIN, port, Some("bridge"), &env);
+    let bridge = SocketActivated::start(BIN, Some("bridge"), &env);
+    let port = bridge.port;
     let mut client = LineClient::connect(format!("127.0.0.1:{port}").parse().unwrap());
     assert_eq!(client.call(1, "ping", json!({}))["result"]["status"], "ok");
     // The log is written by its own thread: the line may follow the answer.
