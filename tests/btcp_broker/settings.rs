@@ -31,10 +31,22 @@ fn a_non_loopback_address_without_a_token_is_refused() {
 }
 
 /// What the broker logs at start under `ulimit` settings given to `sh`, with
-/// `BTCP_MAX_CONNECTIONS=max`; stopped once it listens.
+/// `BTCP_MAX_CONNECTIONS=max`; stopped once it listens (on a port chosen
+/// again if another process had it).
 fn start_log_under(ulimit: &str, max: u64) -> String {
+    integration_tests::on_free_ports(|[port]| {
+        let log = log_on_port_under(port, ulimit, max);
+        if log.contains("Address already in use") {
+            return Err(integration_tests::PortTaken);
+        }
+        assert!(log.contains("listening on"), "the broker did not start under `ulimit {ulimit}`:\n{log}");
+        Ok(log)
+    })
+}
+
+fn log_on_port_under(port: u16, ulimit: &str, max: u64) -> String {
     use std::io::{BufRead, BufReader};
-    let port = integration_tests::free_port().to_string();
+    let port = port.to_string();
     let mut child = std::process::Command::new("sh")
         .args(["-c", &format!("ulimit {ulimit} && exec \"$0\"")])
         .arg(integration_tests::bin_path("btcp-broker"))
@@ -55,7 +67,6 @@ fn start_log_under(ulimit: &str, max: u64) -> String {
     }
     let _ = child.kill();
     let _ = child.wait();
-    assert!(log.contains("listening on"), "the broker did not start under `ulimit {ulimit}`:\n{log}");
     log
 }
 
