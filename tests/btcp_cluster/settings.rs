@@ -1,7 +1,7 @@
 //! The cluster's settings at start, and what a client sees of the whole
 //! cluster from any node: `/health`, `btcp-broker sessions`, `/mcp`.
 
-use integration_tests::{NatsServer, free_ports, run};
+use integration_tests::{HeldPort, NatsServer, free_port, run};
 use serde_json::json;
 
 use crate::cluster::{brokers, nats_available, wait_owned};
@@ -19,9 +19,10 @@ fn a_cluster_name_nats_would_read_as_a_pattern_stops_the_broker_with_exit_2() {
 
 #[test]
 fn unreachable_nats_stops_the_broker_with_exit_1_naming_btcp_cluster() {
-    let [port, nats_port] = free_ports();
-    let port = port.to_string();
-    let nats = format!("nats://127.0.0.1:{nats_port}");
+    let port = free_port().to_string();
+    // Held, so that nothing can be listening there.
+    let no_nats = HeldPort::new();
+    let nats = format!("nats://127.0.0.1:{}", no_nats.port());
     let (status, _, stderr) =
         run("btcp-broker", &["serve"], &[("BTCP_PORT", port.as_str()), ("BTCP_CLUSTER", nats.as_str())]);
     assert_eq!(status.code(), Some(1), "{stderr}");

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use integration_tests::{Daemon, McpClient, bin_path, free_ports, require_tool};
+use integration_tests::{Daemon, HeldPort, McpClient, bin_path, require_tool};
 use serde_json::{Value, json};
 
 use super::support::{BIN, Bridge};
@@ -101,7 +101,8 @@ fn mcp_reports_a_stopped_bridge_and_reconnects_when_it_is_back() {
         return;
     }
     let Some(mut mcp) = McpClient::start() else { return };
-    let [port, repl_port] = free_ports();
+    let held = [HeldPort::new(), HeldPort::new()];
+    let [port, repl_port] = [held[0].port(), held[1].port()];
     open(&mut mcp, port, &[], &[], "auto");
 
     // With the bridge down the agent still sees its tools (and a call says
@@ -123,6 +124,9 @@ fn mcp_reports_a_stopped_bridge_and_reconnects_when_it_is_back() {
         daemon.wait_for_port(format!("127.0.0.1:{port}").parse().unwrap());
         daemon
     };
+    for held in held {
+        held.release();
+    }
     let mut daemon = start();
     let up = call(&mut mcp, "eval_ruby", json!({"code": "$before = 7"}));
     assert_eq!(up["structuredContent"]["result"], "7", "{up}");
