@@ -27,3 +27,19 @@ async fn socket_activation_hands_over_the_socket_and_ready_is_notified() {
     let log = broker.log();
     assert_eq!(broker.terminate().code(), Some(0), "{log}");
 }
+
+/// The harness's socket activation on a port another process has: refused
+/// there (told apart from the launcher's other failures by what it prints),
+/// and started again on another port, as every daemon the tests start is.
+#[test]
+fn socket_activation_on_a_taken_port_is_started_again_on_another() {
+    if !require_tool("systemd-socket-activate") {
+        return;
+    }
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    assert!(SocketActivated::try_start("btcp-broker", port, None, &[]).is_err(), "port {port} is taken");
+    let activated = SocketActivated::start("btcp-broker", None, &[]);
+    assert_ne!(activated.port, port);
+    assert!(activated.log().contains("Listening on"), "{}", activated.log());
+}

@@ -43,9 +43,19 @@ impl HeldPort {
     }
 
     /// Lets the port go and returns it, for the daemon that is to serve it
-    /// next (from here on it is as free as [`free_port`]'s).
+    /// next (from here on it is as free as [`free_port`]'s). Returns once the
+    /// port can be bound: a child that another thread of this process is
+    /// starting holds a copy of every socket from its fork until its exec
+    /// (close-on-exec closes it only then), so the port may stay bound for
+    /// that moment after ours is closed.
     pub fn release(self) -> u16 {
-        self.port
+        let HeldPort { port, _bound } = self;
+        drop(_bound);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while TcpListener::bind(("127.0.0.1", port)).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        port
     }
 }
 
@@ -153,6 +163,7 @@ fn anyone_listens_on(port: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::eventually;
 
     #[test]
     fn a_port_is_listened_on_by_its_holder_only() {
@@ -167,7 +178,9 @@ mod tests {
         let _ = other.kill();
         let _ = other.wait();
         drop(listener);
-        assert!(!anyone_listens_on(port));
+        // Another test's child, between its fork and its exec, may hold a
+        // copy of the listener for that moment (see `HeldPort::release`).
+        assert!(eventually(Duration::from_secs(5), || !anyone_listens_on(port)));
         assert!(!listens_on(std::process::id(), port));
     }
 
@@ -195,8 +208,14 @@ mod tests {
         let taken = TcpListener::bind(("127.0.0.1", port)).unwrap_err();
         assert_eq!(taken.kind(), ErrorKind::AddrInUse, "a held port cannot be bound by another socket");
         assert_eq!(held.release(), port);
-        let daemon = TcpListener::bind(("127.0.0.1", port)).expect("a released port is free again");
+        // Another test's child, between its fork and its exec, may hold a
+        // copy of any socket of this process for that moment (see `release`).
+        let mut daemon = None;
+        let bound = eventually(Duration::from_secs(5), || {
+            daemon = TcpListener::bind(("127.0.0.1", port)).ok();
+            daemon.is_some()
+        });
+        assert!(bound, "a released port is free again");
         assert!(listens_on(std::process::id(), port));
-        drop(daemon);
     }
 }
