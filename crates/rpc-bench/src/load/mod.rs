@@ -120,8 +120,13 @@ mod tests {
                     assert!(run.report.requests > 100, "{target}: {:?}", run.report);
                     assert_eq!(run.report.errors, 0);
                     assert!(run.report.p50_us > 0.0 && run.report.p99_us >= run.report.p50_us);
-                    // The echo runs in this process: both sides are this process.
-                    assert!(run.busy.load > 0.0 && run.busy.server == Some(run.busy.load), "{:?}", run.busy);
+                    // The echo runs in this process: both sides are this
+                    // process, read a moment apart. Other tests' threads
+                    // may spend CPU in that moment: a clock tick (10 ms)
+                    // or two at each end of the run, not more.
+                    let ticks = 0.04 / load(target.clone(), window).duration.as_secs_f64();
+                    let server = run.busy.server.expect("the server's share, of the pid given");
+                    assert!(run.busy.load > 0.0 && (server - run.busy.load).abs() <= ticks, "{:?}", run.busy);
                 }
             }
         });
