@@ -36,7 +36,7 @@ fn a_non_loopback_address_without_a_token_is_refused() {
 fn start_log_under(ulimit: &str, max: u64) -> String {
     integration_tests::on_free_ports(|[port]| {
         let log = log_on_port_under(port, ulimit, max);
-        if log.contains("Address already in use") {
+        if integration_tests::says_port_taken(&log) {
             return Err(integration_tests::PortTaken);
         }
         assert!(log.contains("listening on"), "the broker did not start under `ulimit {ulimit}`:\n{log}");

@@ -9,7 +9,7 @@ pub mod browser;
 mod ports;
 
 use ports::Wait;
-pub use ports::{HeldPort, PortTaken, distinct_free_ports, free_port, free_ports, on_free_ports};
+pub use ports::{HeldPort, PortTaken, distinct_free_ports, free_port, free_ports, on_free_ports, says_port_taken};
 
 use parking_lot::Mutex;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -218,7 +218,7 @@ impl Daemon {
             Wait::Exited { status, taken } => {
                 // Its last lines, which may say why (a failing log reader has none).
                 let _ = self.stderr_done.lock().recv_timeout(Duration::from_secs(2));
-                if taken || self.stderr().to_lowercase().contains("address already in use") {
+                if taken || says_port_taken(&self.stderr()) {
                     return Err(PortTaken);
                 }
                 panic!("{} exited with {status} before listening:\n{}", self.name, self.stderr());
@@ -484,7 +484,7 @@ impl SocketActivated {
             return Ok(activated);
         }
         // It says so twice ("Failed to listen on ...: Address already in use").
-        assert!(settled && log.contains("Address already in use"), "systemd-socket-activate did not listen:\n{log}");
+        assert!(settled && says_port_taken(&log), "systemd-socket-activate did not listen:\n{log}");
         Err(PortTaken)
     }
 

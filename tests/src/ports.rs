@@ -51,10 +51,7 @@ impl HeldPort {
     pub fn release(self) -> u16 {
         let HeldPort { port, _bound } = self;
         drop(_bound);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while TcpListener::bind(("127.0.0.1", port)).is_err() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        crate::eventually(Duration::from_secs(5), || TcpListener::bind(("127.0.0.1", port)).is_ok());
         port
     }
 }
@@ -63,6 +60,12 @@ impl Default for HeldPort {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Whether a daemon's (or launcher's) log says it could not bind its port
+/// because another socket had it.
+pub fn says_port_taken(log: &str) -> bool {
+    log.to_lowercase().contains("address already in use")
 }
 
 /// `count` distinct free ports. Each listener is held until all are chosen:

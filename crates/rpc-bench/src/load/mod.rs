@@ -116,7 +116,8 @@ mod tests {
         runtime().block_on(async {
             for target in echo_targets().await {
                 for (window, exact) in [(64, false), (1, true)] {
-                    let run = measure(&Load { exact, ..load(target.clone(), window) }).await.unwrap();
+                    let spec = Load { exact, ..load(target.clone(), window) };
+                    let run = measure(&spec).await.unwrap();
                     assert!(run.report.requests > 100, "{target}: {:?}", run.report);
                     assert_eq!(run.report.errors, 0);
                     assert!(run.report.p50_us > 0.0 && run.report.p99_us >= run.report.p50_us);
@@ -124,7 +125,7 @@ mod tests {
                     // process, read a moment apart. Other tests' threads
                     // may spend CPU in that moment: a clock tick (10 ms)
                     // or two at each end of the run, not more.
-                    let ticks = 0.04 / load(target.clone(), window).duration.as_secs_f64();
+                    let ticks = 0.04 / spec.duration.as_secs_f64();
                     let server = run.busy.server.expect("the server's share, of the pid given");
                     assert!(run.busy.load > 0.0 && (server - run.busy.load).abs() <= ticks, "{:?}", run.busy);
                 }
