@@ -7,9 +7,11 @@
 
 pub mod browser;
 mod ports;
+mod wait;
 
 use ports::Wait;
 pub use ports::{HeldPort, PortTaken, distinct_free_ports, free_port, free_ports, on_free_ports, says_port_taken};
+pub use wait::eventually;
 
 use parking_lot::Mutex;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -385,18 +387,6 @@ pub fn pids_matching(needle: &str) -> Vec<u32> {
         }
     }
     pids
-}
-
-/// Polls `check` until it holds or `timeout` passes.
-pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    check()
 }
 
 /// A stand-in for systemd's notification socket: point a daemon's

@@ -51,7 +51,7 @@ impl HeldPort {
     pub fn release(self) -> u16 {
         let HeldPort { port, _bound } = self;
         drop(_bound);
-        crate::eventually(Duration::from_secs(5), || TcpListener::bind(("127.0.0.1", port)).is_ok());
+        crate::wait::eventually(Duration::from_secs(5), || TcpListener::bind(("127.0.0.1", port)).is_ok());
         port
     }
 }
@@ -166,7 +166,7 @@ fn anyone_listens_on(port: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eventually;
+    use crate::wait::eventually;
 
     #[test]
     fn a_port_is_listened_on_by_its_holder_only() {
