@@ -38,7 +38,11 @@ fn socket_activation_on_a_taken_port_is_started_again_on_another() {
     }
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
-    assert!(SocketActivated::try_start("btcp-broker", port, None, &[]).is_err(), "port {port} is taken");
+    assert!(SocketActivated::try_start("btcp-broker", &[], &[port], None, &[]).is_err(), "port {port} is taken");
+    // Taken as the second of two: the first's "Listening on" is not enough.
+    let free = integration_tests::HeldPort::new().release();
+    let second = SocketActivated::try_start("btcp-broker", &[], &[free, port], None, &[]);
+    assert!(second.is_err(), "port {port} is taken");
     let activated = SocketActivated::start("btcp-broker", None, &[]);
     assert_ne!(activated.port, port);
     assert!(activated.log().contains("Listening on"), "{}", activated.log());

@@ -1,7 +1,7 @@
 //! The cluster's settings at start, and what a client sees of the whole
 //! cluster from any node: `/health`, `btcp-broker sessions`, `/mcp`.
 
-use integration_tests::{HeldPort, NatsServer, free_port, run};
+use integration_tests::{HeldPort, NatsServer, run};
 use serde_json::json;
 
 use crate::cluster::{brokers, nats_available, wait_owned};
@@ -19,10 +19,13 @@ fn a_cluster_name_nats_would_read_as_a_pattern_stops_the_broker_with_exit_2() {
 
 #[test]
 fn unreachable_nats_stops_the_broker_with_exit_1_naming_btcp_cluster() {
-    let port = free_port().to_string();
     // Held, so that nothing can be listening there.
     let no_nats = HeldPort::new();
     let nats = format!("nats://127.0.0.1:{}", no_nats.port());
+    // Held too: the cluster is joined before the port is bound, so a broker
+    // that cannot join never gets as far as finding its port taken.
+    let own = HeldPort::new();
+    let port = own.port().to_string();
     let (status, _, stderr) =
         run("btcp-broker", &["serve"], &[("BTCP_PORT", port.as_str()), ("BTCP_CLUSTER", nats.as_str())]);
     assert_eq!(status.code(), Some(1), "{stderr}");

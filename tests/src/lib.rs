@@ -10,11 +10,13 @@ mod ports;
 mod wait;
 
 use ports::Wait;
-pub use ports::{HeldPort, PortTaken, distinct_free_ports, free_port, free_ports, on_free_ports, says_port_taken};
+pub use ports::{
+    HeldPort, PortTaken, distinct_free_ports, free_port, free_ports, on_free_port_list, on_free_ports, says_port_taken,
+};
 pub use wait::eventually;
 
 use parking_lot::Mutex;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -217,16 +219,21 @@ impl Daemon {
     pub fn listening_on(&mut self, addr: SocketAddr) -> Result<(), PortTaken> {
         match ports::wait_listening(self.child.as_mut().unwrap(), addr.port(), Duration::from_secs(20)) {
             Wait::Listening => Ok(()),
-            Wait::Exited { status, taken } => {
-                // Its last lines, which may say why (a failing log reader has none).
-                let _ = self.stderr_done.lock().recv_timeout(Duration::from_secs(2));
-                if taken || says_port_taken(&self.stderr()) {
-                    return Err(PortTaken);
-                }
-                panic!("{} exited with {status} before listening:\n{}", self.name, self.stderr());
-            }
+            Wait::Exited { status, taken } => Err(self.exited_before("listening", status, taken)),
             Wait::TimedOut => panic!("{} did not listen on {addr} within 20 s:\n{}", self.name, self.stderr()),
         }
+    }
+
+    /// The daemon exited before `what`: [`PortTaken`] if that was because
+    /// another process had its port (`taken`, or its log says so); panics
+    /// with its log otherwise.
+    fn exited_before(&self, what: &str, status: ExitStatus, taken: bool) -> PortTaken {
+        // Its last lines, which may say why (a failing log reader has none).
+        let _ = self.stderr_done.lock().recv_timeout(Duration::from_secs(2));
+        if taken || says_port_taken(&self.stderr()) {
+            return PortTaken;
+        }
+        panic!("{} exited with {status} before {what}:\n{}", self.name, self.stderr());
     }
 
     /// Waits until the daemon's stderr contains `needle`.
@@ -408,7 +415,6 @@ impl NotifySocket {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("notify.sock");
         let socket = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
-        socket.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         NotifySocket { _dir: dir, path, socket }
     }
 
@@ -418,15 +424,43 @@ impl NotifySocket {
 
     /// Waits (at most 20 s) for the daemon's `READY=1`.
     pub fn expect_ready(&self) {
+        self.socket.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut buf = [0u8; 64];
         let n = self.socket.recv(&mut buf).expect("no READY=1 within 20 s");
         assert_eq!(&buf[..n], b"READY=1");
+    }
+
+    /// Waits (at most 20 s) for `daemon`'s `READY=1`; [`PortTaken`] if it
+    /// exited first because another process had its port (for
+    /// [`on_free_ports`] to choose again), a panic with its log if it exited
+    /// for another reason.
+    pub fn ready_from(&self, daemon: &mut Daemon) -> Result<(), PortTaken> {
+        self.socket.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut buf = [0u8; 64];
+        loop {
+            // Read before the socket is: a daemon gone by then had sent all it would.
+            let exited = daemon.child.as_mut().unwrap().try_wait().unwrap();
+            match self.socket.recv(&mut buf) {
+                Ok(n) => {
+                    assert_eq!(&buf[..n], b"READY=1");
+                    return Ok(());
+                }
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(e) => panic!("reading the notify socket: {e}"),
+            }
+            if let Some(status) = exited {
+                return Err(daemon.exited_before("READY=1", status, false));
+            }
+            assert!(Instant::now() < deadline, "no READY=1 within 20 s:\n{}", daemon.stderr());
+        }
     }
 }
 
 /// A daemon started the way systemd's socket activation starts it:
 /// `systemd-socket-activate` holds a listening socket on [`port`](Self::port)
-/// and execs the daemon with it at fd 3 (`LISTEN_FDS`) on the first connection.
+/// (and on any other port given) and execs the daemon with them from fd 3 on
+/// (`LISTEN_FDS`) at the first connection.
 pub struct SocketActivated {
     child: Child,
     _dir: tempfile::TempDir,
@@ -438,15 +472,24 @@ impl SocketActivated {
     /// On a free port (chosen again if another process had it). `fd_name` is
     /// the socket's `FileDescriptorName=`; `env` is passed with `-E`.
     pub fn start(bin: &str, fd_name: Option<&str>, env: &[(&str, &str)]) -> SocketActivated {
-        on_free_ports(|[port]| Self::try_start(bin, port, fd_name, env))
+        on_free_ports(|[port]| Self::try_start(bin, &[], &[port], fd_name, env))
     }
 
-    /// On `port`; [`PortTaken`] if another process has it.
-    pub fn try_start(bin: &str, port: u16, fd_name: Option<&str>, env: &[(&str, &str)]) -> Result<Self, PortTaken> {
+    /// `bin` with `args`, a listening socket on each of `ports` (the first is
+    /// [`port`](Self::port)); [`PortTaken`] if another process has one.
+    pub fn try_start(
+        bin: &str,
+        args: &[&str],
+        ports: &[u16],
+        fd_name: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Result<Self, PortTaken> {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("daemon.log");
         let mut cmd = Command::new("systemd-socket-activate");
-        cmd.args(["-l", &format!("127.0.0.1:{port}")]);
+        for port in ports {
+            cmd.args(["-l", &format!("127.0.0.1:{port}")]);
+        }
         if let Some(name) = fd_name {
             cmd.arg(format!("--fdname={name}"));
         }
@@ -459,18 +502,21 @@ impl SocketActivated {
         }
         let child = cmd
             .arg(bin_path(bin))
+            .args(args)
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let mut activated = SocketActivated { child, _dir: dir, log, port };
+        let mut activated = SocketActivated { child, _dir: dir, log, port: ports[0] };
+        // One line a socket ("Listening on 127.0.0.1:port as 3.").
+        let listening = |log: &str| log.matches("Listening on").count() == ports.len();
         let settled = eventually(Duration::from_secs(10), || {
-            activated.log().contains("Listening on") || activated.child.try_wait().is_ok_and(|exit| exit.is_some())
+            listening(&activated.log()) || activated.child.try_wait().is_ok_and(|exit| exit.is_some())
         });
         let log = activated.log();
-        if log.contains("Listening on") {
+        if listening(&log) {
             return Ok(activated);
         }
         // It says so twice ("Failed to listen on ...: Address already in use").
@@ -483,11 +529,17 @@ impl SocketActivated {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// SIGTERM (to the daemon, which the launcher exec'd into), then its exit status.
+    /// SIGTERM (to the daemon, which the launcher exec'd into), then its exit
+    /// status; panics if it has not stopped within 15 s.
     pub fn terminate(mut self) -> ExitStatus {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        self.child.wait().unwrap()
+        let mut status = None;
+        eventually(Duration::from_secs(15), || {
+            status = self.child.try_wait().unwrap();
+            status.is_some()
+        });
+        status.unwrap_or_else(|| panic!("still running 15 s after SIGTERM:\n{}", self.log()))
     }
 }
 
@@ -671,6 +723,8 @@ pub fn mcp_inspector(args: &[&str]) -> Option<Value> {
 pub struct NatsServer {
     child: Option<Child>,
     pub port: u16,
+    /// The port it listens on for its cluster's routes, if it is in one.
+    route: Option<u16>,
     args: Vec<String>,
     _store: tempfile::TempDir,
 }
@@ -683,28 +737,31 @@ impl NatsServer {
 
     /// One server, alone.
     pub fn start() -> NatsServer {
-        on_free_ports(|[port]| Self::start_with(port, &[]))
+        on_free_ports(|[port]| Self::start_with(port, None, &[]))
     }
 
     /// Servers joined in one NATS cluster by routes, each with JetStream and
-    /// the server name and cluster name JetStream clustering asks for.
+    /// the server name and cluster name JetStream clustering asks for. All
+    /// are started again on other ports if another process had one of them.
     pub fn start_cluster(count: usize) -> Vec<NatsServer> {
-        let ports = distinct_free_ports(2 * count);
-        let (route_ports, client_ports) = ports.split_at(count);
-        let routes: Vec<String> = route_ports.iter().map(|p| format!("nats://127.0.0.1:{p}")).collect();
-        let routes = routes.join(",");
-        (0..count)
-            .map(|i| {
-                let name = format!("n{i}");
-                let listen = format!("nats://127.0.0.1:{}", route_ports[i]);
-                let extra = ["-n", &name, "--cluster_name", "btcp-test", "--cluster", &listen, "--routes", &routes];
-                Self::start_with(client_ports[i], &extra)
-                    .unwrap_or_else(|PortTaken| panic!("another process had port {}", client_ports[i]))
-            })
-            .collect()
+        on_free_port_list(2 * count, |ports| {
+            let (route_ports, client_ports) = ports.split_at(count);
+            let routes: Vec<String> = route_ports.iter().map(|p| format!("nats://127.0.0.1:{p}")).collect();
+            let routes = routes.join(",");
+            // The first server that lost a port ends the collection, and
+            // those started before it are dropped (killed).
+            (0..count)
+                .map(|i| {
+                    let name = format!("n{i}");
+                    let listen = format!("nats://127.0.0.1:{}", route_ports[i]);
+                    let extra = ["-n", &name, "--cluster_name", "btcp-test", "--cluster", &listen, "--routes", &routes];
+                    Self::start_with(client_ports[i], Some(route_ports[i]), &extra)
+                })
+                .collect()
+        })
     }
 
-    fn start_with(port: u16, extra: &[&str]) -> Result<NatsServer, PortTaken> {
+    fn start_with(port: u16, route: Option<u16>, extra: &[&str]) -> Result<NatsServer, PortTaken> {
         let store = tempfile::tempdir().unwrap();
         let mut args: Vec<String> =
             ["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd", &store.path().display().to_string()]
@@ -712,13 +769,14 @@ impl NatsServer {
                 .map(|s| s.to_string())
                 .collect();
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut server = NatsServer { child: None, port, args, _store: store };
+        let mut server = NatsServer { child: None, port, route, args, _store: store };
         server.spawn()?;
         Ok(server)
     }
 
     /// Starts the server and waits until it listens on its port itself;
-    /// [`PortTaken`] if it exited while another process had the port.
+    /// [`PortTaken`] if it exited while another process had the port (or
+    /// its route port).
     fn spawn(&mut self) -> Result<(), PortTaken> {
         let child = Command::new(Self::binary())
             .args(&self.args)
@@ -729,7 +787,7 @@ impl NatsServer {
             .unwrap_or_else(|e| panic!("starting {}: {e}", Self::binary()));
         match ports::wait_listening(self.child.insert(child), self.port, Duration::from_secs(10)) {
             Wait::Listening => Ok(()),
-            Wait::Exited { taken: true, .. } => Err(PortTaken),
+            Wait::Exited { taken, .. } if taken || self.route.is_some_and(ports::anyone_listens_on) => Err(PortTaken),
             other => panic!("nats-server did not listen on 127.0.0.1:{}: {other:?}", self.port),
         }
     }
@@ -756,5 +814,26 @@ impl NatsServer {
 impl Drop for NatsServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cluster member whose route port another process has is told apart
+    /// (for [`NatsServer::start_cluster`] to choose all ports again), as one
+    /// whose client port is taken is.
+    #[test]
+    fn a_nats_server_whose_route_port_is_taken_is_told_apart() {
+        if !require_tool(&NatsServer::binary()) {
+            return;
+        }
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let route = taken.local_addr().unwrap().port();
+        let listen = format!("nats://127.0.0.1:{route}");
+        let extra = ["-n", "n0", "--cluster_name", "btcp-test", "--cluster", &listen];
+        let client = HeldPort::new().release();
+        assert!(NatsServer::start_with(client, Some(route), &extra).is_err(), "route port {route} is taken");
     }
 }

@@ -91,12 +91,18 @@ const TRIES: usize = 5;
 /// Runs `start` on freshly chosen distinct free ports until what it starts
 /// holds them, choosing again when `start` reports [`PortTaken`].
 pub fn on_free_ports<const N: usize, T>(mut start: impl FnMut([u16; N]) -> Result<T, PortTaken>) -> T {
+    on_free_port_list(N, |ports| start(ports.try_into().expect("as many ports as asked for")))
+}
+
+/// [`on_free_ports`] for a count known only at run time (a cluster's).
+pub fn on_free_port_list<T>(count: usize, mut start: impl FnMut(Vec<u16>) -> Result<T, PortTaken>) -> T {
     for _ in 1..TRIES {
-        if let Ok(started) = start(free_ports()) {
+        if let Ok(started) = start(distinct_free_ports(count)) {
             return started;
         }
     }
-    start(free_ports()).unwrap_or_else(|PortTaken| panic!("{TRIES} sets of free ports were all taken by others"))
+    start(distinct_free_ports(count))
+        .unwrap_or_else(|PortTaken| panic!("{TRIES} sets of free ports were all taken by others"))
 }
 
 /// What became of a process started to listen on a port ([`wait_listening`]).
@@ -159,7 +165,7 @@ fn listens_on(pid: u32, port: u16) -> bool {
 }
 
 /// Whether any process listens on TCP `port`.
-fn anyone_listens_on(port: u16) -> bool {
+pub(crate) fn anyone_listens_on(port: u16) -> bool {
     !listening_sockets(port).is_empty()
 }
 
