@@ -10,19 +10,23 @@ use crate::support::{Task, is_status, output_line};
 #[test]
 fn an_injected_prompt_is_prepended_once_and_two_are_both_kept() {
     let task = Task::new("inject", 3);
-    task.mode("slow 10");
+    // The first agent waits at a gate until both prompts are in, so they are
+    // still pending when the test looks, however slow the machine is.
+    std::fs::write(task.dir().join("fake-mode-US-001"), "gate\n").unwrap();
+    std::fs::write(task.dir().join("gate"), "").unwrap();
+    task.hold();
     let mut daemon = task.run(&[]);
     let mut client = task.connect(&daemon);
     client.call("subscribe", json!({"events": ["output"]}));
-    client.until_line(|l| l.starts_with("working"));
+    task.release();
+    client.until_line(|l| l == "waiting at the gate").expect("the agent waits");
     let reply = client.call("inject_prompt", json!({"prompt": "FIRST injected"}));
     assert_eq!(reply["result"], json!({"status": "prompt_injected", "prompt": "FIRST injected"}));
     client.call("inject_prompt", json!({"prompt": "SECOND"}));
     assert_eq!(task.injected(), ["FIRST injected", "SECOND"], "pending prompts are saved");
-    // Only what the next iterations print: the first one's prompt may have
-    // been printed before this client subscribed.
+    // Only what the next iterations print.
     let injected_at = client.lines.len();
-    task.mode("pass");
+    std::fs::remove_file(task.dir().join("gate")).unwrap();
     assert!(daemon.wait_exit(Duration::from_secs(30)).success(), "{}", daemon.stderr());
     client.until(|_| false);
     let starts: Vec<&String> = client.lines[injected_at..].iter().filter(|l| l.starts_with("prompt starts:")).collect();
