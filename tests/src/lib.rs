@@ -435,24 +435,26 @@ impl NotifySocket {
     /// [`on_free_ports`] to choose again), a panic with its log if it exited
     /// for another reason.
     pub fn ready_from(&self, daemon: &mut Daemon) -> Result<(), PortTaken> {
-        self.socket.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut buf = [0u8; 64];
-        loop {
+        self.socket.set_nonblocking(true).unwrap();
+        let (mut buf, mut ready, mut exited) = ([0u8; 64], None, None);
+        eventually(Duration::from_secs(20), || {
             // Read before the socket is: a daemon gone by then had sent all it would.
-            let exited = daemon.child.as_mut().unwrap().try_wait().unwrap();
+            exited = daemon.child.as_mut().unwrap().try_wait().unwrap();
             match self.socket.recv(&mut buf) {
-                Ok(n) => {
-                    assert_eq!(&buf[..n], b"READY=1");
-                    return Ok(());
-                }
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Ok(n) => ready = Some(buf[..n].to_vec()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => panic!("reading the notify socket: {e}"),
             }
-            if let Some(status) = exited {
-                return Err(daemon.exited_before("READY=1", status, false));
+            ready.is_some() || exited.is_some()
+        });
+        self.socket.set_nonblocking(false).unwrap();
+        match (ready, exited) {
+            (Some(message), _) => {
+                assert_eq!(message, b"READY=1");
+                Ok(())
             }
-            assert!(Instant::now() < deadline, "no READY=1 within 20 s:\n{}", daemon.stderr());
+            (None, Some(status)) => Err(daemon.exited_before("READY=1", status, false)),
+            (None, None) => panic!("no READY=1 within 20 s:\n{}", daemon.stderr()),
         }
     }
 }
