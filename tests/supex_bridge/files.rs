@@ -1,6 +1,6 @@
 //! File tools and the path policy over the wire.
 
-use std::os::unix::fs::{PermissionsExt, symlink};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt, symlink};
 
 use serde_json::json;
 
@@ -341,4 +341,46 @@ fn swapping_a_directory_for_a_symlink_during_file_tools_never_escapes_the_root()
         assert!(outcomes.get(&format!("{name}: ok")).is_some_and(|n| *n > 0), "{outcomes:?}");
         assert!(outcomes.keys().any(|k| k.starts_with(name) && k.contains("error")), "{outcomes:?}");
     }
+}
+
+#[test]
+fn a_fifo_is_neither_written_nor_replaced_and_never_holds_the_bridge() {
+    let Some(mut bridge) = Bridge::start() else {
+        return;
+    };
+    let mut client = bridge.client();
+    let fifo = bridge.root.join("pipe");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    // Appending would block in open() for a reader that never comes; writing
+    // would rename a regular file over the FIFO. Both are refused at once.
+    for append in [true, false] {
+        let reply = tool(&mut client, "write_file", json!({"path": "pipe", "content": "x", "append": append}));
+        let refused = error(&reply);
+        assert_eq!(refused["code"], -32602, "{reply}");
+        assert!(refused["message"].as_str().unwrap().contains("not a regular file"), "{reply}");
+    }
+    let reply = tool(&mut client, "read_file", json!({"path": "pipe"}));
+    assert_eq!(error(&reply)["code"], -32602, "{reply}");
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO is still there");
+    // The same through a symlink inside the root.
+    symlink("pipe", bridge.root.join("to-pipe")).unwrap();
+    let reply = tool(&mut client, "write_file", json!({"path": "to-pipe", "content": "x", "append": true}));
+    assert_eq!(error(&reply)["code"], -32602, "{reply}");
+    // Nothing is left blocked: the bridge stops on SIGTERM like any other.
+    assert_eq!(bridge.daemon.terminate().code(), Some(0));
+}
+
+#[test]
+fn a_name_too_long_is_a_bad_argument_and_console_log_keeps_its_range() {
+    let Some(bridge) = Bridge::start() else {
+        return;
+    };
+    let mut client = bridge.client();
+    let reply = tool(&mut client, "write_file", json!({"path": "n".repeat(300), "content": "x"}));
+    assert_eq!(error(&reply)["code"], -32602, "{reply}");
+    for lines in [0, 10_001, 999_999_999_999u64] {
+        let reply = tool(&mut client, "console_log", json!({ "lines": lines }));
+        assert!(error(&reply)["message"].as_str().unwrap().contains("1 to 10000"), "{reply}");
+    }
+    assert!(ok(&mut client, "console_log", json!({"lines": 10_000}))["success"] == true);
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use integration_tests::LineClient;
 use serde_json::json;
 
-use crate::support::{Bridge, error, hello_params, ok, tool};
+use crate::support::{Bridge, error, eval, hello_params, ok, tool};
 
 #[test]
 fn ping_needs_no_hello_but_everything_else_does() {
@@ -78,6 +78,9 @@ fn a_configured_token_is_required_and_checked_first() {
     right["token"] = json!("s3cret-token");
     assert_eq!(client.call(5, "hello", right)["result"]["success"], true);
     assert!(ok(&mut client, "ping", json!({}))["success"] == true);
+    // Code evaluated in the runtime, and what it starts, cannot read it.
+    assert_eq!(eval(&mut client, "ENV.key?('SUPEX_AUTH_TOKEN').to_s"), "false");
+    assert_eq!(eval(&mut client, "`printenv SUPEX_AUTH_TOKEN`"), "");
     assert!(bridge.daemon.wait_for_log("authentication failed", Duration::from_secs(5)));
     assert!(!bridge.daemon.stderr().contains("s3cret"), "the token must never be logged");
 }

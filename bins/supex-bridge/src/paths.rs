@@ -152,8 +152,11 @@ impl PathPolicy {
         }
         let base = workspace.unwrap_or(&self.project_root);
         let joined = base.join(given);
-        let resolved = resolve(&joined)
-            .map_err(|e| PathRefusal::Denied { resolved: None, reason: format!("cannot resolve the path: {e}") })?;
+        let resolved = resolve(&joined).map_err(|e| match e.raw_os_error() {
+            // Nothing could be named by it: a bad argument, not a denial.
+            Some(nix::libc::ENAMETOOLONG) => PathRefusal::Invalid(format!("cannot resolve the path: {e}")),
+            _ => PathRefusal::Denied { resolved: None, reason: format!("cannot resolve the path: {e}") },
+        })?;
         let root = match &self.roots {
             AllowedRoots::Anywhere => Some(Path::new("/")),
             // The widest root that holds the path: a symlink swapped in later
@@ -289,6 +292,16 @@ mod tests {
         assert_eq!(f.policy.check("a.txt", None).unwrap().resolved(), f.root.join("a.txt"));
         assert_eq!(f.policy.check("sub/new.txt", None).unwrap().resolved(), f.root.join("sub/new.txt"));
         assert_eq!(f.policy.check(".", None).unwrap().resolved(), f.root);
+    }
+
+    #[test]
+    fn a_name_too_long_for_the_system_is_a_bad_argument_not_a_denial() {
+        let f = fixture();
+        let long = "n".repeat(300);
+        match f.policy.check(&long, None) {
+            Err(PathRefusal::Invalid(why)) => assert!(why.contains("too long"), "{why}"),
+            other => panic!("expected an invalid path, got {other:?}"),
+        }
     }
 
     #[test]

@@ -163,6 +163,9 @@ impl RubyProcess {
             .args(&command[1..])
             .arg("-e")
             .arg(DRIVER_SOURCE)
+            // Code evaluated in the runtime, and whatever it starts, is not
+            // handed the token that guards the bridge.
+            .env_remove("SUPEX_AUTH_TOKEN")
             .stdin(Stdin::Piped)
             .stdout(Stdout::Fd(pipes.console_write))
             .stderr(Stderr::Fd(pipes.console_write_2))

@@ -250,13 +250,28 @@ pub async fn write_file(cx: &ToolContext, args: WriteArgs) -> Result<WriteResult
             }
             Err(e) => return Err(fail(e)),
         };
+        let not_regular = || RpcError::invalid_params(format!("path: {shown} is not a regular file"));
         if args.append {
+            // Without blocking: a FIFO's open would wait for a reader forever,
+            // holding a blocking thread and the daemon's exit with it.
             let mut options = OpenOptions::new();
-            options.append(true).create(true);
-            let mut file = parent.open_with(name, &options).map_err(fail)?.into_std();
+            options.append(true).create(true).custom_flags(nix::libc::O_NONBLOCK);
+            let mut file = match parent.open_with(name, &options) {
+                Ok(file) => file.into_std(),
+                // A FIFO with no reader refuses a non-blocking writer.
+                Err(e) if e.raw_os_error() == Some(nix::libc::ENXIO) => return Err(not_regular()),
+                Err(e) => return Err(fail(e)),
+            };
+            if !file.metadata().map_err(fail)?.is_file() {
+                return Err(not_regular());
+            }
             file.write_all(&bytes).map_err(fail)?;
             file.sync_data().map_err(fail)?;
         } else {
+            // A FIFO, socket or device is not replaced by a regular file.
+            if parent.metadata(name).is_ok_and(|meta| !meta.is_file()) {
+                return Err(not_regular());
+            }
             write_atomically(&parent, name, &bytes).map_err(fail)?;
         }
         tracing::debug!(path = %shown, bytes = bytes.len(), append = args.append, "file written");

@@ -127,6 +127,9 @@ fn default_lines() -> usize {
     100
 }
 
+/// The most `console_log` returns, as its schema says.
+const MAX_CONSOLE_LINES: usize = 10_000;
+
 #[derive(Serialize)]
 pub struct Console {
     success: bool,
@@ -135,8 +138,8 @@ pub struct Console {
 }
 
 pub fn console_log(cx: &ToolContext, args: ConsoleArgs) -> Result<Console, RpcError> {
-    if args.lines == 0 {
-        return Err(RpcError::invalid_params("arguments.lines: must be at least 1"));
+    if !(1..=MAX_CONSOLE_LINES).contains(&args.lines) {
+        return Err(RpcError::invalid_params(format!("arguments.lines: must be 1 to {MAX_CONSOLE_LINES}")));
     }
     let console = cx.app.runtime.console();
     Ok(Console {
