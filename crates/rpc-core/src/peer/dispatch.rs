@@ -13,8 +13,9 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use futures_util::FutureExt;
-use futures_util::future::{BoxFuture, join_all};
+use futures_util::future::BoxFuture;
 
+use super::batch::{self, Member};
 use super::ctx::{ConnCtx, Ctx};
 use super::handle::{CloseReason, PeerHandle, Shared};
 use super::incoming::{Done, Flooding, Incoming, Owed};
@@ -433,7 +434,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             return self.refuse_batch(items);
         }
         let mut ready = Vec::new();
-        let mut parts: Vec<BoxFuture<'static, Option<Vec<u8>>>> = Vec::new();
+        let mut members = Vec::new();
         let mut ids = Vec::new();
         for item in items {
             match item {
@@ -449,7 +450,9 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                     match admitted {
                         Ok(handler) => {
                             ids.push(id.clone());
-                            parts.push(Box::pin(async move { Some(reply_for(&id, handler).await) }));
+                            let member = Some(id.clone());
+                            let run = Box::pin(async move { Some(reply_for(&id, handler).await) });
+                            members.push(Member { id: member, run });
                         }
                         Err(error) => ready.push(message::response_err(&id, &error)),
                     }
@@ -457,16 +460,17 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 Ok(Message::Notification { method, params }) => {
                     if let Ok(handler) = self.router.dispatch(self.ctx(None), &method, params) {
                         let method = method.into_owned();
-                        parts.push(Box::pin(async move {
+                        let run = Box::pin(async move {
                             run_notification(method, handler).await;
                             None
-                        }));
+                        });
+                        members.push(Member { id: None, run });
                     }
                 }
                 Ok(Message::Response { id, outcome }) => self.on_response(id, outcome),
             }
         }
-        if parts.is_empty() {
+        if members.is_empty() {
             // A batch of notifications (or responses) gets no reply at all, never `[]`.
             return match ready.is_empty() {
                 true => Ok(()),
@@ -474,9 +478,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             };
         }
         let n = self.incoming.open_batch(ids);
+        let handle = self.handle.clone();
         let run: BoxFuture<'static, Done> = Box::pin(async move {
-            ready.extend(join_all(parts).await.into_iter().flatten());
-            let reply = (!ready.is_empty()).then(|| message::batch(&ready));
+            let replies = batch::run(&handle.shared, members, ready).await;
+            let reply = (!replies.is_empty()).then(|| message::batch(&replies));
             Done { owed: Owed::Batch(n), reply }
         });
         if start_now {

@@ -29,6 +29,10 @@ pub(crate) struct Counters {
     pub backlog_bytes: AtomicUsize,
     pub refused: AtomicU64,
     pub dropped_notifications: AtomicU64,
+    /// Members of the connection's batches running now, and the bytes of
+    /// the replies its batches hold (see `batch`).
+    pub batch_members: AtomicUsize,
+    pub batch_bytes: AtomicUsize,
 }
 
 /// One finished unit of incoming work: the ids it held and the reply to write.

@@ -28,6 +28,7 @@
 //! This file only declares the parts and names what the crate exports: each
 //! part imports its neighbours directly, never through here.
 
+mod batch;
 mod config;
 mod connection;
 pub mod ctx;

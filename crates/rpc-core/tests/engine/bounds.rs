@@ -205,6 +205,66 @@ async fn pipelined_large_replies_stay_within_the_write_budget() {
     drop((writer, run));
 }
 
+/// Rule 1, for batches: a batch is answered once all its members finish, so
+/// its replies are held until then. One line of 200 requests for 64 KiB
+/// replies would be a 12.5 MiB reply; bounded, the members run at most
+/// `max_concurrent` at a time, and once the batch's replies reach the write
+/// budget the members left are answered `overloaded` without running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_large_replies_stops_at_the_write_budget() {
+    let _serial = serial().await;
+    const OVERHEAD: usize = 256;
+    const MEMBERS: u64 = 200;
+    let config = blob_config();
+    let [running, most, started] = [0; 3].map(|_| Arc::new(AtomicUsize::new(0)));
+    let router = Router::<()>::new()
+        .method("blob", {
+            let (running, most, started) = (running.clone(), most.clone(), started.clone());
+            move |_, _: NoParams| {
+                let (running, most, started) = (running.clone(), most.clone(), started.clone());
+                async move {
+                    started.fetch_add(1, Ordering::Relaxed);
+                    most.fetch_max(running.fetch_add(1, Ordering::Relaxed) + 1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    running.fetch_sub(1, Ordering::Relaxed);
+                    Ok("x".repeat(BLOB))
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    let (client, _server, _run) = socket_server(router, (), config.clone()).await;
+    let (read, mut write) = client.into_split();
+    let mut lines = BufReader::new(read).lines();
+    let batch = |ids: std::ops::Range<u64>| {
+        let members: Vec<Value> = ids.map(|id| json!({"jsonrpc": "2.0", "id": id, "method": "blob"})).collect();
+        format!("{}\n", Value::from(members))
+    };
+
+    write.write_all(batch(0..MEMBERS).as_bytes()).await.unwrap();
+    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line()).await.unwrap().unwrap().unwrap();
+    let replies: Vec<Value> = serde_json::from_str(&line).unwrap();
+    assert_eq!(replies.len() as u64, MEMBERS, "every member is answered");
+    let answered = replies.iter().filter(|reply| reply.get("result").is_some()).count();
+    for refused in replies.iter().filter(|reply| reply.get("result").is_none()) {
+        assert_overloaded(refused, refused["id"].as_u64().unwrap());
+    }
+    let (started, most) = (started.load(Ordering::Relaxed), most.load(Ordering::Relaxed));
+    eprintln!("batch: {answered} of {MEMBERS} answered, {started} started, at most {most} at once, {} B", line.len());
+    assert_eq!(answered, started, "a member answered `overloaded` never ran");
+    let fits = config.write_budget / BLOB;
+    assert!((fits..=fits + config.max_concurrent).contains(&answered), "{answered} members ran");
+    assert!(most <= config.max_concurrent, "{most} members ran at once");
+    let bound = config.write_budget + config.max_concurrent * (BLOB + OVERHEAD) + MEMBERS as usize * OVERHEAD;
+    assert!(line.len() <= bound, "a {} byte reply, past {bound}", line.len());
+
+    // What the batch held is given back: the next small batch runs whole.
+    write.write_all(batch(1000..1002).as_bytes()).await.unwrap();
+    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line()).await.unwrap().unwrap().unwrap();
+    let replies: Vec<Value> = serde_json::from_str(&line).unwrap();
+    assert!(replies.len() == 2 && replies.iter().all(|reply| reply["result"].is_string()), "{line:.200}");
+}
+
 /// Rule 1: a connection whose writes make no progress for `write_stall` while
 /// it owes replies is closed.
 ///
