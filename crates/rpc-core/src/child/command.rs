@@ -322,7 +322,7 @@ fn set_up_child(command: &mut Command, fds: Vec<(RawFd, RawFd)>, session: Sessio
     // process, where only async-signal-safe operations are allowed. It makes
     // nothing but direct system calls (dup2, setsid, ioctl(TIOCSCTTY), prctl,
     // getppid, getpid, sigprocmask, fork, and in the leader close_range,
-    // sigwait, waitpid, kill, _exit) through nix's thin wrappers or
+    // sigwaitinfo, waitpid, kill, _exit) through nix's thin wrappers or
     // nix::libc: no allocation (the `fds` vector was built before the fork
     // and is only read), no locks, no panics on any path, and errors are
     // io::Error values made from an errno (no allocation either). The source

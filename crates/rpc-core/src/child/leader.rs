@@ -11,6 +11,13 @@ use nix::sys::signal::{SigHandler, SigSet, Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, getpgrp, getpid, getppid, setpgid};
 
+/// What the daemon sends the leader to have the program and everything it
+/// started killed at once. The daemon does not SIGKILL the group itself: the
+/// leader is in it, and a descendant that left the group would outlive the
+/// subreaper that was to catch it. A signal no terminal key sends, taken
+/// only from the daemon.
+pub(super) const END_NOW: Signal = Signal::SIGUSR1;
+
 /// Returns in the program's process (which std then execs); never returns
 /// in the leader. An error is reported by std as the spawn's error.
 #[allow(unsafe_code)]
@@ -73,16 +80,18 @@ pub(super) fn split(daemon: Pid, on_terminal: bool) -> io::Result<()> {
 fn lead(daemon: Pid, program: Pid, group: Pid) -> ! {
     close_everything();
     let mut wake = SigSet::empty();
-    for signal in [Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+    for signal in [Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, END_NOW] {
         wake.add(signal);
     }
     loop {
-        // Which signal it was does not matter: both checks below run
-        // whatever woke us (a SIGCHLD and a SIGTERM may arrive as one).
-        let mut signal = 0;
-        // SAFETY: `wake` is a valid signal set and `signal` a valid place
-        // for the number (nix's `SigSet::wait` would unwrap it).
-        unsafe { libc::sigwait(wake.as_ref(), &mut signal) };
+        // The checks below run whatever woke us (a SIGCHLD and a SIGTERM
+        // may arrive as one); only the daemon's kill request needs its sender.
+        // SAFETY: `wake` is a valid signal set and `info` a valid place for
+        // what the kernel writes; a zeroed siginfo_t is a valid value.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let signal = unsafe { libc::sigwaitinfo(wake.as_ref(), &mut info) };
+        // SAFETY: for a signal sent with kill(), si_pid is the sender's pid.
+        let from_daemon = signal == END_NOW as i32 && unsafe { info.si_pid() } == daemon.as_raw();
         // Orphans handed to us end too; only the program's end matters.
         let ended = reap(program);
         // A SIGTERM while the daemon lives is its graceful stop, sent to the
@@ -101,6 +110,13 @@ fn lead(daemon: Pid, program: Pid, group: Pid) -> ! {
                 die_like(signal)
             }
             _ => {}
+        }
+        // The daemon's kill (its stop's grace ran out, or the child was
+        // dropped): the leader does it, so that it is still here, the
+        // subreaper, for the descendants that left the group.
+        if from_daemon {
+            end_everything(program, group);
+            die_like(Signal::SIGKILL)
         }
     }
 }

@@ -46,12 +46,18 @@
 //!   until it has none.
 //! - The daemon's own stop sends SIGTERM to the group; the leader, whose parent
 //!   is still the daemon, ignores it and the program handles it.
+//! - The daemon's kill (a stop whose grace ran out, a dropped child) is a
+//!   request to the leader (SIGUSR1, taken only from the daemon), which ends
+//!   everything as above. The daemon does not SIGKILL the group itself: that
+//!   would kill the leader too, and a descendant that left the group would be
+//!   handed to init rather than to it. (If the leader has not ended within
+//!   2 s, the daemon SIGKILLs the group after all.)
 //!
 //! The leader closes every descriptor it inherited: otherwise it would hold the
 //! daemon's client sockets, the child's pipes (so their readers never saw EOF)
 //! and std's exec-error pipe (so `spawn` would never return). It blocks every
 //! signal, so nothing the daemon installed runs in it, and takes them with
-//! `sigwait`. The parent-death signal follows the *thread* that forked: the
+//! `sigwaitinfo`. The parent-death signal follows the *thread* that forked: the
 //! kernel sends it whenever the leader is handed to a new parent, so a
 //! spawning thread that ends before the daemon (a blocking-pool thread) sends
 //! a SIGTERM the leader ignores, its parent process being alive, and the

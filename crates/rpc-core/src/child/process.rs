@@ -117,7 +117,8 @@ impl ChildProcess {
         self.reaped.load(Ordering::Acquire)
     }
 
-    /// SIGKILLs the whole group at once. Does nothing once it has exited.
+    /// Kills the program, its group and every descendant that left the
+    /// group, at once. Does nothing once it has exited.
     /// A program that was just exiting on its own may then be reported
     /// `killed by SIGKILL`: on Linux the kill can reach the leader before it
     /// has passed the program's own status on.
@@ -157,17 +158,36 @@ pub(super) async fn watch_child(
     (exit, reaped): (watch::Sender<Option<Exit>>, Arc<AtomicBool>),
 ) {
     let group = killer.0;
+    let leader = child.id();
+    // Set when a kill is asked for: the group's SIGKILL if the leader has not
+    // ended everything by then. Until then, and after it fired, far away.
+    let far = || tokio::time::Instant::now() + Duration::from_secs(365 * 86_400);
+    let mut backstop = std::pin::pin!(tokio::time::sleep_until(far()));
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
+            () = &mut backstop => {
+                let _ = killpg(group, Signal::SIGKILL);
+                backstop.as_mut().reset(far());
+            }
             request = requests.recv() => match request {
+                Some(Signal::SIGKILL) => {
+                    end_now(leader, group);
+                    backstop.as_mut().reset(tokio::time::Instant::now() + KILL_BACKSTOP);
+                }
                 Some(signal) => {
                     let _ = killpg(group, signal);
                 }
                 // The ChildProcess was dropped.
                 None => {
-                    let _ = killpg(group, Signal::SIGKILL);
-                    break child.wait().await;
+                    end_now(leader, group);
+                    match tokio::time::timeout(KILL_BACKSTOP, child.wait()).await {
+                        Ok(status) => break status,
+                        Err(_) => {
+                            let _ = killpg(group, Signal::SIGKILL);
+                            break child.wait().await;
+                        }
+                    }
                 }
             },
         }
@@ -178,6 +198,26 @@ pub(super) async fn watch_child(
     tracing::debug!(child = %name, pid = group.as_raw(), %status, "child process exited");
     reaped.store(true, Ordering::Release);
     exit.send_replace(Some(status));
+}
+
+/// How long the leader has to end everything after a kill request before
+/// the group is SIGKILLed from here (the leader with it).
+const KILL_BACKSTOP: Duration = Duration::from_secs(2);
+
+/// Has the program and everything it started killed at once. On Linux the
+/// leader does it (see `leader::END_NOW`): SIGKILLing the group from here
+/// would kill the leader too, and a descendant that left the group would
+/// then be handed to init instead of to it. Elsewhere, the group.
+fn end_now(leader: Option<u32>, group: Pid) {
+    #[cfg(target_os = "linux")]
+    if let Some(leader) = leader.and_then(|pid| i32::try_from(pid).ok())
+        && nix::sys::signal::kill(Pid::from_raw(leader), super::leader::END_NOW).is_ok()
+    {
+        return;
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = leader;
+    let _ = killpg(group, Signal::SIGKILL);
 }
 
 /// SIGKILLs the group when dropped.

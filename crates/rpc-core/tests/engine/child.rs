@@ -171,6 +171,46 @@ async fn the_exit_is_reported_at_once_with_its_real_status_and_an_escaped_grandc
     assert!(child.has_exited());
 }
 
+/// A program that ignores SIGTERM, with a grandchild that left the group:
+/// when the stop's grace runs out, the kill reaches the grandchild too (the
+/// leader does it; a SIGKILL of the group from the daemon would have killed
+/// the leader with it, and the grandchild would have gone to init).
+#[tokio::test]
+async fn a_kill_after_the_grace_takes_a_grandchild_that_left_the_group_too() {
+    let marker = unique("kill-escaped");
+    let mut child = with_escaped_grandchild(&marker, "trap '' TERM; echo ready; while :; do sleep 1; done")
+        .stdout(Stdout::Piped)
+        .spawn()
+        .unwrap();
+    assert_eq!(first_line(&mut child).await, "ready");
+    wait_for_escaped(&marker).await;
+    let exit = tokio::time::timeout(Duration::from_secs(10), child.stop(Duration::from_millis(300))).await;
+    let escaped = format!("{marker}-escaped");
+    let gone = eventually(Duration::from_secs(5), || marked(&escaped).is_empty()).await;
+    kill_escaped(&marker);
+    assert_eq!(exit.expect("stop did not return").to_string(), "killed by SIGKILL");
+    assert!(gone, "the grandchild that left the group outlived the kill");
+}
+
+/// The same on a terminal, where the leader leads the session and the group.
+#[tokio::test]
+async fn a_kill_after_the_grace_on_a_terminal_takes_a_grandchild_that_left_the_group_too() {
+    let marker = unique("tty-kill-escaped");
+    let (mut terminal, slave) = Terminal::open();
+    let child = with_escaped_grandchild(&marker, "trap '' TERM; echo ready; while :; do sleep 1; done")
+        .terminal(slave)
+        .spawn()
+        .unwrap();
+    terminal.expect("ready");
+    wait_for_escaped(&marker).await;
+    let exit = tokio::time::timeout(Duration::from_secs(10), child.stop(Duration::from_millis(300))).await;
+    let escaped = format!("{marker}-escaped");
+    let gone = eventually(Duration::from_secs(5), || marked(&escaped).is_empty()).await;
+    kill_escaped(&marker);
+    assert_eq!(exit.expect("stop did not return").to_string(), "killed by SIGKILL");
+    assert!(gone, "the grandchild that left the group outlived the kill");
+}
+
 #[tokio::test]
 async fn a_child_killed_by_a_signal_is_reported_as_such() {
     let marker = unique("signal");
