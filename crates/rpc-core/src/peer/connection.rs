@@ -508,12 +508,18 @@ impl<S: Send + Sync + 'static> Driver<S> {
                     }
                     self.work.on_frame(frame, cx)?
                 }
-                None | Some(Err(_)) => {
-                    if let Some(Err(e)) = frame {
-                        tracing::debug!(conn = self.handle.conn_id(), error = %e, "read failed");
-                    }
+                None => {
                     self.on_end_of_input();
                     break;
+                }
+                // Not an end the peer chose (a reset, a broken stream): no
+                // reply can reach it, so its handlers go with the connection
+                // now instead of running on (a queued evaluation, a call
+                // forwarded for it) for a client that is gone.
+                Some(Err(e)) => {
+                    tracing::debug!(conn = self.handle.conn_id(), error = %e, "read failed");
+                    self.on_end_of_input();
+                    return Poll::Ready(Err(CloseReason::Failed(format!("read failed: {e}"))));
                 }
             }
         }
@@ -526,8 +532,8 @@ impl<S: Send + Sync + 'static> Driver<S> {
     }
 
     /// No more answers can arrive: fail our calls now rather than at their
-    /// timeouts, and fire call tokens, but finish the handlers (a client
-    /// that half-closed still reads its replies).
+    /// timeouts, and fire call tokens, but finish the handlers after an end
+    /// of input (a client that half-closed still reads its replies).
     fn on_end_of_input(&mut self) {
         self.input_ended = true;
         self.handle.end_of_input();

@@ -205,6 +205,62 @@ async fn pipelined_large_replies_stay_within_the_write_budget() {
     drop((writer, run));
 }
 
+/// Serves the next connection `listener` accepts; its task.
+async fn serve_one(listener: &TcpListener, router: Arc<Router<()>>) -> JoinHandle<CloseReason> {
+    let (socket, _) = listener.accept().await.unwrap();
+    let (r, w) = socket.into_split();
+    let (_peer, conn) = Connection::new(Transport::ndjson(r, w, 1 << 20), router, Arc::new(()), PeerConfig::default());
+    tokio::spawn(conn.run())
+}
+
+/// A client whose connection is reset (not closed: it can read nothing any
+/// more) has its handlers dropped with the connection at once; one that only
+/// half-closes still gets its reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_connection_drops_its_handlers_and_a_half_closed_one_is_answered() {
+    let _serial = serial().await;
+    let [started, finished] = [0; 2].map(|_| Arc::new(AtomicUsize::new(0)));
+    let router = Router::<()>::new()
+        .method("slow", {
+            let (started, finished) = (started.clone(), finished.clone());
+            move |_, _: NoParams| {
+                let (started, finished) = (started.clone(), finished.clone());
+                async move {
+                    started.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(600)).await;
+                    finished.fetch_add(1, Ordering::Relaxed);
+                    Ok("done")
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    let server = serve_one(&listener, router.clone()).await;
+    client.write_all(request_line(1, "slow", json!({})).as_bytes()).await.unwrap();
+    wait_until(Duration::from_secs(5), "the handler to start", || started.load(Ordering::Relaxed) == 1).await;
+    // A zero linger makes the close a reset (and never blocks).
+    #[allow(deprecated, reason = "SO_LINGER blocks a close only with a non-zero time")]
+    client.set_linger(Some(Duration::ZERO)).unwrap();
+    drop(client);
+    let reason = tokio::time::timeout(Duration::from_millis(400), server).await;
+    let reason = reason.expect("the reset connection was not closed before its handler ended").unwrap();
+    assert!(matches!(reason, CloseReason::Failed(_)), "{reason:?}");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(finished.load(Ordering::Relaxed), 0, "the handler of a reset connection ran on");
+
+    let client = TcpStream::connect(addr).await.unwrap();
+    let _server = serve_one(&listener, router).await;
+    let (read, mut write) = client.into_split();
+    write.write_all(request_line(2, "slow", json!({})).as_bytes()).await.unwrap();
+    write.shutdown().await.unwrap();
+    let line = tokio::time::timeout(Duration::from_secs(5), BufReader::new(read).lines().next_line()).await;
+    let reply: Value = serde_json::from_str(&line.unwrap().unwrap().unwrap()).unwrap();
+    assert_eq!(reply["result"], "done", "{reply}");
+}
+
 /// Rule 1, for batches: a batch is answered once all its members finish, so
 /// its replies are held until then. One line of 200 requests for 64 KiB
 /// replies would be a 12.5 MiB reply; bounded, the members run at most
