@@ -231,3 +231,39 @@ async fn an_answer_without_result_or_error_fails_the_call_at_once_and_is_not_bou
     // The browser's connection carries on.
     assert_eq!(browser.call(9, "ping", json!({})).await["result"]["pong"], true);
 }
+
+/// An agent's calls past its 32 handler slots wait for one. The wait counts
+/// against their `timeout`, and a call the agent cancels while it waits
+/// never reaches the browser.
+#[tokio::test]
+async fn a_waiting_call_keeps_its_timeout_and_a_cancelled_one_never_reaches_the_browser() {
+    let broker = Broker::start(&[]);
+    let mut browser = broker.browser("waiting").await;
+    browser.register(&["silent"]).await;
+    let mut agent = broker.agent("waiting").await;
+    let call = |id: u64, timeout: u64, marker: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "silent", "arguments": {"marker": marker}, "timeout": timeout}})
+    };
+    // Calls the browser never answers hold every slot for a second.
+    for id in 0..32 {
+        agent.send(&call(id, 1000, "holder")).await;
+    }
+    for _ in 0..32 {
+        browser.request().await;
+    }
+    let started = Instant::now();
+    agent.send(&call(100, 1500, "short")).await;
+    agent.send(&call(101, 60_000, "cancelled")).await;
+    agent.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 101}})).await;
+
+    let cancelled = agent.response(&json!(101)).await;
+    assert_eq!(cancelled["error"]["code"], -32800, "{cancelled}");
+    let short = agent.response(&json!(100)).await;
+    let elapsed = started.elapsed();
+    assert_eq!(short["error"]["code"], -32001, "{short}");
+    // Its 1.5 s from when it was sent, not from when a slot freed (2.5 s).
+    assert!(elapsed >= Duration::from_millis(1450) && elapsed < Duration::from_millis(2200), "{elapsed:?}");
+    let reached = |v: &serde_json::Value| v["params"]["arguments"]["marker"] == "cancelled";
+    assert!(!browser.receives_within(Duration::from_millis(500), reached).await, "the cancelled call was forwarded");
+}

@@ -124,7 +124,16 @@ impl<'a> CallParams<'a> {
 
 /// Forwards the call to the session's browser and passes its answer back.
 /// Takes its params as they came and reads them itself ([`CallParams::read`]).
-pub async fn call(cx: Ctx<ConnState>, params: Box<RawValue>) -> Result<Box<RawValue>, RpcError> {
+///
+/// Not an `async fn`: the call's time starts when it is read, which is when
+/// this runs; its body may start later, behind the agent's other calls, and
+/// the agent's `timeout` counts that wait too.
+pub fn call(cx: Ctx<ConnState>, params: Box<RawValue>) -> impl Future<Output = Result<Box<RawValue>, RpcError>> {
+    let arrived = Instant::now();
+    forward_call(cx, params, arrived)
+}
+
+async fn forward_call(cx: Ctx<ConnState>, params: Box<RawValue>, arrived: Instant) -> Result<Box<RawValue>, RpcError> {
     let params = CallParams::read(&params)?;
     let state = &cx.state;
     let broker = &state.broker;
@@ -138,9 +147,13 @@ pub async fn call(cx: Ctx<ConnState>, params: Box<RawValue>) -> Result<Box<RawVa
     if !arguments.get().starts_with('{') {
         return Err(RpcError::invalid_params("arguments: must be an object"));
     }
-    let timeout = timeout_of(params.timeout, &broker.config);
+    let asked = timeout_of(params.timeout, &broker.config);
     let started = Instant::now();
     session.touch_at(started);
+    // What is left of the agent's timeout after the wait for a handler slot.
+    let Some(timeout) = asked.checked_sub(started - arrived).filter(|left| !left.is_zero()) else {
+        return count_answer(metrics, Err(CallError::Timeout(asked)), started, &params.name, &session);
+    };
     let answer = match browser {
         Some(browser) => forward::forward(&cx, &browser, &ToolCall { name: &params.name, arguments }, timeout).await,
         None => {
@@ -152,6 +165,8 @@ pub async fn call(cx: Ctx<ConnState>, params: Box<RawValue>) -> Result<Box<RawVa
             answer.map_err(|why| unrouted(why, &params.name, &session.id)).map_err(refused)?
         }
     };
+    // The agent is told the timeout it asked for.
+    let answer = answer.map_err(|e| if let CallError::Timeout(_) = e { CallError::Timeout(asked) } else { e });
     count_answer(metrics, answer, started, &params.name, &session)
 }
 

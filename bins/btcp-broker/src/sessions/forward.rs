@@ -10,6 +10,8 @@
 
 use std::time::Duration;
 
+use futures_util::future::Either;
+use rpc_core::CallError;
 use rpc_core::message::{WriteJson, write_json_str};
 use rpc_core::peer::Reply;
 use rpc_core::{CancelNotice, Ctx, PeerHandle};
@@ -69,7 +71,13 @@ pub fn forward<S>(
     call: &ToolCall<'_>,
     timeout: Duration,
 ) -> impl Future<Output = Reply> {
-    browser.request_abandonable("tools/call", call, Some(timeout), cx.abandoned(), Some(CancelNotice::MCP))
+    let abandoned = cx.abandoned();
+    // Cancelled while it waited behind the agent's other calls: the
+    // browser is not bothered at all.
+    if abandoned.has_fired() {
+        return Either::Left(std::future::ready(Err(CallError::Cancelled)));
+    }
+    Either::Right(browser.request_abandonable("tools/call", call, Some(timeout), abandoned, Some(CancelNotice::MCP)))
 }
 
 /// Asks `browser` on behalf of whoever holds `abandoned`: an agent here

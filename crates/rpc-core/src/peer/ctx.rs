@@ -102,6 +102,17 @@ enum Waits {
     Connection(Pin<Box<dyn Future<Output = ()> + Send>>),
 }
 
+impl Abandoned {
+    /// Whether the call is abandoned already (cancelled while it waited to
+    /// start, say): work on its behalf need not begin. A flag's load.
+    pub fn has_fired(&self) -> bool {
+        match &self.0 {
+            Waits::Call(signal) => signal.has_fired(),
+            Waits::Connection(_) => false,
+        }
+    }
+}
+
 impl Future for Abandoned {
     type Output = ();
 

@@ -335,6 +335,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 Err(error) => return self.write_error(id, &error),
             };
             let run = running_request(id.clone(), handler);
+            self.handle.shared.tokens.waiting(id);
             self.incoming.queue_request(id.clone(), run, size, &self.handle.shared.counters);
             return Ok(());
         }

@@ -46,6 +46,9 @@ struct Calls {
 struct Entry {
     token: Option<CancellationToken>,
     signal: Option<Arc<Signal>>,
+    /// Cancelled while it waited to start: what its handler asks for is
+    /// fired already.
+    cancelled: bool,
 }
 
 impl Entry {
@@ -101,6 +104,10 @@ impl Signal {
         }
     }
 
+    pub fn has_fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
+    }
+
     /// Ready once the signal has fired; until then, `cx` is woken when it does.
     pub fn poll_fired(&self, cx: &mut Context<'_>) -> Poll<()> {
         if self.fired.load(Ordering::Acquire) {
@@ -123,9 +130,9 @@ impl CallTokens {
         self.any.store(true, Ordering::Relaxed);
         let mut calls = self.calls.lock();
         let ended = calls.ended;
-        let token =
-            calls.by_id.entry(id.clone()).or_default().token.get_or_insert_with(|| closing.child_token()).clone();
-        if ended {
+        let entry = calls.by_id.entry(id.clone()).or_default();
+        let token = entry.token.get_or_insert_with(|| closing.child_token()).clone();
+        if ended || entry.cancelled {
             token.cancel();
         }
         token
@@ -136,17 +143,29 @@ impl CallTokens {
         self.any.store(true, Ordering::Relaxed);
         let mut calls = self.calls.lock();
         let ended = calls.ended;
-        let signal = calls.by_id.entry(id.clone()).or_default().signal.get_or_insert_with(Arc::default).clone();
-        if ended {
+        let entry = calls.by_id.entry(id.clone()).or_default();
+        let signal = entry.signal.get_or_insert_with(Arc::default).clone();
+        if ended || entry.cancelled {
             signal.fire();
         }
         signal
     }
 
-    /// Fires and forgets what call `id` asked for; whether it asked.
+    /// Notes call `id`, read and waiting for a handler slot, so that a
+    /// cancel that comes before it starts is not lost.
+    pub fn waiting(&self, id: &Id) {
+        self.any.store(true, Ordering::Relaxed);
+        self.calls.lock().by_id.entry(id.clone()).or_default();
+    }
+
+    /// Fires what call `id` asked for, or what it will ask for if it has not
+    /// started yet; whether there was such a call.
     pub fn cancel(&self, id: &Id) -> bool {
-        let entry = self.calls.lock().by_id.remove(id);
-        entry.inspect(Entry::fire).is_some()
+        let mut calls = self.calls.lock();
+        let Some(entry) = calls.by_id.get_mut(id) else { return false };
+        entry.cancelled = true;
+        entry.fire();
+        true
     }
 
     /// Forgets what a call that finished asked for. A signal someone still
