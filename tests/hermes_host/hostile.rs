@@ -7,10 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use integration_tests::rss_bytes;
+use integration_tests::{eventually, require_tool, rss_bytes};
 use serde_json::json;
 
-use crate::support::{ADT, Host};
+use crate::LONG;
+use crate::support::{ADT, Host, py_extension};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -35,4 +36,45 @@ fn message_open_refuses_devices_and_fifos_at_once() {
     let grown = rss_bytes(host.daemon.pid()).saturating_sub(before);
     assert!(grown < 32 * MIB, "grew by {} MiB", grown / MIB);
     assert_eq!(host.result("message/get", json!({}))["message"], ADT);
+}
+
+/// An extension that asked for `message/changed` with content and then
+/// never reads: a burst of changes of a 4 MiB message costs the host a
+/// bounded amount (its connection's write budget and the latest event), not
+/// a copy per change.
+#[test]
+fn an_extension_that_never_reads_its_events_costs_bounded_memory() {
+    if !require_tool("python3") {
+        return;
+    }
+    let config = py_extension("slow", &[("EXT_COMMANDS", "test/stop-reading"), ("EXT_EVENTS", "message/changed+hl7")]);
+    let host = Host::start_with(&config, &["--max-message", "8388608"]);
+    host.wait_state("slow", "running", LONG);
+    let mut big = String::from("MSH|^~\\&|BIG\rNTE|1||x");
+    let mut n = 0;
+    while big.len() < 4 * MIB as usize {
+        n += 1;
+        big.push_str(&format!("\rOBX|{n}|TX|NOTE||{}", "x".repeat(1000)));
+    }
+    host.result("message/set", json!({"message": big}));
+    // The first change reaches it while it still reads.
+    let heard = || host.logs("slow").iter().any(|l| l.starts_with("GOT ") && l.contains("message/changed"));
+    assert!(eventually(LONG, heard), "{:?}", host.logs("slow"));
+    host.result("command/execute", json!({"command": "test/stop-reading"}));
+    host.wait_log("slow", "STOPPED READING", 0, LONG);
+    let pid = host.daemon.pid();
+    let before = rss_bytes(pid);
+    let mut peak = before;
+    for i in 0..24 {
+        host.result("message/patch", json!({"patches": [{"path": "NTE.3", "value": format!("edit {i}")}]}));
+        // Past the debounce: each edit is a message/changed of its own.
+        std::thread::sleep(Duration::from_millis(650));
+        peak = peak.max(rss_bytes(pid));
+    }
+    let grown = peak.saturating_sub(before);
+    eprintln!("RSS: {} MiB before, +{} MiB at the peak over 24 changes of a 4 MiB message", before / MIB, grown / MIB);
+    // Its outbox (2 x 8 MiB), the event being written and the one waiting, with room to spare;
+    // a copy per change would be 24 x 8 MiB.
+    assert!(grown < 64 * MIB, "grew by {} MiB", grown / MIB);
+    assert_eq!(host.extension("slow")["state"], "running", "events alone never cut an extension off");
 }

@@ -20,6 +20,7 @@ use serde_json::json;
 use serde_json::value::RawValue;
 use tokio::sync::watch;
 
+use super::events::{self, PendingEvents};
 use super::log;
 use super::protocol::InitializeResult;
 use super::wire::AsciiContentLength;
@@ -247,7 +248,9 @@ impl<'a> Run<'a> {
     /// The extension answered `initialize`: it runs, its held requests go
     /// through, and the others learn what it declared.
     fn running(&self, info: InitializeResult) {
-        self.extension.initialized(info);
+        let pending = PendingEvents::new();
+        tokio::spawn(events::deliver(pending.clone(), self.peer.clone(), self.extension.clone()));
+        self.extension.initialized(info, pending);
         let _ = self.ready.send(Readiness::Running);
         tracing::info!(extension = self.extension.name(), "extension running");
         self.extension.log.note("initialized");
