@@ -5,9 +5,11 @@
 //! sequences through `ctl`) or in the host's name in its log, or stay
 //! "running" without a connection.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use integration_tests::{eventually, require_tool, rss_bytes};
+use integration_tests::{eventually, on_free_ports, require_tool, rss_bytes};
 use serde_json::json;
 
 use crate::LONG;
@@ -77,4 +79,37 @@ fn an_extension_that_never_reads_its_events_costs_bounded_memory() {
     // a copy per change would be 24 x 8 MiB.
     assert!(grown < 64 * MIB, "grew by {} MiB", grown / MIB);
     assert_eq!(host.extension("slow")["state"], "running", "events alone never cut an extension off");
+}
+
+/// One HTTP/1.1 request with the page's token; its status, or why none came.
+fn get_with_token(port: u16, token: &str) -> Result<u16, String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).map_err(|e| format!("no answer: {e}"))?;
+    let head = String::from_utf8_lossy(&head).into_owned();
+    head.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or(head)
+}
+
+/// 64 sockets that send nothing fill every slot of the page's port; a
+/// request with the token still gets its page at once (and again after 64
+/// more).
+#[test]
+fn idle_sockets_cannot_lock_a_person_out_of_the_page() {
+    let (_host, url) = on_free_ports(|[port]| Host::try_start_with_page("", port));
+    let port: u16 = url.split(':').nth(2).unwrap().split('/').next().unwrap().parse().unwrap();
+    let token = url.split("token=").nth(1).unwrap().to_owned();
+    let mut idle: Vec<TcpStream> = Vec::new();
+    for round in 0..2 {
+        idle.extend((0..64).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()));
+        // Let the host accept them all before the person comes.
+        std::thread::sleep(Duration::from_millis(300));
+        let started = Instant::now();
+        assert_eq!(get_with_token(port, &token), Ok(200), "round {round}");
+        assert!(started.elapsed() < Duration::from_secs(3), "round {round}: {:?}", started.elapsed());
+    }
 }
