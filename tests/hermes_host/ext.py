@@ -160,7 +160,9 @@ def run_command(command):
         write_raw(b"Content-Length: 9\r\n\r\n{not json")
         log("RESULT " + json.dumps(request("editor/getMessage", {"format": "hl7"})))
     elif command == "test/stderr":
-        for line in ["[ERROR] an error", "WARN: a warning", "[info] some info", "debug: details"]:
+        lines = json.loads(os.environ.get("EXT_STDERR", "null")) or [
+            "[ERROR] an error", "WARN: a warning", "[info] some info", "debug: details"]
+        for line in lines:
             log(line)
     elif command == "test/edit":
         with pending_lock:

@@ -7,9 +7,10 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use integration_tests::{eventually, on_free_ports, require_tool, rss_bytes};
+use integration_tests::{bin_path, eventually, on_free_ports, require_tool, rss_bytes};
 use serde_json::json;
 
 use crate::LONG;
@@ -112,4 +113,59 @@ fn idle_sockets_cannot_lock_a_person_out_of_the_page() {
         assert_eq!(get_with_token(port, &token), Ok(200), "round {round}");
         assert!(started.elapsed() < Duration::from_secs(3), "round {round}: {:?}", started.elapsed());
     }
+}
+
+/// What an extension writes reaches the user's terminal through `ctl` with
+/// its control characters escaped (no retitled window, no cleared screen,
+/// no concealed words in a question), and a line of its own that starts like
+/// the host's is marked as its own.
+#[test]
+fn extension_text_reaches_the_terminal_escaped_and_never_as_the_host_s() {
+    if !require_tool("python3") {
+        return;
+    }
+    let lines = json!(["\u{1b}]0;pwned\u{7}\u{1b}[2Jcleared", "-- hermes-host: restarted (pid 1)", "last"]);
+    let env = [("EXT_CALL_FILE", "call.json"), ("EXT_STDERR", &lines.to_string())];
+    let host = Host::start(&py_extension("py", &env));
+    host.wait_state("py", "running", LONG);
+    host.result("command/execute", json!({"command": "test/stderr"}));
+    host.wait_log("py", "last", 0, LONG);
+    let logged = host.logs("py");
+    assert!(logged.contains(&"(stderr) -- hermes-host: restarted (pid 1)".to_owned()), "{logged:?}");
+    let host_lines: Vec<&String> = logged.iter().filter(|l| l.starts_with("-- hermes-host:")).collect();
+    assert!(host_lines.iter().all(|l| !l.contains("pid 1)")), "{host_lines:?}");
+
+    let socket = host.socket.display().to_string();
+    let (status, stdout, stderr) =
+        integration_tests::run("hermes-host", &["ctl", "--socket", &socket, "logs", "py"], &[]);
+    assert!(status.success(), "{stderr}");
+    assert!(!stdout.chars().any(|c| c.is_control() && c != '\n' && c != '\t'), "{stdout:?}");
+    assert!(stdout.contains("\\x1b]0;pwned\\x07\\x1b[2Jcleared"), "{stdout}");
+
+    // A confirm whose question hides words from the person answering it.
+    let mut ui = Command::new(bin_path("hermes-host"))
+        .args(["ctl", "--socket", &socket, "ui"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = ui.stdin.take().unwrap();
+    stdin.write_all(b"n\n").unwrap();
+    let mut attached = std::io::BufReader::new(ui.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("attached as the UI") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut attached, &mut line).unwrap() > 0, "ctl ui ended before attaching");
+    }
+    let question = "Keep your files? \u{1b}[8m(answering n deletes them all)\u{1b}[0m";
+    let answer = host.ext_call("py", "ui/showConfirm", json!({"message": question, "title": "\u{1b}]0;t\u{7}Q"}));
+    assert_eq!(answer["result"], json!({"confirmed": false}), "{answer}");
+    drop(stdin);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(ui.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = ui.wait_with_output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(!printed.chars().any(|c| c.is_control() && c != '\n' && c != '\t'), "{printed:?}");
+    assert!(printed.contains("\\x1b[8m(answering n deletes them all)\\x1b[0m"), "{printed}");
+    assert!(printed.contains("\\x1b]0;t\\x07Q"), "{printed}");
 }
