@@ -11,10 +11,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use integration_tests::{bin_path, eventually, on_free_ports, require_tool, rss_bytes};
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::LONG;
 use crate::support::{ADT, Host, py_extension};
+use crate::{LONG, pid_alive};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -168,4 +168,53 @@ fn extension_text_reaches_the_terminal_escaped_and_never_as_the_host_s() {
     assert!(!printed.chars().any(|c| c.is_control() && c != '\n' && c != '\t'), "{printed:?}");
     assert!(printed.contains("\\x1b[8m(answering n deletes them all)\\x1b[0m"), "{printed}");
     assert!(printed.contains("\\x1b]0;t\\x07Q"), "{printed}");
+}
+
+/// Waits until `name` has failed and runs again in a new process, the old
+/// one gone; its listing while failed.
+fn restarted_after_a_failure(host: &Host, name: &str, old_pid: u64) -> Value {
+    let failed = host.wait_state(name, "failed", Duration::from_secs(15));
+    let again = host.wait_state(name, "running", Duration::from_secs(15));
+    assert_eq!(again["restarts"], 1, "{again}");
+    assert_ne!(again["pid"].as_u64(), Some(old_pid));
+    assert!(eventually(Duration::from_secs(5), || !pid_alive(old_pid)), "the old process still runs");
+    // The new one serves commands.
+    assert!(host.call("command/execute", json!({"command": "test/ping"})).get("error").is_none());
+    host.wait_log(name, "pong", 0, LONG);
+    failed
+}
+
+/// An extension that floods the host with requests and never reads their
+/// replies is cut off at the write stall; it is then killed and restarted as
+/// after a crash, not left "running" with no connection.
+#[test]
+fn an_extension_cut_off_for_not_reading_is_restarted_as_after_a_crash() {
+    if !require_tool("python3") {
+        return;
+    }
+    let config = py_extension("flood", &[("EXT_COMMANDS", "test/flood,test/ping"), ("EXT_FLOOD", "100")]);
+    let host = Host::start_with(&config, &["--max-message", "1048576", "--write-stall", "2"]);
+    let old_pid = host.wait_state("flood", "running", LONG)["pid"].as_u64().unwrap();
+    let mut big = String::from("MSH|^~\\&|BIG");
+    while big.len() < 512 * 1024 {
+        big.push_str(&format!("\rNTE|1||{}", "x".repeat(1000)));
+    }
+    host.result("message/set", json!({"message": big}));
+    host.result("command/execute", json!({"command": "test/flood"}));
+    let failed = restarted_after_a_failure(&host, "flood", old_pid);
+    assert!(failed["reason"].as_str().unwrap_or_default().contains("connection ended"), "{failed}");
+}
+
+/// An extension that closes its standard output while it runs on has ended
+/// for the host: killed, failed, restarted.
+#[test]
+fn an_extension_that_closes_its_output_is_restarted_as_after_a_crash() {
+    if !require_tool("python3") {
+        return;
+    }
+    let host = Host::start(&py_extension("mute", &[("EXT_COMMANDS", "test/close-output,test/ping")]));
+    let old_pid = host.wait_state("mute", "running", LONG)["pid"].as_u64().unwrap();
+    host.result("command/execute", json!({"command": "test/close-output"}));
+    let failed = restarted_after_a_failure(&host, "mute", old_pid);
+    assert!(failed["reason"].as_str().unwrap_or_default().contains("closed its output"), "{failed}");
 }
