@@ -29,6 +29,11 @@ Commands it understands (the test drives it through `command/execute`):
 - test/edit (declared only through EXT_COMMANDS): reads the message, patches
   PID.5.1 and logs `EDITED <n> ok` (or `EDITED <n> <what came back>`), n
   counting edits since the start.
+- test/stderr logs the lines of EXT_STDERR (a JSON array) instead, if set.
+- test/stop-reading: never reads its input again (and keeps running).
+- test/flood: sends EXT_FLOOD (200) editor/getMessage requests at once, then
+  never reads its input again: their replies pile up in the host.
+- test/close-output: closes its standard output and keeps running.
 Everything it receives is logged as `GOT <json>` on stderr.
 """
 
@@ -155,7 +160,9 @@ def run_command(command):
         write_raw(b"Content-Length: 9\r\n\r\n{not json")
         log("RESULT " + json.dumps(request("editor/getMessage", {"format": "hl7"})))
     elif command == "test/stderr":
-        for line in ["[ERROR] an error", "WARN: a warning", "[info] some info", "debug: details"]:
+        lines = json.loads(os.environ.get("EXT_STDERR", "null")) or [
+            "[ERROR] an error", "WARN: a warning", "[info] some info", "debug: details"]
+        for line in lines:
             log(line)
     elif command == "test/edit":
         with pending_lock:
@@ -172,6 +179,20 @@ def run_command(command):
         os._exit(3)
     else:
         log("unknown command " + command)
+
+
+def stop_reading(command):
+    """Runs on the reading thread, which never reads again; the process lives on."""
+    import time
+    if command == "test/flood":
+        for n in range(int(os.environ.get("EXT_FLOOD", "200"))):
+            body = json.dumps({"jsonrpc": "2.0", "id": 10 ** 6 + n, "method": "editor/getMessage", "params": {"format": "hl7"}})
+            write_raw(b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body.encode())
+    if command == "test/close-output":
+        os.close(1)
+    log("STOPPED READING " + command)
+    while True:
+        time.sleep(3600)
 
 
 def main():
@@ -224,6 +245,8 @@ def main():
             command = msg["params"]["command"]
             if MODE == "crash_on_command":
                 os._exit(5)
+            if command in ("test/stop-reading", "test/flood", "test/close-output"):
+                stop_reading(command)
             threading.Thread(target=run_command, args=(command,), daemon=True).start()
         elif "id" in msg:
             send({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": "Method not found"}})

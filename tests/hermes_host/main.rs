@@ -5,6 +5,7 @@
 //! in headless Chromium ([`web`], driven by [`browser`]).
 
 mod browser;
+mod hostile;
 mod mcp;
 mod memory;
 mod node;
@@ -165,6 +166,28 @@ fn every_editor_method_and_format() {
     let set = ext_call(&host, "editor/setMessage", json!({"message": json_in, "format": "json"}));
     assert_eq!(set["result"]["success"], true, "{set}");
     assert_eq!(host.result("message/get", json!({}))["message"], "MSH|^~\\&|X");
+}
+
+/// hl7 -> json -> hl7 through the control socket gives back the same bytes,
+/// escape characters the host does not interpret included: alone, in
+/// sequences it does not know, and with delimiters of the message's own.
+#[test]
+fn hl7_to_json_to_hl7_through_the_control_socket_gives_back_the_same_bytes() {
+    let host = Host::start("");
+    let messages = [
+        "MSH|^~\\&|A\rPID|1||A\\B",
+        "MSH|^~\\&|A\rPID|1||\\X\\",
+        "MSH|^~\\&|A\rPID|1||\\Z\\",
+        "MSH|^~\\&|A\rPID|1||\\T\\^C:\\dir\\^\\.br\\~\\",
+        "MSH#@!$%#APP\rPID#1##A$B",
+        "MSH#@!$%#APP\rPID#1##$X$@$Z$%$$E$!$",
+    ];
+    for message in messages {
+        host.result("message/set", json!({"message": message}));
+        let tree = host.result("message/get", json!({"format": "json"}))["message"].as_str().unwrap().to_owned();
+        host.result("message/set", json!({"message": tree, "format": "json"}));
+        assert_eq!(host.result("message/get", json!({}))["message"], message, "via {tree}");
+    }
 }
 
 #[test]

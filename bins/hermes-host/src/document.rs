@@ -262,18 +262,15 @@ impl Document {
         Ok(())
     }
 
-    /// Opens a file: -32006 when it cannot be read, -32004 when it is not a
-    /// message or is past the bounds.
+    /// Opens a file: -32006 when it cannot be read or is not a regular file,
+    /// -32004 when it is not a message or is past the bounds.
     pub async fn open(&self, path: &Path) -> Result<PathBuf, RpcError> {
         let path = std::path::absolute(path).map_err(|e| not_found(path, e))?;
-        let meta = tokio::fs::metadata(&path).await.map_err(|e| not_found(&path, e))?;
-        if meta.len() > self.bounds.max_bytes as u64 {
-            return Err(RpcError::new(
-                errors::INVALID_MESSAGE,
-                format!("{}: larger than the message limit", path.display()),
-            ));
-        }
-        let bytes = tokio::fs::read(&path).await.map_err(|e| not_found(&path, e))?;
+        let max_bytes = self.bounds.max_bytes;
+        let reading = path.clone();
+        let bytes = tokio::task::spawn_blocking(move || read_regular_file(&reading, max_bytes))
+            .await
+            .map_err(|e| RpcError::internal(e.to_string()))??;
         let text = String::from_utf8(bytes)
             .map_err(|_| RpcError::new(errors::INVALID_MESSAGE, format!("{}: not UTF-8 text", path.display())))?;
         let message = self.read(text, Format::Hl7)?;
@@ -345,6 +342,46 @@ fn over(exceeded: Exceeded) -> String {
 
 fn invalid(e: InvalidMessage) -> RpcError {
     RpcError::new(errors::INVALID_MESSAGE, format!("invalid message: {e}"))
+}
+
+/// The bytes of the regular file at `path`, at most `max_bytes`: -32006 when
+/// it cannot be read or is anything else (a device such as `/dev/zero`, a
+/// FIFO, a directory), -32004 when it is longer. The size a file claims is
+/// not trusted: what is read stops at the limit plus one byte, so a file
+/// that grows as it is read still costs no more than a message.
+fn read_regular_file(path: &Path, max_bytes: usize) -> Result<Vec<u8>, RpcError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let not_regular = || {
+        RpcError::new(
+            errors::PATH_NOT_FOUND,
+            format!("{}: not a regular file (a device, a FIFO or a directory cannot be opened)", path.display()),
+        )
+    };
+    // Checked before opening, so a device is never opened; and again on what
+    // was opened, in case the path changed in between.
+    if !std::fs::metadata(path).map_err(|e| not_found(path, e))?.is_file() {
+        return Err(not_regular());
+    }
+    // Non-blocking: opening a FIFO would otherwise wait for a writer.
+    let flags = nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOCTTY;
+    let file =
+        std::fs::OpenOptions::new().read(true).custom_flags(flags.bits()).open(path).map_err(|e| not_found(path, e))?;
+    if !file.metadata().map_err(|e| not_found(path, e))?.is_file() {
+        return Err(not_regular());
+    }
+    let mut bytes = Vec::new();
+    file.take(max_bytes as u64 + 1).read_to_end(&mut bytes).map_err(|e| not_found(path, e))?;
+    if bytes.len() > max_bytes {
+        return Err(RpcError::new(
+            errors::INVALID_MESSAGE,
+            format!(
+                "{}: larger than the message limit of {max_bytes} bytes (HERMES_HOST_MAX_MESSAGE, --max-message)",
+                path.display()
+            ),
+        ));
+    }
+    Ok(bytes)
 }
 
 fn not_found(path: &Path, e: std::io::Error) -> RpcError {
@@ -422,6 +459,39 @@ mod tests {
         assert_eq!(outcome.patches_applied, 0);
         assert!(outcome.errors[0].message.contains("over the limit of 20"), "{:?}", outcome.errors);
         assert_eq!(held(&doc), "MSH|^~\\&|A");
+    }
+
+    /// A device or a FIFO is refused -32006 at once, without a read (a FIFO
+    /// with no writer would block its open; /dev/zero never ends), and the
+    /// message held stays.
+    #[tokio::test]
+    async fn only_regular_files_are_opened() {
+        let doc = Document::new(Bounds { max_bytes: 1 << 20, max_elements: 1000 });
+        doc.set("MSH|^~\\&|A".into(), Format::Hl7, "test").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR).unwrap();
+        for path in [Path::new("/dev/zero"), Path::new("/dev/urandom"), &fifo, dir.path()] {
+            let opened = tokio::time::timeout(std::time::Duration::from_secs(5), doc.open(path)).await;
+            let e = opened.unwrap_or_else(|_| panic!("{}: no answer", path.display())).unwrap_err();
+            assert_eq!(e.code, errors::PATH_NOT_FOUND, "{}: {}", path.display(), e.message);
+            assert!(e.message.contains("not a regular file"), "{}", e.message);
+        }
+        assert_eq!(held(&doc), "MSH|^~\\&|A");
+    }
+
+    /// A file is read up to the limit and one byte more, whatever it is.
+    #[tokio::test]
+    async fn a_file_past_the_limit_is_refused() {
+        let doc = Document::new(Bounds { max_bytes: 100, max_elements: 1000 });
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("long.hl7");
+        std::fs::write(&path, format!("MSH|^~\\&|{}", "x".repeat(91))).unwrap();
+        doc.open(&path).await.unwrap();
+        std::fs::write(&path, format!("MSH|^~\\&|{}", "x".repeat(92))).unwrap();
+        let e = doc.open(&path).await.unwrap_err();
+        assert_eq!(e.code, errors::INVALID_MESSAGE);
+        assert!(e.message.contains("HERMES_HOST_MAX_MESSAGE"), "{}", e.message);
     }
 
     #[tokio::test]

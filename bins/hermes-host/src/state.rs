@@ -262,17 +262,16 @@ impl Host {
         schema::merged(self.extensions().iter().filter_map(|e| e.info().and_then(|i| i.schema)))
     }
 
-    /// Sends an event notification to every running extension that asked for it.
-    pub fn notify_extensions(&self, event: &str, mut params: impl FnMut(&EventSubscription) -> Option<Value>) {
+    /// Queues an event notification for every running extension that asked
+    /// for it; never waits, so a slow reader holds up no one.
+    pub fn notify_extensions(&self, event: &'static str, mut params: impl FnMut(&EventSubscription) -> Option<Value>) {
         for extension in self.extensions() {
-            let Some(peer) = extension.running_peer() else { continue };
             let Some(subscription) = extension.info().and_then(|i| i.subscription(event).cloned()) else { continue };
+            if !matches!(extension.state(), State::Running) {
+                continue;
+            }
             let Some(params) = params(&subscription) else { continue };
-            let event = event.to_owned();
-            // A slow reader must not hold up the others.
-            tokio::spawn(async move {
-                let _ = peer.notify(&event, params).await;
-            });
+            extension.queue_event(event, &params);
         }
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use rpc_core::{CallError, PeerHandle};
 use serde_json::{Value, json};
 
-use super::{terminal_ui, web_page};
+use super::{json_terminal_safe, terminal_safe, terminal_ui, web_page};
 use crate::config::{CtlArgs, CtlCommand, ExtCommand, client_socket};
 
 /// Runs one `ctl` command: its exit code, or why it could not run.
@@ -35,7 +35,7 @@ pub async fn run(args: CtlArgs) -> Result<ExitCode, String> {
     };
     let result = call(&peer, method, &params, timeout).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
+        println!("{}", json_terminal_safe(&serde_json::to_string_pretty(&result).unwrap_or_default()));
     } else {
         print_result(&args.command, &result);
     }
@@ -125,30 +125,31 @@ fn print_result(command: &CtlCommand, result: &Value) {
             let _ = writeln!(out, "{:<20} {:<9} {:>7} {:>8}  COMMANDS", "NAME", "STATE", "PID", "RESTARTS");
             for e in result["extensions"].as_array().into_iter().flatten() {
                 let pid = e["pid"].as_u64().map_or("-".to_owned(), |p| p.to_string());
+                // Commands and a failure's reason are the extension's own words.
                 let commands: Vec<&str> =
                     e["commands"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
                 let _ = writeln!(
                     out,
                     "{:<20} {:<9} {:>7} {:>8}  {}",
-                    e["name"].as_str().unwrap_or(""),
+                    terminal_safe(e["name"].as_str().unwrap_or("")),
                     e["state"].as_str().unwrap_or(""),
                     pid,
                     e["restarts"],
-                    commands.join(" ")
+                    terminal_safe(&commands.join(" "))
                 );
                 if let Some(reason) = e["reason"].as_str() {
-                    let _ = writeln!(out, "    {reason}");
+                    let _ = writeln!(out, "    {}", terminal_safe(reason));
                 }
             }
         }
         CtlCommand::Logs { .. } => {
             for line in result["lines"].as_array().into_iter().flatten() {
-                let _ =
-                    writeln!(out, "[{}] {}", line["level"].as_str().unwrap_or(""), line["line"].as_str().unwrap_or(""));
+                let text = terminal_safe(line["line"].as_str().unwrap_or(""));
+                let _ = writeln!(out, "[{}] {text}", line["level"].as_str().unwrap_or(""));
             }
         }
         CtlCommand::Run { command } => {
-            let _ = writeln!(out, "{command} sent to {}", result["extension"].as_str().unwrap_or("?"));
+            let _ = writeln!(out, "{command} sent to {}", terminal_safe(result["extension"].as_str().unwrap_or("?")));
         }
         CtlCommand::Save { .. } => {
             let _ = writeln!(out, "saved {}", result["filePath"].as_str().unwrap_or(""));
@@ -160,7 +161,7 @@ fn print_result(command: &CtlCommand, result: &Value) {
             }
         }
         _ => {
-            let _ = writeln!(out, "{}", serde_json::to_string_pretty(result).unwrap_or_default());
+            let _ = writeln!(out, "{}", json_terminal_safe(&serde_json::to_string_pretty(result).unwrap_or_default()));
         }
     }
 }
@@ -181,7 +182,7 @@ async fn subscribe_raw(socket: &Path, params: &Value) -> Result<ExitCode, String
                 Ok(Some(line)) => {
                     let Ok(value) = serde_json::from_str::<Value>(&line) else { continue };
                     if value.get("method").is_some() {
-                        println!("{line}");
+                        println!("{}", json_terminal_safe(&line));
                     }
                 }
                 _ => return Ok(ExitCode::SUCCESS),

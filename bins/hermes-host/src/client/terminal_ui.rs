@@ -4,7 +4,9 @@
 //! window prints its URL to open in a browser. Standard input may be a pipe
 //! (scripts answer dialogs that way); at its end, dialogs are cancelled.
 //!
-//! Dialogs arriving together are asked one after the other.
+//! Dialogs arriving together are asked one after the other. Everything an
+//! extension wrote is printed with its control characters escaped
+//! ([`terminal_safe`]): a conceal sequence cannot hide part of a question.
 
 use std::io::Write;
 use std::path::Path;
@@ -14,6 +16,8 @@ use rpc_core::{Ctx, PeerConfig, Router, RpcError, Transport};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{Mutex, mpsc};
+
+use super::terminal_safe;
 
 /// Lines typed at the terminal, one prompt at a time.
 pub struct Terminal {
@@ -35,28 +39,33 @@ impl Terminal {
 }
 
 fn who(params: &Value) -> String {
-    let extension = params["extension"].as_str().unwrap_or("an extension");
+    let extension = terminal_safe(params["extension"].as_str().unwrap_or("an extension"));
     match params["title"].as_str().filter(|t| !t.is_empty()) {
-        Some(title) => format!("[{extension}] {title}: "),
+        Some(title) => format!("[{extension}] {}: ", terminal_safe(title)),
         None => format!("[{extension}] "),
     }
 }
 
+/// A string param, fit to print.
+fn text<'a>(params: &'a Value, key: &str) -> std::borrow::Cow<'a, str> {
+    terminal_safe(params[key].as_str().unwrap_or(""))
+}
+
 async fn show_message(_: Ctx<Terminal>, params: Value) -> Result<Value, RpcError> {
-    let kind = params["kind"].as_str().unwrap_or("info");
-    println!("{}{kind}: {}", who(&params), params["message"].as_str().unwrap_or(""));
+    let kind = terminal_safe(params["kind"].as_str().unwrap_or("info"));
+    println!("{}{kind}: {}", who(&params), text(&params, "message"));
     Ok(json!({"acknowledged": true}))
 }
 
 async fn show_confirm(ctx: Ctx<Terminal>, params: Value) -> Result<Value, RpcError> {
     let choices = if params["buttons"].as_str() == Some("okCancel") { "ok/cancel" } else { "y/n" };
-    let prompt = format!("{}{} [{choices}] ", who(&params), params["message"].as_str().unwrap_or(""));
+    let prompt = format!("{}{} [{choices}] ", who(&params), text(&params, "message"));
     let answer = ctx.state.ask(&prompt).await.unwrap_or_default().to_ascii_lowercase();
     Ok(json!({"confirmed": matches!(answer.as_str(), "y" | "yes" | "ok")}))
 }
 
 async fn path_prompt(ctx: &Ctx<Terminal>, params: &Value, what: &str) -> Option<String> {
-    let default = params["defaultPath"].as_str().map(|d| format!(" [{d}]")).unwrap_or_default();
+    let default = params["defaultPath"].as_str().map(|d| format!(" [{}]", terminal_safe(d))).unwrap_or_default();
     let prompt = format!("{}{what}{default} (empty: cancel): ", who(params));
     ctx.state.ask(&prompt).await.filter(|p| !p.is_empty())
 }
@@ -83,14 +92,14 @@ async fn open_window(_: Ctx<Terminal>, params: Value) -> Result<Value, RpcError>
     println!(
         "{}window {} wants {}: open it in a browser",
         who(&params),
-        params["windowId"].as_str().unwrap_or("?"),
-        params["url"].as_str().unwrap_or("")
+        text(&params, "windowId"),
+        text(&params, "url")
     );
     Ok(json!({"opened": true}))
 }
 
 async fn close_window(_: Ctx<Terminal>, params: Value) -> Result<Value, RpcError> {
-    println!("{}window {} closed", who(&params), params["windowId"].as_str().unwrap_or("?"));
+    println!("{}window {} closed", who(&params), text(&params, "windowId"));
     Ok(json!({"closed": true}))
 }
 

@@ -4,6 +4,12 @@
 //!
 //! rpc-core's `LineRing` keeps lines without levels, so the pipe is read
 //! here; lines are cut at [`LONGEST_LINE`] like the engine does.
+//!
+//! The host's own lines about an extension start with [`HOST_MARKER`], and
+//! only they do: an extension's line that would start with it (after blanks
+//! and invisible characters) is prefixed [`FORGED_PREFIX`], so that no
+//! extension can write what reads as the host's word (`-- hermes-host:
+//! restarted`) in `extensions/logs`, the log file or the page.
 
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -19,6 +25,12 @@ pub const RING_LINES: usize = 1000;
 
 /// A log file is rotated (to `.1`) past this size.
 const ROTATE_AT: u64 = 10 * 1024 * 1024;
+
+/// How the host's own lines in an extension's log begin.
+pub const HOST_MARKER: &str = "-- hermes-host:";
+
+/// What an extension's line that begins like the host's gets in front.
+pub const FORGED_PREFIX: &str = "(stderr) ";
 
 #[derive(Clone, Debug, Serialize)]
 pub struct LogLine {
@@ -77,9 +89,15 @@ impl ExtensionLog {
         self.path.as_deref()
     }
 
-    /// Adds a line; `on_line` publishes it.
+    /// Adds a line the extension wrote (see [`FORGED_PREFIX`]).
     pub fn push(&self, line: &str) -> LogLine {
-        let mut text = line.to_owned();
+        match looks_like_the_host(line) {
+            true => self.record(format!("{FORGED_PREFIX}{line}")),
+            false => self.record(line.to_owned()),
+        }
+    }
+
+    fn record(&self, mut text: String) -> LogLine {
         if text.len() > LONGEST_LINE {
             let mut end = LONGEST_LINE - 3;
             while !text.is_char_boundary(end) {
@@ -106,9 +124,9 @@ impl ExtensionLog {
     }
 
     /// A line of the host's own about this extension (start, exit, restart),
-    /// in the ring and the file, prefixed `--`.
+    /// in the ring and the file, prefixed [`HOST_MARKER`].
     pub fn note(&self, text: &str) -> LogLine {
-        self.push(&format!("-- hermes-host: {text}"))
+        self.record(format!("{HOST_MARKER} {text}"))
     }
 
     pub fn tail(&self, n: usize) -> Vec<LogLine> {
@@ -127,6 +145,20 @@ impl ExtensionLog {
             *file = open_append(path).ok();
         }
     }
+}
+
+/// Whether `line` would read as one of the host's own: it starts with
+/// [`HOST_MARKER`] (in any case) once blanks, control characters and
+/// invisible ones (zero-width spaces and joiners, soft hyphens, BOMs) before
+/// it are out of sight, as they are on a terminal or in the page.
+fn looks_like_the_host(line: &str) -> bool {
+    let invisible = |c: char| {
+        c.is_whitespace()
+            || c.is_control()
+            || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2060}'..='\u{2064}' | '\u{feff}')
+    };
+    let rest = line.trim_start_matches(invisible);
+    rest.get(..HOST_MARKER.len()).is_some_and(|start| start.eq_ignore_ascii_case(HOST_MARKER))
 }
 
 fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
@@ -193,6 +225,29 @@ mod tests {
         assert_eq!(level_of("[editor-ops] Starting"), "info");
         assert_eq!(level_of("errors are fine"), "info");
         assert_eq!(level_of("Traceback (most recent call last):"), "info");
+    }
+
+    /// Only the host's own lines start with its marker, however an
+    /// extension dresses a line up to look like one.
+    #[test]
+    fn an_extension_cannot_write_a_line_that_reads_as_the_host_s() {
+        let log = ExtensionLog::new("x", None);
+        let host = log.note("restarted");
+        assert_eq!(host.line, "-- hermes-host: restarted");
+        for forged in [
+            "-- hermes-host: restarted",
+            "  -- hermes-host: restarted",
+            "\x1b\x07-- hermes-host: restarted",
+            "\u{200b}-- HERMES-HOST: restarted",
+            "\r-- hermes-host: restarted",
+        ] {
+            let line = log.push(forged).line;
+            assert_eq!(line, format!("(stderr) {forged}"));
+            assert!(!looks_like_the_host(&line), "{line:?}");
+        }
+        assert_eq!(log.push("-- hermes-hostile").line, "-- hermes-hostile");
+        assert_eq!(log.push("a -- hermes-host: in the middle").line, "a -- hermes-host: in the middle");
+        assert_eq!(log.push("-- hermes-h\u{e9}").line, "-- hermes-h\u{e9}");
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! (`starting`, `running`, `failed(reason)`, `stopped`), what it said in
 //! `initialize`, and its log. Around it: the task that supervises its
 //! process ([`supervisor`]), the list of them started and reloaded together
-//! ([`lineup`]), the framing on its pipes ([`wire`]), what its `initialize`
-//! result says ([`protocol`]) and the merge of their schemas ([`schema`]).
+//! ([`lineup`]), the framing on its pipes ([`wire`]), the events on their
+//! way to it ([`events`]), what its `initialize` result says ([`protocol`])
+//! and the merge of their schemas ([`schema`]).
 
+pub mod events;
 pub mod lineup;
 pub mod log;
 pub mod protocol;
@@ -15,10 +17,12 @@ pub mod wire;
 use parking_lot::Mutex;
 use rpc_core::PeerHandle;
 use serde::Serialize;
+use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::ExtensionSpec;
+use events::PendingEvents;
 use log::ExtensionLog;
 use protocol::InitializeResult;
 
@@ -68,6 +72,8 @@ struct Status {
     restarts: u32,
     info: Option<InitializeResult>,
     peer: Option<PeerHandle>,
+    /// The events on their way to it while it runs.
+    events: Option<Arc<PendingEvents>>,
 }
 
 pub struct Extension {
@@ -137,10 +143,11 @@ impl Extension {
         status.peer = Some(peer);
     }
 
-    fn initialized(&self, info: InitializeResult) {
+    fn initialized(&self, info: InitializeResult, events: Arc<PendingEvents>) {
         let mut status = self.status.lock();
         status.state = Some(State::Running);
         status.info = Some(info);
+        status.events = Some(events);
     }
 
     fn exited(&self, state: State) {
@@ -148,6 +155,20 @@ impl Extension {
         status.state = Some(state);
         status.pid = None;
         status.peer = None;
+        if let Some(events) = status.events.take() {
+            events.close();
+        }
+    }
+
+    /// Queues an event notification for it if it runs; never waits (see
+    /// [`events`] for how what waits is bounded).
+    pub fn queue_event(&self, method: &'static str, params: &serde_json::Value) {
+        let status = self.status.lock();
+        let events = if status.state == Some(State::Running) { status.events.clone() } else { None };
+        drop(status);
+        if let Some(events) = events {
+            events.push(method, params);
+        }
     }
 
     fn restarted(&self) {

@@ -5,6 +5,10 @@
 //! Hermes itself never noticed a dead extension. Here the process is waited
 //! on (rpc-core's child module): the moment it exits its connection closes,
 //! every request pending to it fails at once, and its state becomes `failed`.
+//! The end of its connection is its end too, whether it closed its stdout or
+//! the host cut it off (its input stalled): a process that runs on without
+//! a connection can do nothing for anyone, so its process group is killed
+//! and it is restarted as after a crash.
 //!
 //! An `initialize` that fails (an error, a malformed result, no answer
 //! within the timeout) is not restarted: the same program would fail the
@@ -15,11 +19,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rpc_core::child::{self, ChildCommand, ChildProcess, CrashHistory, CrashLoop, CrashPolicy, Restart};
+use rpc_core::peer::CloseReason;
 use rpc_core::{CallError, PeerConfig, PeerHandle, Transport};
 use serde_json::json;
 use serde_json::value::RawValue;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
+use super::events::{self, PendingEvents};
 use super::log;
 use super::protocol::InitializeResult;
 use super::wire::AsciiContentLength;
@@ -32,6 +39,10 @@ pub const API_VERSION: &str = "1.0";
 
 /// How long `shutdown` may take, answer and exit together, before SIGKILL.
 pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
+
+/// How long after its connection ends a process may take to exit by itself
+/// (its stdout usually closes as it exits) before its group is killed.
+const EXIT_AFTER_EOF: Duration = Duration::from_millis(500);
 
 fn crash_policy() -> CrashPolicy {
     CrashPolicy {
@@ -136,7 +147,7 @@ async fn run_once(
         return Ended::Stopped;
     }
     let data_dir = data_dir(host, extension);
-    let run = match Run::start(host, extension, &data_dir) {
+    let mut run = match Run::start(host, extension, &data_dir) {
         Ok(run) => run,
         Err(ended) => return ended,
     };
@@ -162,6 +173,8 @@ struct Run<'a> {
     extension: &'a Arc<Extension>,
     process: ChildProcess,
     peer: PeerHandle,
+    /// The task serving the connection, which says how it ended.
+    connection: JoinHandle<CloseReason>,
     /// What the gate on its requests waits for (`methods::extension::gate`).
     ready: watch::Sender<Readiness>,
 }
@@ -189,8 +202,7 @@ impl<'a> Run<'a> {
             session,
             peer_config,
         );
-        // The connection's task runs on by itself; its handle is not needed.
-        let (peer, _connection) = match connected {
+        let (peer, connection) = match connected {
             Ok(pair) => pair,
             Err(e) => {
                 process.kill();
@@ -202,12 +214,16 @@ impl<'a> Run<'a> {
         extension.log.note(&format!("started {:?} (pid {pid})", extension.spec.argv));
         tracing::info!(extension = extension.name(), pid, "extension started");
         host.publish_state(extension);
-        Ok(Run { host, extension, process, peer, ready })
+        Ok(Run { host, extension, process, peer, connection, ready })
     }
 
     /// `initialize`, unless it exits or we are told to stop first. On
     /// success the extension is `running` and its requests go through.
-    async fn initialize(&self, data_dir: &Path, stop: &mut watch::Receiver<Option<StopReason>>) -> Result<(), Ended> {
+    async fn initialize(
+        &mut self,
+        data_dir: &Path,
+        stop: &mut watch::Receiver<Option<StopReason>>,
+    ) -> Result<(), Ended> {
         let timeout = self.host.settings().initialize_timeout();
         let params = json!({"hermesVersion": HERMES_VERSION, "apiVersion": API_VERSION, "dataDirectory": data_dir});
         let answer = tokio::select! {
@@ -225,8 +241,7 @@ impl<'a> Run<'a> {
             }
             Handshake::Exited => {
                 let _ = self.ready.send(Readiness::Failed);
-                let exit = self.process.exited().await;
-                Err(Ended::Crashed(format!("exited during initialize ({exit})")))
+                Err(Ended::Crashed(self.connection_ended("during initialize").await))
             }
             Handshake::Failed { reason, kill } => {
                 let _ = self.ready.send(Readiness::Failed);
@@ -247,7 +262,9 @@ impl<'a> Run<'a> {
     /// The extension answered `initialize`: it runs, its held requests go
     /// through, and the others learn what it declared.
     fn running(&self, info: InitializeResult) {
-        self.extension.initialized(info);
+        let pending = PendingEvents::new();
+        tokio::spawn(events::deliver(pending.clone(), self.peer.clone(), self.extension.clone()));
+        self.extension.initialized(info, pending);
         let _ = self.ready.send(Readiness::Running);
         tracing::info!(extension = self.extension.name(), "extension running");
         self.extension.log.note("initialized");
@@ -255,13 +272,18 @@ impl<'a> Run<'a> {
         self.host.publish_state(self.extension);
     }
 
-    /// Serves it until it exits (a crash) or we are told to stop it.
-    async fn serve(self, stop: &mut watch::Receiver<Option<StopReason>>) -> Ended {
+    /// Serves it until it exits or its connection ends (a crash either way)
+    /// or we are told to stop it.
+    async fn serve(mut self, stop: &mut watch::Receiver<Option<StopReason>>) -> Ended {
         tokio::select! {
             exit = self.process.exited() => {
                 let _ = self.ready.send(Readiness::Failed);
                 tracing::warn!(extension = self.extension.name(), %exit, "extension exited");
                 Ended::Crashed(format!("exited unexpectedly ({exit})"))
+            }
+            () = self.peer.closed() => {
+                let _ = self.ready.send(Readiness::Failed);
+                Ended::Crashed(self.connection_ended("unexpectedly").await)
             }
             reason = stop_requested(stop) => {
                 self.shut_down(reason).await;
@@ -269,6 +291,29 @@ impl<'a> Run<'a> {
                 Ended::Stopped
             }
         }
+    }
+
+    /// Its connection ended while we did not stop it: it exits by itself
+    /// (its stdout closed as it exited) or it is killed, process group and
+    /// all. Why, for its failure reason.
+    async fn connection_ended(&mut self, when: &str) -> String {
+        let name = self.extension.name();
+        if let Ok(exit) = tokio::time::timeout(EXIT_AFTER_EOF, self.process.exited()).await {
+            tracing::warn!(extension = name, %exit, "extension exited");
+            return format!("exited {when} ({exit})");
+        }
+        tracing::warn!(extension = name, "extension's connection ended while it runs; killing it");
+        self.process.kill();
+        let exit = self.process.exited().await;
+        // Its pipes are closed now, so the connection's task has ended or soon will.
+        let why = match tokio::time::timeout(EXIT_AFTER_EOF, &mut self.connection).await {
+            Ok(Ok(CloseReason::Eof)) => "it closed its output".to_owned(),
+            Ok(Ok(CloseReason::Failed(reason))) => reason,
+            Ok(Ok(CloseReason::Closed | CloseReason::Shutdown)) => "the host closed it".to_owned(),
+            Ok(Err(e)) => format!("its connection's task failed: {e}"),
+            Err(_) => "it closed".to_owned(),
+        };
+        format!("its connection ended {when} ({why}); killed ({exit})")
     }
 
     /// `shutdown {reason}`, then its exit, all within [`SHUTDOWN_LIMIT`]; then

@@ -42,66 +42,29 @@ impl Delimiters {
     }
 
     /// `value` as HL7 text fit for one leaf (a subcomponent): delimiters and
-    /// line breaks in it are escaped; escape sequences already in it (`\T\`)
-    /// are kept, and an escape character that starts none is escaped itself.
+    /// line breaks in it are escaped, so that a value never makes structure.
+    /// The escape character is kept as written, alone or in a sequence the
+    /// host does not know (`A\B`, `\X\`, `\Z\`): a value is HL7 text, and
+    /// rewriting it (`\E\`) would change a message read as a tree and back.
     pub fn escape_leaf(&self, value: &str) -> String {
+        let e = self.escape;
         let mut out = String::with_capacity(value.len());
-        let mut rest = value;
-        while let Some(c) = rest.chars().next() {
-            let e = self.escape;
-            if c == e {
-                if let Some(len) = self.escape_sequence_len(rest) {
-                    out.push_str(&rest[..len]);
-                    rest = &rest[len..];
+        for c in value.chars() {
+            let code = match c {
+                c if c == self.field => "F",
+                c if c == self.component => "S",
+                c if c == self.subcomponent => "T",
+                c if c == self.repetition => "R",
+                '\r' => "X0D",
+                '\n' => "X0A",
+                c => {
+                    out.push(c);
                     continue;
                 }
-                let _ = write!(out, "{e}E{e}");
-            } else if c == self.field {
-                let _ = write!(out, "{e}F{e}");
-            } else if c == self.component {
-                let _ = write!(out, "{e}S{e}");
-            } else if c == self.subcomponent {
-                let _ = write!(out, "{e}T{e}");
-            } else if c == self.repetition {
-                let _ = write!(out, "{e}R{e}");
-            } else if c == '\r' {
-                let _ = write!(out, "{e}X0D{e}");
-            } else if c == '\n' {
-                let _ = write!(out, "{e}X0A{e}");
-            } else {
-                out.push(c);
-            }
-            rest = &rest[c.len_utf8()..];
+            };
+            let _ = write!(out, "{e}{code}{e}");
         }
         out
-    }
-
-    /// The length of the well-formed escape sequence `text` starts with, if
-    /// any: `\F\ \S\ \T\ \R\ \E\ \H\ \N\`, `\Xhh..\`, `\Zxx..\`, `\Cxxxx\`,
-    /// `\Mxxxxxx\`, `\.br\`, `\.sp..\`, `\.in..\`, `\.ti..\`, `\.fi\`,
-    /// `\.nf\`, `\.ce\`.
-    fn escape_sequence_len(&self, text: &str) -> Option<usize> {
-        let e = self.escape;
-        let body_start = e.len_utf8();
-        let close = text[body_start..].find(e)? + body_start;
-        let body = &text[body_start..close];
-        let well_formed = match body.as_bytes() {
-            [b'F' | b'S' | b'T' | b'R' | b'E' | b'H' | b'N'] => true,
-            [b'X', hex @ ..] => !hex.is_empty() && hex.len() % 2 == 0 && hex.iter().all(u8::is_ascii_hexdigit),
-            [b'C' | b'M' | b'Z', rest @ ..] => !rest.is_empty() && rest.iter().all(u8::is_ascii_alphanumeric),
-            [b'.', rest @ ..] => {
-                let word = std::str::from_utf8(rest).unwrap_or("");
-                ["br", "fi", "nf", "ce"].contains(&word)
-                    || ["sp", "in", "ti"].iter().any(|p| {
-                        word.strip_prefix(p).is_some_and(|n| {
-                            let n = n.strip_prefix(['+', '-']).unwrap_or(n);
-                            n.chars().all(|c| c.is_ascii_digit())
-                        })
-                    })
-            }
-            _ => false,
-        };
-        well_formed.then_some(close + e.len_utf8())
     }
 }
 
@@ -117,11 +80,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn leaves_escape_delimiters_and_keep_escape_sequences() {
+    fn leaves_escape_delimiters_and_keep_the_escape_character_as_written() {
         let d = Delimiters::default();
         assert_eq!(d.escape_leaf("A|B^C&D~E"), "A\\F\\B\\S\\C\\T\\D\\R\\E");
         assert_eq!(d.escape_leaf("keep \\T\\ and \\X0D0A\\ and \\.br\\"), "keep \\T\\ and \\X0D0A\\ and \\.br\\");
-        assert_eq!(d.escape_leaf("C:\\dir"), "C:\\E\\dir");
+        assert_eq!(d.escape_leaf("C:\\dir"), "C:\\dir");
+        assert_eq!(d.escape_leaf("\\X\\ \\Z\\ \\"), "\\X\\ \\Z\\ \\");
         assert_eq!(d.escape_leaf("two\nlines"), "two\\X0A\\lines");
         assert_eq!(d.escape_leaf("Zoë"), "Zoë");
     }

@@ -1,8 +1,10 @@
 //! The page's port: bound at start (a given address that cannot be bound
 //! stops the daemon; the default one taken, say by a second host, leaves
 //! this host without a page and says so), served one HTTP/1.1 connection at
-//! a time per socket, and announced: the URL with its token is logged once
-//! and written to a 0600 file beside the control socket, for `ctl web`.
+//! a time per socket, connections without the token held to a share of the
+//! slots ([`admission`](super::admission)), and announced: the URL with its
+//! token is logged once and written to a 0600 file beside the control
+//! socket, for `ctl web`.
 
 use std::convert::Infallible;
 use std::io::Write;
@@ -20,6 +22,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tower_service::Service as _;
 
 use super::access::Access;
+use super::admission::{PageConnection, UnprovenConnections};
 use super::routes;
 use super::site::Site;
 use crate::config::{Config, url_file};
@@ -27,6 +30,10 @@ use crate::state::{ControlSession, Host};
 
 /// HTTP connections served at once (a live channel, once upgraded, no longer counts).
 const MAX_CONNECTIONS: usize = 64;
+
+/// Of those, how many may be without the token at once: idle sockets fill at
+/// most half, so a person's request always finds a slot.
+const MAX_UNPROVEN: usize = MAX_CONNECTIONS / 2;
 
 /// Live channels open at once, as many as the control socket's connections.
 const MAX_LIVE_CHANNELS: usize = 64;
@@ -72,8 +79,9 @@ pub fn start(
     });
     let app = routes::router(site);
     let shutdown = daemon.shutdown().clone();
+    let unproven = Arc::new(UnprovenConnections::new(MAX_UNPROVEN));
     daemon.serve(listener, "http", MAX_CONNECTIONS, move |stream, _peer| {
-        serve_connection(stream, app.clone(), shutdown.clone())
+        serve_connection(stream, app.clone(), shutdown.clone(), unproven.clone())
     });
     let url = format!("http://{}/?token={}", reachable(bound), settings.token);
     // The one place the token is logged, as Jupyter does: the person who
@@ -105,19 +113,31 @@ fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     writeln!(file, "{text}")
 }
 
-/// Serves one accepted socket until it closes, or until the daemon drains.
-async fn serve_connection(stream: Stream, app: Router, shutdown: Shutdown) {
+/// Serves one accepted socket until it closes, the daemon drains, or it is
+/// closed for not showing the token ([`super::admission`]).
+async fn serve_connection(stream: Stream, app: Router, shutdown: Shutdown, unproven: Arc<UnprovenConnections>) {
+    let connection = unproven.admit();
+    tokio::select! {
+        () = serve_stream(stream, app, shutdown, connection.clone()) => {}
+        () = connection.closing() => {}
+    }
+    unproven.forget(&connection);
+}
+
+async fn serve_stream(stream: Stream, app: Router, shutdown: Shutdown, connection: Arc<PageConnection>) {
     match stream {
-        Stream::Tcp(s) => serve_io(s, app, shutdown).await,
-        Stream::Unix(s) => serve_io(s, app, shutdown).await,
+        Stream::Tcp(s) => serve_io(s, app, shutdown, connection).await,
+        Stream::Unix(s) => serve_io(s, app, shutdown, connection).await,
     }
 }
 
-async fn serve_io<I>(io: I, app: Router, shutdown: Shutdown)
+async fn serve_io<I>(io: I, app: Router, shutdown: Shutdown, connection: Arc<PageConnection>)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+        // The access check marks the connection proven when the token is right.
+        request.extensions_mut().insert(connection.clone());
         let mut app = app.clone();
         async move { Ok::<_, Infallible>(app.call(request).await.unwrap_or_else(|e| match e {})) }
     });

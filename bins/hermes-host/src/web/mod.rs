@@ -5,6 +5,8 @@
 //!
 //! - [`access`]: who may load the page (the token, traded for a cookie; the
 //!   Host and Origin checks).
+//! - [`admission`]: connections that have not shown the token, held to a
+//!   share of the slots and a deadline.
 //! - [`routes`]: the routes (`/`, `/assets/...`, `/ws`).
 //! - [`live`]: `/ws`, a control connection over a WebSocket.
 //! - [`assets`]: the page's files, compiled into the binary.
@@ -12,6 +14,7 @@
 //! - [`listener`]: binding the port, serving HTTP on it, and telling where the page is.
 
 pub mod access;
+pub mod admission;
 pub mod assets;
 pub mod listener;
 pub mod live;

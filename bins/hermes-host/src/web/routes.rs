@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use super::access::query_token;
+use super::admission::PageConnection;
 use super::assets;
 use super::live;
 use super::site::Site;
@@ -30,12 +31,16 @@ pub fn router(site: Arc<Site>) -> Router {
 }
 
 /// Host, Origin, token ([`super::access`]); then headers every answer carries.
+/// A connection that passes has shown the token ([`super::admission`]).
 async fn admit(State(site): State<Arc<Site>>, request: Request, next: Next) -> Response {
     if let Err(refusal) = site.access.check(request.headers(), request.uri()) {
         tracing::debug!(path = request.uri().path(), status = %refusal.status(), "page request refused");
         let mut response = (refusal.status(), refusal.reason()).into_response();
         no_store(&mut response);
         return response;
+    }
+    if let Some(connection) = request.extensions().get::<Arc<PageConnection>>() {
+        connection.prove();
     }
     let mut response = next.run(request).await;
     no_store(&mut response);

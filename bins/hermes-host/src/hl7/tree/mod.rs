@@ -22,8 +22,9 @@
 //! hl7 gives the same bytes (trailing empty fields and components, which
 //! the tree cannot hold and which carry nothing, aside). On the way in, a
 //! delimiter inside a leaf is escaped rather than allowed to change the
-//! structure, and so is an escape character that starts no escape sequence:
-//! a stray `\` in a message comes back as `\E\`, which means the same.
+//! structure; the escape character is kept as written, even where it starts
+//! no sequence the host knows (`A\B`, `\X\`): a leaf read from a message
+//! never holds a delimiter, so it goes back exactly as it came.
 //!
 //! The files: `format.rs` (the formats, and a message to and from text in
 //! each), `node.rs` (the message as a tree, serialised straight from its

@@ -34,8 +34,8 @@ pub async fn attach(ctx: Ctx<ControlSession>, params: AttachParams) -> Result<At
         let windows = host.dialogs.detach(peer.conn_id());
         tracing::info!(conn = peer.conn_id(), "UI detached");
         for (window, owner) in windows {
-            if let Some(peer) = host.extension(&owner).and_then(|e| e.running_peer()) {
-                let _ = peer.notify("window/closed", json!({"windowId": window, "reason": "ui_detached"})).await;
+            if let Some(extension) = host.extension(&owner) {
+                extension.queue_event("window/closed", &json!({"windowId": window, "reason": "ui_detached"}));
             }
         }
     });
@@ -55,8 +55,8 @@ pub async fn window_closed(ctx: Ctx<ControlSession>, params: WindowClosed) -> Re
         .dialogs
         .forget_window(&params.window_id)
         .ok_or_else(|| RpcError::new(errors::WINDOW_ERROR, "no such window"))?;
-    if let Some(peer) = host.extension(&owner).and_then(|e| e.running_peer()) {
-        let _ = peer.notify("window/closed", json!({"windowId": params.window_id, "reason": "user"})).await;
+    if let Some(extension) = host.extension(&owner) {
+        extension.queue_event("window/closed", &json!({"windowId": params.window_id, "reason": "user"}));
     }
     Ok(())
 }

@@ -212,12 +212,7 @@ pub async fn close_window(ctx: Ctx<ExtensionSession>, params: Value) -> Answer {
         Some(_) => {}
     }
     ui.close_window(&p.window_id, &for_ui(&ctx, &json!({"windowId": p.window_id})), ctx.cancel_token()).await;
-    if let Some(peer) = ctx.state.extension.running_peer() {
-        let id = p.window_id.clone();
-        tokio::spawn(async move {
-            let _ = peer.notify("window/closed", json!({"windowId": id, "reason": "extension"})).await;
-        });
-    }
+    ctx.state.extension.queue_event("window/closed", &json!({"windowId": p.window_id, "reason": "extension"}));
     Ok(raw(json!({"success": true})))
 }
 
