@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::output::{LineSplitter, OutputWatch, Piece, plain};
 use crate::state::Session;
+use crate::terminal::TerminalWriter;
 
 /// How long a line still being written waits before it is published as it is (a prompt, echoed keys).
 const PARTIAL_AFTER: Duration = Duration::from_millis(50);
@@ -216,9 +217,7 @@ pub async fn run(
     tracing::info!(pid = child.pid(), agent = %spec.command.name, iteration = spec.iteration, "agent started");
 
     let master = Arc::new(register(pty.master)?);
-    let (input, keys) = mpsc::channel::<Bytes>(64);
-    let writer = tokio::spawn(write_terminal(master.clone(), keys));
-    if delivery == Delivery::Terminal {
+    let typed = (delivery == Delivery::Terminal).then(|| {
         if to_file {
             // Typed in the prompt's place, the pointer is echoed too: not the agent's output.
             watch.expect_echo(&handed);
@@ -229,12 +228,12 @@ pub async fn run(
         }
         // Ctrl-D at the start of a line: end of input for the agent's read.
         typed.push('\x04');
-        let _ = input.send(Bytes::from(typed)).await;
-    }
+        Bytes::from(typed)
+    });
+    let (input, writer) = TerminalWriter::start(master.clone(), typed);
     session.attach_terminal(Some(input));
-    let report = stream(session, &child, &master, watch, interrupts).await;
+    let report = stream(session, &child, &master, &writer, watch, interrupts).await;
     session.attach_terminal(None);
-    writer.abort();
     Ok(report)
 }
 
@@ -243,12 +242,13 @@ async fn stream(
     session: &Arc<Session>,
     child: &Arc<ChildProcess>,
     master: &AsyncFd<OwnedFd>,
+    writer: &TerminalWriter,
     watch: &mut OutputWatch,
     interrupts: &mut mpsc::UnboundedReceiver<Interrupt>,
 ) -> RunReport {
     let exited = child.exited();
     tokio::pin!(exited);
-    let mut run = Streaming::new(session, child, watch);
+    let mut run = Streaming::new(session, child, writer, watch);
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let drain_deadline = run.drain_until.unwrap_or_else(far);
@@ -295,6 +295,8 @@ fn far() -> Instant {
 struct Streaming<'a> {
     session: &'a Arc<Session>,
     child: &'a Arc<ChildProcess>,
+    /// What is still to be typed is abandoned once the agent exits or is stopped.
+    writer: &'a TerminalWriter,
     watch: &'a mut OutputWatch,
     lines: LineSplitter,
     pieces: Vec<Piece>,
@@ -312,10 +314,16 @@ struct Streaming<'a> {
 }
 
 impl<'a> Streaming<'a> {
-    fn new(session: &'a Arc<Session>, child: &'a Arc<ChildProcess>, watch: &'a mut OutputWatch) -> Self {
+    fn new(
+        session: &'a Arc<Session>,
+        child: &'a Arc<ChildProcess>,
+        writer: &'a TerminalWriter,
+        watch: &'a mut OutputWatch,
+    ) -> Self {
         Streaming {
             session,
             child,
+            writer,
             watch,
             lines: LineSplitter::default(),
             pieces: Vec::new(),
@@ -339,6 +347,7 @@ impl<'a> Streaming<'a> {
     }
 
     fn exited(&mut self, status: Exit) {
+        self.writer.stop();
         self.exit = Some(status);
         self.drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
     }
@@ -354,6 +363,7 @@ impl<'a> Streaming<'a> {
 
     /// Stops the agent `how`, in place of a stop already under way.
     fn stop(&mut self, how: Interrupt) {
+        self.writer.stop();
         self.stopped_by_us = true;
         if let Some(previous) = self.stopping.take() {
             previous.abort();
@@ -426,22 +436,6 @@ fn register(master: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
     // `AsyncFd`, so it stays open, with the same number, until the `AsyncFd`
     // is dropped; nothing else closes it.
     unsafe { AsyncFd::register(master) }.map_err(std::io::Error::from)
-}
-
-/// Writes keys and the prompt to the terminal, in order.
-async fn write_terminal(master: Arc<AsyncFd<OwnedFd>>, mut keys: mpsc::Receiver<Bytes>) {
-    while let Some(mut bytes) = keys.recv().await {
-        while !bytes.is_empty() {
-            let Ok(mut guard) = master.writable().await else { return };
-            match guard.try_io(|fd| nix::unistd::write(fd.get_ref(), &bytes).map_err(std::io::Error::from)) {
-                Ok(Ok(n)) => {
-                    let _ = bytes.split_to(n);
-                }
-                Ok(Err(_)) => return,
-                Err(_would_block) => continue,
-            }
-        }
-    }
 }
 
 /// The prompt file, written whole before the agent starts (0600: prompts may be private).

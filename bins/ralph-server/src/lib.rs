@@ -28,6 +28,7 @@ mod progress;
 mod prompt;
 mod server;
 mod state;
+mod terminal;
 mod timestamp;
 
 #[doc(hidden)]

@@ -29,10 +29,11 @@ use rpc_core::fanout::Topics;
 use rpc_core::fanout::ring::{self, Ring, SharedTopics};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tokio_util::task::TaskTracker;
 
 use crate::injected::{PendingPrompts, Refused};
+use crate::terminal::TerminalInput;
 use crate::timestamp;
 
 /// Lines kept for `recent_output`.
@@ -179,7 +180,7 @@ pub struct Session {
     /// Woken whenever a client makes a request of the loop.
     pub wake: Notify,
     /// The running agent's terminal input, while one runs.
-    terminal: Mutex<Option<mpsc::Sender<Bytes>>>,
+    terminal: Mutex<Option<TerminalInput>>,
     /// The event stream, closed once the loop has ended and its last event
     /// is in (subscribers' pumps then end when they have read it).
     events: Arc<Ring>,
@@ -404,11 +405,11 @@ impl Session {
         self.injected.lock().put_back(taken);
     }
 
-    pub fn attach_terminal(&self, input: Option<mpsc::Sender<Bytes>>) {
+    pub fn attach_terminal(&self, input: Option<TerminalInput>) {
         *self.terminal.lock() = input;
     }
 
-    pub fn terminal(&self) -> Option<mpsc::Sender<Bytes>> {
+    pub fn terminal(&self) -> Option<TerminalInput> {
         self.terminal.lock().clone()
     }
 }
