@@ -77,17 +77,19 @@ impl PendingPrompts {
         match File::open(&pending.path) {
             Ok(file) => {
                 let mut reader = BufReader::new(file);
-                let mut line = String::new();
+                // Bytes, not text: a crash may cut a line inside a character,
+                // and that line is torn like any other, not a reason to stop.
+                let mut line = Vec::new();
                 loop {
                     line.clear();
                     let read = reader
-                        .read_line(&mut line)
+                        .read_until(b'\n', &mut line)
                         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", pending.path.display())))?;
                     if read == 0 {
                         break;
                     }
-                    match serde_json::from_str::<Line<'_>>(&line) {
-                        Ok(Line { prompt }) if line.ends_with('\n') => pending.prompts.push(prompt.into_owned()),
+                    match serde_json::from_slice::<Line<'_>>(&line) {
+                        Ok(Line { prompt }) if line.ends_with(b"\n") => pending.prompts.push(prompt.into_owned()),
                         _ => {
                             tracing::warn!(file = %pending.path.display(), "dropped a torn line");
                             clean = false;
@@ -267,5 +269,18 @@ mod tests {
         assert_eq!(PendingPrompts::load(dir.path(), ROOMY, None).unwrap().take(), ["whole", "after"]);
         // Only the file itself is left in .ralph/.
         assert_eq!(fs::read_dir(dir.path().join(".ralph")).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_line_torn_inside_a_character_is_dropped_like_any_torn_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut pending = PendingPrompts::load(dir.path(), ROOMY, None).unwrap();
+        pending.push("whole").unwrap();
+        let path = PendingPrompts::path(dir.path());
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        // "{"prompt": "caf\u{e9}", cut after the first byte of the é.
+        file.write_all(b"{\"prompt\": \"caf\xc3").unwrap();
+        let mut again = PendingPrompts::load(dir.path(), ROOMY, None).unwrap();
+        assert_eq!(again.take(), ["whole"]);
     }
 }
