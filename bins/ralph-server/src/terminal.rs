@@ -52,9 +52,7 @@ impl TerminalInput {
     pub fn send(&self, keys: Bytes) -> Result<(), KeysRefused> {
         let len = keys.len();
         self.queued
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
-                (q + len <= KEYS_QUEUED_MAX).then_some(q + len)
-            })
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| (q + len <= KEYS_QUEUED_MAX).then_some(q + len))
             .map_err(|_| KeysRefused::Full)?;
         self.keys.send(keys).map_err(|_| KeysRefused::Gone)
     }
