@@ -115,24 +115,34 @@ impl AgentCommand {
 
     /// What the agent is handed for `prompt`, and whether the prompt file is
     /// written: the prompt itself, or, when the way it is passed could not
-    /// carry it whole (an argument too long to exec, a line too long for the
-    /// terminal), a short prompt naming the file that holds it.
+    /// carry it whole (an argument too long to exec or holding a NUL, a line
+    /// too long for the terminal), a short prompt naming the file that holds it.
     fn hand_over<'p>(&self, prompt: &'p str, prompt_file: &Path) -> (Cow<'p, str>, bool) {
-        let too_long = match self.delivery() {
-            Delivery::File => return (Cow::Borrowed(prompt), true),
-            Delivery::Argument => prompt.len() > ARGUMENT_MAX,
-            Delivery::Terminal => prompt.lines().any(|line| line.len() >= TERMINAL_LINE_MAX),
+        let Some(why) = self.cannot_carry(prompt) else {
+            return (Cow::Borrowed(prompt), self.delivery() == Delivery::File);
         };
-        if !too_long {
-            return (Cow::Borrowed(prompt), false);
-        }
         let pointer = format!(
-            "The prompt of this iteration ({} bytes) is too long to be passed here, so it is in a file. \
+            "The prompt of this iteration ({} bytes) {why}, so it is in a file. \
              Read the file {} and follow it as your prompt.",
             prompt.len(),
             prompt_file.display()
         );
         (Cow::Owned(pointer), true)
+    }
+
+    /// Why the way this agent gets its prompt cannot carry `prompt` as it
+    /// is, if it cannot.
+    fn cannot_carry(&self, prompt: &str) -> Option<&'static str> {
+        const TOO_LONG: &str = "is too long to be passed here";
+        match self.delivery() {
+            Delivery::File => None,
+            Delivery::Argument if prompt.len() > ARGUMENT_MAX => Some(TOO_LONG),
+            // An argument ends at a NUL: the agent could not even be started.
+            Delivery::Argument if prompt.contains('\0') => Some("holds characters that cannot be passed here"),
+            Delivery::Argument => None,
+            Delivery::Terminal if prompt.lines().any(|line| line.len() >= TERMINAL_LINE_MAX) => Some(TOO_LONG),
+            Delivery::Terminal => None,
+        }
     }
 
     /// The argument vector with the placeholders filled in.
@@ -196,7 +206,7 @@ pub async fn run(
         tracing::info!(
             bytes = spec.prompt.len(),
             file = %spec.prompt_file.display(),
-            "prompt too long to be passed as it is; the agent is told to read its file"
+            "the prompt cannot be passed as it is; the agent is told to read its file"
         );
     }
     let argv = spec.command.argv(&handed, &spec.prompt_file);
@@ -490,5 +500,13 @@ mod tests {
         // {PROMPT_FILE}: the file, whatever the length.
         let named = AgentCommand::custom("agent {PROMPT_FILE}").unwrap();
         assert_eq!(named.hand_over(&long, file), (Cow::Borrowed(long.as_str()), true));
+    }
+
+    #[test]
+    fn a_prompt_holding_a_nul_goes_through_the_prompt_file_not_an_argument() {
+        let file = Path::new("/t/.ralph/prompt.md");
+        let claude = AgentCommand::preset("claude").unwrap();
+        let (handed, to_file) = claude.hand_over("before\0after", file);
+        assert!(to_file && !handed.contains('\0') && handed.contains("Read the file /t/.ralph/prompt.md"), "{handed}");
     }
 }
