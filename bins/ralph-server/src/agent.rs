@@ -450,16 +450,7 @@ fn register(master: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
 
 /// The prompt file, written whole before the agent starts (0600: prompts may be private).
 fn write_prompt_file(path: &Path, prompt: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension("tmp");
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-    file.write_all(prompt.as_bytes())?;
-    drop(file);
-    std::fs::rename(&tmp, path)
+    crate::files::replace(path, prompt.as_bytes(), 0o600)
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::files;
+
 /// Longest prompt one `inject_prompt` may add.
 pub const MAX_PROMPT: usize = 256 * 1024;
 
@@ -183,23 +185,15 @@ impl PendingPrompts {
         }
     }
 
-    /// Writes the file anew: a temporary file beside it, synced, renamed over
-    /// it, the directory synced. A crash leaves the old file or the new.
+    /// Writes the file anew ([`files::replace`]): a crash leaves the old file or the new.
     fn rewrite(&mut self) -> io::Result<()> {
         self.file = None;
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        fs::create_dir_all(dir)?;
-        let tmp = dir.join(format!(".injected.jsonl.{}.tmp", std::process::id()));
-        let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        let mut lines = Vec::new();
         for prompt in &self.prompts {
-            let mut line = serde_json::to_vec(&Line { prompt: prompt.as_str().into() }).map_err(io::Error::other)?;
-            line.push(b'\n');
-            file.write_all(&line)?;
+            serde_json::to_writer(&mut lines, &Line { prompt: prompt.as_str().into() }).map_err(io::Error::other)?;
+            lines.push(b'\n');
         }
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp, &self.path)?;
-        File::open(dir)?.sync_all()
+        files::replace(&self.path, &lines, 0o600)
     }
 }
 
@@ -209,7 +203,9 @@ fn open_for_append(path: &Path) -> io::Result<(File, u64)> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
     let existed = path.exists();
-    let file = OpenOptions::new().append(true).create(true).mode(0o600).open(path)?;
+    // Not through a symbolic link: prompts are appended to whatever file it names.
+    let file =
+        OpenOptions::new().append(true).create(true).mode(0o600).custom_flags(nix::libc::O_NOFOLLOW).open(path)?;
     if !existed {
         File::open(dir)?.sync_all()?;
     }

@@ -19,6 +19,7 @@ mod client;
 mod client_runtime;
 mod config;
 mod errors;
+mod files;
 mod injected;
 mod lock;
 mod methods;

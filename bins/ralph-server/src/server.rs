@@ -79,7 +79,10 @@ fn open_task(config: &Config) -> Result<(Arc<Session>, TaskLock), RunError> {
     check_agents(config, &prd)?;
     // Locked before the state is read: another loop on the directory may be writing it.
     let lock = TaskLock::acquire(&config.task_dir, &config.socket_dir, &config.task_name).map_err(|e| match e {
-        LockError::Held { .. } | LockError::Directory { .. } => RunError::Refused(e.to_string()),
+        LockError::Held { .. }
+        | LockError::Directory { .. }
+        | LockError::Symlink { .. }
+        | LockError::OpenDirectory { .. } => RunError::Refused(e.to_string()),
         LockError::Io { .. } => RunError::Refused(format!("cannot lock the task: {e}")),
     })?;
     let mut saved =

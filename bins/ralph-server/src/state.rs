@@ -15,8 +15,8 @@
 //! the last event, how the loop ended, before the server lets any connection
 //! close.
 
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +32,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 use tokio_util::task::TaskTracker;
 
+use crate::files;
 use crate::injected::{PendingPrompts, Refused};
 use crate::terminal::TerminalInput;
 use crate::timestamp;
@@ -122,21 +123,11 @@ impl SavedState {
         matches!(self.status, Some(Status::Checkpointed | Status::Starting | Status::Running | Status::Stopping))
     }
 
-    /// Writes a temporary file beside it, syncs it, renames it over the old
-    /// one and syncs the directory: a crash leaves the old state or the new.
+    /// Replaces the file whole ([`files::replace`]): a crash leaves the old state or the new.
     pub fn save(&self, task_dir: &Path) -> io::Result<()> {
-        let path = SavedState::path(task_dir);
-        let dir = path.parent().unwrap_or(task_dir);
-        fs::create_dir_all(dir)?;
-        let tmp = dir.join(format!(".state.json.{}.tmp", std::process::id()));
-        let json = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
-        let mut file = File::create(&tmp)?;
-        file.write_all(&json)?;
-        file.write_all(b"\n")?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp, &path)?;
-        File::open(dir)?.sync_all()
+        let mut json = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
+        json.push(b'\n');
+        files::replace(&SavedState::path(task_dir), &json, 0o644)
     }
 }
 
