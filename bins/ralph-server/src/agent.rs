@@ -141,6 +141,11 @@ impl AgentCommand {
             Delivery::Argument if prompt.contains('\0') => Some("holds characters that cannot be passed here"),
             Delivery::Argument => None,
             Delivery::Terminal if prompt.lines().any(|line| line.len() >= TERMINAL_LINE_MAX) => Some(TOO_LONG),
+            // The terminal acts on control characters (Ctrl-C interrupts the
+            // agent, Ctrl-U erases the line) rather than passing them on.
+            Delivery::Terminal if prompt.contains(|c: char| c.is_control() && c != '\n' && c != '\t') => {
+                Some("holds characters that cannot be passed here")
+            }
             Delivery::Terminal => None,
         }
     }
@@ -499,5 +504,17 @@ mod tests {
         let claude = AgentCommand::preset("claude").unwrap();
         let (handed, to_file) = claude.hand_over("before\0after", file);
         assert!(to_file && !handed.contains('\0') && handed.contains("Read the file /t/.ralph/prompt.md"), "{handed}");
+    }
+
+    #[test]
+    fn a_typed_prompt_with_control_characters_goes_through_the_prompt_file() {
+        let file = Path::new("/t/.ralph/prompt.md");
+        let typed = AgentCommand::custom("agent").unwrap();
+        for control in ["\x03", "\x15", "\x1c", "\x04", "\x1b[1m", "\r", "\x7f", "\0"] {
+            let prompt = format!("before{control}after");
+            let (handed, to_file) = typed.hand_over(&prompt, file);
+            assert!(to_file && handed.starts_with("The prompt of this iteration"), "{control:?}: {handed}");
+        }
+        assert_eq!(typed.hand_over("tabs\tand\nlines", file), (Cow::Borrowed("tabs\tand\nlines"), false));
     }
 }
