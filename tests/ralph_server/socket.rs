@@ -151,3 +151,32 @@ fn a_socket_directory_other_users_may_write_to_is_refused() {
     assert!(daemon.stderr().contains("chmod 700"), "{}", daemon.stderr());
     assert!(!task.socket().exists() && !task.socket_dir().join("shared.lock").exists());
 }
+
+#[test]
+fn whatever_stands_at_the_socket_path_or_a_path_too_long_is_bad_configuration() {
+    let task = Task::new("blocked", 1);
+    std::fs::create_dir_all(task.socket_dir()).unwrap();
+    let elsewhere = task.root.path().join("elsewhere");
+    std::fs::write(&elsewhere, "precious").unwrap();
+    let refused = |what: &str, extra: &[&str], says: &str| {
+        let mut daemon = task.run(extra);
+        assert_eq!(daemon.wait_exit(Duration::from_secs(10)).code(), Some(2), "{what}: {}", daemon.stderr());
+        assert!(daemon.stderr().contains(says), "{what}: {}", daemon.stderr());
+    };
+    let socket = task.socket().display().to_string();
+    std::fs::write(task.socket(), "precious").unwrap();
+    refused("a file", &[], &socket);
+    std::fs::remove_file(task.socket()).unwrap();
+    std::fs::create_dir(task.socket()).unwrap();
+    refused("a directory", &[], &socket);
+    std::fs::remove_dir(task.socket()).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, task.socket()).unwrap();
+    refused("a symlink", &[], &socket);
+    std::fs::remove_file(task.socket()).unwrap();
+    let listening = std::os::unix::net::UnixListener::bind(task.socket()).unwrap();
+    refused("another server's socket", &[], &socket);
+    drop(listening);
+    assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "precious");
+    // A socket path longer than a socket address holds.
+    refused("a long path", &["--name", &"n".repeat(120)], "longer than a Unix socket's path may be");
+}
