@@ -401,7 +401,7 @@ impl<'a> Streaming<'a> {
 fn publish(session: &Arc<Session>, pieces: &mut Vec<Piece>, watch: &mut OutputWatch) -> bool {
     let mut confirmed = false;
     for piece in pieces.iter() {
-        if let Piece::Line { whole, .. } = piece {
+        if let Piece::Line { whole, .. } | Piece::Cut { whole, .. } = piece {
             let plain = plain(whole);
             session.remember_line(&plain);
             if watch.line(&plain, session.interactive()) {
@@ -410,7 +410,7 @@ fn publish(session: &Arc<Session>, pieces: &mut Vec<Piece>, watch: &mut OutputWa
         }
     }
     session.publish_output(pieces.iter().map(|piece| match piece {
-        Piece::Partial(text) => (text.as_str(), true),
+        Piece::Partial(text) | Piece::Cut { text, .. } => (text.as_str(), true),
         Piece::Line { text, .. } => (text.as_str(), false),
     }));
     pieces.clear();
