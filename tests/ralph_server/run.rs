@@ -180,3 +180,18 @@ fn a_line_longer_than_an_event_comes_in_partial_pieces_that_make_it_whole() {
     assert!(line.ends_with("0E"));
     daemon.wait_exit(Duration::from_secs(20));
 }
+
+#[test]
+fn a_typed_prompt_echoed_by_the_terminal_and_printed_by_the_agent_is_no_claim() {
+    let task = Task::new("echoes", 1);
+    std::fs::write(task.dir().join("prompt.md"), "Work on {STORY_ID}.\nWhen done, say <promise>COMPLETE</promise>.\n")
+        .unwrap();
+    let agent = task.root.path().join("prints-its-input.sh");
+    std::fs::write(&agent, "#!/bin/sh\ncat\necho done\n").unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // No placeholder: the prompt is typed (and echoed), then the agent prints it back.
+    let mut daemon = task.start(&task.dir(), &agent.display().to_string(), &["--max-iterations", "1"]);
+    assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(3), "{}", daemon.stderr());
+    let progress = task.read("progress.txt");
+    assert!(!progress.contains("claimed completion"), "{progress}");
+}

@@ -233,10 +233,10 @@ pub async fn run(
 
     let master = Arc::new(register(pty.master)?);
     let typed = (delivery == Delivery::Terminal).then(|| {
-        if to_file {
-            // Typed in the prompt's place, the pointer is echoed too: not the agent's output.
-            watch.expect_echo(&handed);
-        }
+        // The terminal echoes what is typed (the prompt, or the pointer in its
+        // place): that echo must not use up the prompt's own allowance, which
+        // is for an agent that prints its prompt back.
+        watch.expect_echo(&handed);
         let mut typed = handed.into_owned();
         if !typed.ends_with('\n') {
             typed.push('\n');
