@@ -117,3 +117,52 @@ fn a_prompt_too_long_for_an_argument_or_a_terminal_line_reaches_the_agent_throug
         assert!(!task.read("progress.txt").contains("FAILURE"), "{}", task.read("progress.txt"));
     }
 }
+
+#[test]
+fn a_nul_is_refused_by_inject_prompt_and_one_already_queued_reaches_the_agent_through_a_file() {
+    let task = Task::new("nul", 1);
+    task.mode("gate");
+    std::fs::write(task.dir().join("gate"), "").unwrap();
+    // What an older version may have queued: a prompt no argument can carry.
+    std::fs::create_dir_all(task.dir().join(".ralph")).unwrap();
+    std::fs::write(task.dir().join(".ralph/injected.jsonl"), "{\"prompt\": \"queued\\u0000before\"}\n").unwrap();
+    task.hold();
+    let mut daemon = task.start(&task.dir(), &format!("{} --prompt {{PROMPT}}", fake_agent()), &[]);
+    let mut client = task.connect(&daemon);
+    client.call("subscribe", json!({"events": ["output"]}));
+    task.release();
+    client.until_line(|l| l == "waiting at the gate").expect("the agent waits");
+    let message = refusal(&inject(&mut client, "a\u{0}b")).to_owned();
+    assert!(message.contains("prompt") && message.contains("NUL"), "{message}");
+    std::fs::remove_file(task.dir().join("gate")).unwrap();
+    assert!(daemon.wait_exit(Duration::from_secs(30)).success(), "{}", daemon.stderr());
+    // The agent was told to read the file, which holds the prompt byte for byte.
+    assert!(
+        task.read(".ralph/prompt.md").starts_with("queued\0before\n\n---\n\n"),
+        "{}",
+        task.read(".ralph/prompt.md")
+    );
+    assert!(task.read("prompt-seen-1").contains("before"), "{}", task.read("prompt-seen-1"));
+    assert!(!task.read("progress.txt").contains("FAILURE"), "{}", task.read("progress.txt"));
+}
+
+#[test]
+fn a_typed_prompt_with_control_characters_reaches_the_agent_byte_for_byte() {
+    let task = Task::new("controls", 2);
+    std::fs::write(task.dir().join("fake-mode-US-001"), "gate\n").unwrap();
+    std::fs::write(task.dir().join("gate"), "").unwrap();
+    task.hold();
+    // No placeholder: the prompt is typed, where Ctrl-C would interrupt the agent and Ctrl-U erase the line.
+    let mut daemon = task.start(&task.dir(), &fake_agent(), &[]);
+    let mut client = task.connect(&daemon);
+    client.call("subscribe", json!({"events": ["output"]}));
+    task.release();
+    client.until_line(|l| l == "waiting at the gate").expect("the agent waits");
+    let prompt = "before ctrl-c \u{3} after ctrl-c, ctrl-u \u{15} after ctrl-u";
+    assert_eq!(inject(&mut client, prompt)["result"]["status"], "prompt_injected");
+    std::fs::remove_file(task.dir().join("gate")).unwrap();
+    assert!(daemon.wait_exit(Duration::from_secs(30)).success(), "{}", daemon.stderr());
+    let seen = task.read("prompt-seen-2");
+    assert!(seen.starts_with(&format!("{prompt}\n\n---\n\n")), "the agent saw {seen:?}");
+    assert!(!task.read("progress.txt").contains("FAILURE"), "{}", task.read("progress.txt"));
+}

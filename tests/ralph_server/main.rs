@@ -11,3 +11,4 @@ mod run;
 mod shutdown;
 mod socket;
 mod support;
+mod terminal;

@@ -159,3 +159,39 @@ fn the_agent_holds_its_terminal_as_stdio_and_not_the_master_side() {
     assert!(fds.iter().any(|l| l.starts_with("fd 0 -> /dev/pts/")), "{fds:?}");
     assert!(!fds.iter().any(|l| l.ends_with("/dev/ptmx")), "the agent holds the terminal's master: {fds:?}");
 }
+
+#[test]
+fn a_line_longer_than_an_event_comes_in_partial_pieces_that_make_it_whole() {
+    let task = Task::new("longline", 1);
+    let agent = task.root.path().join("long-line.sh");
+    // 200 000 bytes on one line: more than three events' worth.
+    let script = "#!/bin/sh\nwhile [ -f \"$RALPH_TASK_DIR/hold\" ]; do sleep 0.02; done\n\
+                  printf 'S%0199998dE\\n' 0\necho done\n";
+    std::fs::write(&agent, script).unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    task.hold();
+    let command = format!("{} {{PROMPT_FILE}}", agent.display());
+    let mut daemon = task.start(&task.dir(), &command, &["--max-iterations", "1"]);
+    let mut client = task.connect(&daemon);
+    client.call("subscribe", json!({"events": ["output"]}));
+    task.release();
+    let line = client.until_line(|l| l.starts_with('S')).expect("the long line");
+    assert_eq!(line.len(), 200_000, "the pieces up to the first complete one");
+    assert!(line.ends_with("0E"));
+    daemon.wait_exit(Duration::from_secs(20));
+}
+
+#[test]
+fn a_typed_prompt_echoed_by_the_terminal_and_printed_by_the_agent_is_no_claim() {
+    let task = Task::new("echoes", 1);
+    std::fs::write(task.dir().join("prompt.md"), "Work on {STORY_ID}.\nWhen done, say <promise>COMPLETE</promise>.\n")
+        .unwrap();
+    let agent = task.root.path().join("prints-its-input.sh");
+    std::fs::write(&agent, "#!/bin/sh\ncat\necho done\n").unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // No placeholder: the prompt is typed (and echoed), then the agent prints it back.
+    let mut daemon = task.start(&task.dir(), &agent.display().to_string(), &["--max-iterations", "1"]);
+    assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(3), "{}", daemon.stderr());
+    let progress = task.read("progress.txt");
+    assert!(!progress.contains("claimed completion"), "{progress}");
+}

@@ -117,3 +117,66 @@ fn a_task_directory_runs_once_whatever_the_name_or_the_spelling_of_its_path() {
     client.call("stop", json!({"force": true}));
     assert_eq!(again.wait_exit(Duration::from_secs(20)).code(), Some(3));
 }
+
+#[test]
+fn symlinks_planted_at_a_lock_or_a_temporary_file_are_never_followed() {
+    let task = Task::new("planted", 1);
+    let victim = task.root.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::fs::create_dir_all(task.dir().join(".ralph")).unwrap();
+    std::fs::create_dir_all(task.socket_dir()).unwrap();
+    // At either lock: refused as bad configuration, naming the link.
+    for lock in [task.dir().join(".ralph/lock"), task.socket_dir().join("planted.lock")] {
+        std::os::unix::fs::symlink(&victim, &lock).unwrap();
+        let mut daemon = task.run(&[]);
+        assert_eq!(daemon.wait_exit(Duration::from_secs(10)).code(), Some(2), "{}", daemon.stderr());
+        assert!(daemon.stderr().contains("is a symbolic link"), "{}", daemon.stderr());
+        std::fs::remove_file(&lock).unwrap();
+    }
+    // Where the prompt file was written first: a name that is never used any more.
+    std::os::unix::fs::symlink(&victim, task.dir().join(".ralph/prompt.tmp")).unwrap();
+    let mut daemon = task.start(&task.dir(), &format!("{} {{PROMPT_FILE}}", fake_agent()), &[]);
+    assert!(daemon.wait_exit(Duration::from_secs(30)).success(), "{}", daemon.stderr());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert!(task.read("prompt-seen-1").contains("US-001"), "the agent got its prompt");
+}
+
+#[test]
+fn a_socket_directory_other_users_may_write_to_is_refused() {
+    let task = Task::new("shared", 1);
+    std::fs::create_dir_all(task.socket_dir()).unwrap();
+    std::fs::set_permissions(task.socket_dir(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut daemon = task.run(&[]);
+    assert_eq!(daemon.wait_exit(Duration::from_secs(10)).code(), Some(2), "{}", daemon.stderr());
+    assert!(daemon.stderr().contains("chmod 700"), "{}", daemon.stderr());
+    assert!(!task.socket().exists() && !task.socket_dir().join("shared.lock").exists());
+}
+
+#[test]
+fn whatever_stands_at_the_socket_path_or_a_path_too_long_is_bad_configuration() {
+    let task = Task::new("blocked", 1);
+    std::fs::create_dir_all(task.socket_dir()).unwrap();
+    let elsewhere = task.root.path().join("elsewhere");
+    std::fs::write(&elsewhere, "precious").unwrap();
+    let refused = |what: &str, extra: &[&str], says: &str| {
+        let mut daemon = task.run(extra);
+        assert_eq!(daemon.wait_exit(Duration::from_secs(10)).code(), Some(2), "{what}: {}", daemon.stderr());
+        assert!(daemon.stderr().contains(says), "{what}: {}", daemon.stderr());
+    };
+    let socket = task.socket().display().to_string();
+    std::fs::write(task.socket(), "precious").unwrap();
+    refused("a file", &[], &socket);
+    std::fs::remove_file(task.socket()).unwrap();
+    std::fs::create_dir(task.socket()).unwrap();
+    refused("a directory", &[], &socket);
+    std::fs::remove_dir(task.socket()).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, task.socket()).unwrap();
+    refused("a symlink", &[], &socket);
+    std::fs::remove_file(task.socket()).unwrap();
+    let listening = std::os::unix::net::UnixListener::bind(task.socket()).unwrap();
+    refused("another server's socket", &[], &socket);
+    drop(listening);
+    assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "precious");
+    // A socket path longer than a socket address holds.
+    refused("a long path", &["--name", &"n".repeat(120)], "longer than a Unix socket's path may be");
+}

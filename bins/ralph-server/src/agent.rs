@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::output::{LineSplitter, OutputWatch, Piece, plain};
 use crate::state::Session;
+use crate::terminal::TerminalWriter;
 
 /// How long a line still being written waits before it is published as it is (a prompt, echoed keys).
 const PARTIAL_AFTER: Duration = Duration::from_millis(50);
@@ -114,24 +115,39 @@ impl AgentCommand {
 
     /// What the agent is handed for `prompt`, and whether the prompt file is
     /// written: the prompt itself, or, when the way it is passed could not
-    /// carry it whole (an argument too long to exec, a line too long for the
-    /// terminal), a short prompt naming the file that holds it.
+    /// carry it whole (an argument too long to exec or holding a NUL, a line
+    /// too long for the terminal), a short prompt naming the file that holds it.
     fn hand_over<'p>(&self, prompt: &'p str, prompt_file: &Path) -> (Cow<'p, str>, bool) {
-        let too_long = match self.delivery() {
-            Delivery::File => return (Cow::Borrowed(prompt), true),
-            Delivery::Argument => prompt.len() > ARGUMENT_MAX,
-            Delivery::Terminal => prompt.lines().any(|line| line.len() >= TERMINAL_LINE_MAX),
+        let Some(why) = self.cannot_carry(prompt) else {
+            return (Cow::Borrowed(prompt), self.delivery() == Delivery::File);
         };
-        if !too_long {
-            return (Cow::Borrowed(prompt), false);
-        }
         let pointer = format!(
-            "The prompt of this iteration ({} bytes) is too long to be passed here, so it is in a file. \
+            "The prompt of this iteration ({} bytes) {why}, so it is in a file. \
              Read the file {} and follow it as your prompt.",
             prompt.len(),
             prompt_file.display()
         );
         (Cow::Owned(pointer), true)
+    }
+
+    /// Why the way this agent gets its prompt cannot carry `prompt` as it
+    /// is, if it cannot.
+    fn cannot_carry(&self, prompt: &str) -> Option<&'static str> {
+        const TOO_LONG: &str = "is too long to be passed here";
+        match self.delivery() {
+            Delivery::File => None,
+            Delivery::Argument if prompt.len() > ARGUMENT_MAX => Some(TOO_LONG),
+            // An argument ends at a NUL: the agent could not even be started.
+            Delivery::Argument if prompt.contains('\0') => Some("holds characters that cannot be passed here"),
+            Delivery::Argument => None,
+            Delivery::Terminal if prompt.lines().any(|line| line.len() >= TERMINAL_LINE_MAX) => Some(TOO_LONG),
+            // The terminal acts on control characters (Ctrl-C interrupts the
+            // agent, Ctrl-U erases the line) rather than passing them on.
+            Delivery::Terminal if prompt.contains(|c: char| c.is_control() && c != '\n' && c != '\t') => {
+                Some("holds characters that cannot be passed here")
+            }
+            Delivery::Terminal => None,
+        }
     }
 
     /// The argument vector with the placeholders filled in.
@@ -195,7 +211,7 @@ pub async fn run(
         tracing::info!(
             bytes = spec.prompt.len(),
             file = %spec.prompt_file.display(),
-            "prompt too long to be passed as it is; the agent is told to read its file"
+            "the prompt cannot be passed as it is; the agent is told to read its file"
         );
     }
     let argv = spec.command.argv(&handed, &spec.prompt_file);
@@ -216,25 +232,23 @@ pub async fn run(
     tracing::info!(pid = child.pid(), agent = %spec.command.name, iteration = spec.iteration, "agent started");
 
     let master = Arc::new(register(pty.master)?);
-    let (input, keys) = mpsc::channel::<Bytes>(64);
-    let writer = tokio::spawn(write_terminal(master.clone(), keys));
-    if delivery == Delivery::Terminal {
-        if to_file {
-            // Typed in the prompt's place, the pointer is echoed too: not the agent's output.
-            watch.expect_echo(&handed);
-        }
+    let typed = (delivery == Delivery::Terminal).then(|| {
+        // The terminal echoes what is typed (the prompt, or the pointer in its
+        // place): that echo must not use up the prompt's own allowance, which
+        // is for an agent that prints its prompt back.
+        watch.expect_echo(&handed);
         let mut typed = handed.into_owned();
         if !typed.ends_with('\n') {
             typed.push('\n');
         }
         // Ctrl-D at the start of a line: end of input for the agent's read.
         typed.push('\x04');
-        let _ = input.send(Bytes::from(typed)).await;
-    }
+        Bytes::from(typed)
+    });
+    let (input, writer) = TerminalWriter::start(master.clone(), typed);
     session.attach_terminal(Some(input));
-    let report = stream(session, &child, &master, watch, interrupts).await;
+    let report = stream(session, &child, &master, &writer, watch, interrupts).await;
     session.attach_terminal(None);
-    writer.abort();
     Ok(report)
 }
 
@@ -243,12 +257,13 @@ async fn stream(
     session: &Arc<Session>,
     child: &Arc<ChildProcess>,
     master: &AsyncFd<OwnedFd>,
+    writer: &TerminalWriter,
     watch: &mut OutputWatch,
     interrupts: &mut mpsc::UnboundedReceiver<Interrupt>,
 ) -> RunReport {
     let exited = child.exited();
     tokio::pin!(exited);
-    let mut run = Streaming::new(session, child, watch);
+    let mut run = Streaming::new(session, child, writer, watch);
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let drain_deadline = run.drain_until.unwrap_or_else(far);
@@ -295,6 +310,8 @@ fn far() -> Instant {
 struct Streaming<'a> {
     session: &'a Arc<Session>,
     child: &'a Arc<ChildProcess>,
+    /// What is still to be typed is abandoned once the agent exits or is stopped.
+    writer: &'a TerminalWriter,
     watch: &'a mut OutputWatch,
     lines: LineSplitter,
     pieces: Vec<Piece>,
@@ -312,10 +329,16 @@ struct Streaming<'a> {
 }
 
 impl<'a> Streaming<'a> {
-    fn new(session: &'a Arc<Session>, child: &'a Arc<ChildProcess>, watch: &'a mut OutputWatch) -> Self {
+    fn new(
+        session: &'a Arc<Session>,
+        child: &'a Arc<ChildProcess>,
+        writer: &'a TerminalWriter,
+        watch: &'a mut OutputWatch,
+    ) -> Self {
         Streaming {
             session,
             child,
+            writer,
             watch,
             lines: LineSplitter::default(),
             pieces: Vec::new(),
@@ -339,6 +362,7 @@ impl<'a> Streaming<'a> {
     }
 
     fn exited(&mut self, status: Exit) {
+        self.writer.stop();
         self.exit = Some(status);
         self.drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
     }
@@ -354,6 +378,7 @@ impl<'a> Streaming<'a> {
 
     /// Stops the agent `how`, in place of a stop already under way.
     fn stop(&mut self, how: Interrupt) {
+        self.writer.stop();
         self.stopped_by_us = true;
         if let Some(previous) = self.stopping.take() {
             previous.abort();
@@ -376,7 +401,7 @@ impl<'a> Streaming<'a> {
 fn publish(session: &Arc<Session>, pieces: &mut Vec<Piece>, watch: &mut OutputWatch) -> bool {
     let mut confirmed = false;
     for piece in pieces.iter() {
-        if let Piece::Line { whole, .. } = piece {
+        if let Piece::Line { whole, .. } | Piece::Cut { whole, .. } = piece {
             let plain = plain(whole);
             session.remember_line(&plain);
             if watch.line(&plain, session.interactive()) {
@@ -385,7 +410,7 @@ fn publish(session: &Arc<Session>, pieces: &mut Vec<Piece>, watch: &mut OutputWa
         }
     }
     session.publish_output(pieces.iter().map(|piece| match piece {
-        Piece::Partial(text) => (text.as_str(), true),
+        Piece::Partial(text) | Piece::Cut { text, .. } => (text.as_str(), true),
         Piece::Line { text, .. } => (text.as_str(), false),
     }));
     pieces.clear();
@@ -428,34 +453,9 @@ fn register(master: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
     unsafe { AsyncFd::register(master) }.map_err(std::io::Error::from)
 }
 
-/// Writes keys and the prompt to the terminal, in order.
-async fn write_terminal(master: Arc<AsyncFd<OwnedFd>>, mut keys: mpsc::Receiver<Bytes>) {
-    while let Some(mut bytes) = keys.recv().await {
-        while !bytes.is_empty() {
-            let Ok(mut guard) = master.writable().await else { return };
-            match guard.try_io(|fd| nix::unistd::write(fd.get_ref(), &bytes).map_err(std::io::Error::from)) {
-                Ok(Ok(n)) => {
-                    let _ = bytes.split_to(n);
-                }
-                Ok(Err(_)) => return,
-                Err(_would_block) => continue,
-            }
-        }
-    }
-}
-
 /// The prompt file, written whole before the agent starts (0600: prompts may be private).
 fn write_prompt_file(path: &Path, prompt: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension("tmp");
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-    file.write_all(prompt.as_bytes())?;
-    drop(file);
-    std::fs::rename(&tmp, path)
+    crate::files::replace(path, prompt.as_bytes(), 0o600)
 }
 
 #[cfg(test)]
@@ -496,5 +496,25 @@ mod tests {
         // {PROMPT_FILE}: the file, whatever the length.
         let named = AgentCommand::custom("agent {PROMPT_FILE}").unwrap();
         assert_eq!(named.hand_over(&long, file), (Cow::Borrowed(long.as_str()), true));
+    }
+
+    #[test]
+    fn a_prompt_holding_a_nul_goes_through_the_prompt_file_not_an_argument() {
+        let file = Path::new("/t/.ralph/prompt.md");
+        let claude = AgentCommand::preset("claude").unwrap();
+        let (handed, to_file) = claude.hand_over("before\0after", file);
+        assert!(to_file && !handed.contains('\0') && handed.contains("Read the file /t/.ralph/prompt.md"), "{handed}");
+    }
+
+    #[test]
+    fn a_typed_prompt_with_control_characters_goes_through_the_prompt_file() {
+        let file = Path::new("/t/.ralph/prompt.md");
+        let typed = AgentCommand::custom("agent").unwrap();
+        for control in ["\x03", "\x15", "\x1c", "\x04", "\x1b[1m", "\r", "\x7f", "\0"] {
+            let prompt = format!("before{control}after");
+            let (handed, to_file) = typed.hand_over(&prompt, file);
+            assert!(to_file && handed.starts_with("The prompt of this iteration"), "{control:?}: {handed}");
+        }
+        assert_eq!(typed.hand_over("tabs\tand\nlines", file), (Cow::Borrowed("tabs\tand\nlines"), false));
     }
 }

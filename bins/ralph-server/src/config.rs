@@ -235,10 +235,12 @@ impl Config {
             })?,
             None => find_project_root(&task_dir),
         };
+        let socket_dir = sockets.dir()?;
+        check_socket_path(&socket_dir.join(format!("{task_name}.sock")))?;
         Ok(Config {
             task_name,
             task_dir,
-            socket_dir: sockets.dir()?,
+            socket_dir,
             max_iterations,
             max_connections: args.max_connections.max(1),
             write_stall: args.write_stall,
@@ -260,6 +262,25 @@ pub fn check_task_name(name: &str) -> Result<(), ValueError> {
     }
     if name.contains('/') || name.contains('\0') {
         return Err(ValueError::new(format!("{name:?} contains a path separator")));
+    }
+    Ok(())
+}
+
+/// Longest path a Unix socket may have (`sun_path` holds 108 bytes, the last a NUL).
+const SOCKET_PATH_MAX: usize = 107;
+
+/// The socket's path fits in a socket address.
+fn check_socket_path(socket: &Path) -> Result<(), ConfigError> {
+    let len = socket.as_os_str().len();
+    if len > SOCKET_PATH_MAX {
+        return Err(ConfigError::new(
+            "RALPH_SOCKET_DIR",
+            format!(
+                "the socket path {} is {len} bytes, longer than a Unix socket's path may be \
+                 ({SOCKET_PATH_MAX}); choose a shorter directory or task name (--name)",
+                socket.display()
+            ),
+        ));
     }
     Ok(())
 }

@@ -79,7 +79,7 @@ pub fn agent_output(data: &[u8]) {
     for piece in pieces {
         match piece {
             Piece::Partial(text) => published.push_str(&text),
-            Piece::Line { text, whole } => {
+            Piece::Line { text, whole } | Piece::Cut { text, whole } => {
                 published.push_str(&text);
                 // A partial may have shown the carriage return that then ended the line.
                 if std::str::from_utf8(input).is_ok() && published.strip_suffix('\r') != Some(whole.as_str()) {

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::files;
+
 /// Longest prompt one `inject_prompt` may add.
 pub const MAX_PROMPT: usize = 256 * 1024;
 
@@ -77,17 +79,19 @@ impl PendingPrompts {
         match File::open(&pending.path) {
             Ok(file) => {
                 let mut reader = BufReader::new(file);
-                let mut line = String::new();
+                // Bytes, not text: a crash may cut a line inside a character,
+                // and that line is torn like any other, not a reason to stop.
+                let mut line = Vec::new();
                 loop {
                     line.clear();
                     let read = reader
-                        .read_line(&mut line)
+                        .read_until(b'\n', &mut line)
                         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", pending.path.display())))?;
                     if read == 0 {
                         break;
                     }
-                    match serde_json::from_str::<Line<'_>>(&line) {
-                        Ok(Line { prompt }) if line.ends_with('\n') => pending.prompts.push(prompt.into_owned()),
+                    match serde_json::from_slice::<Line<'_>>(&line) {
+                        Ok(Line { prompt }) if line.ends_with(b"\n") => pending.prompts.push(prompt.into_owned()),
                         _ => {
                             tracing::warn!(file = %pending.path.display(), "dropped a torn line");
                             clean = false;
@@ -181,23 +185,15 @@ impl PendingPrompts {
         }
     }
 
-    /// Writes the file anew: a temporary file beside it, synced, renamed over
-    /// it, the directory synced. A crash leaves the old file or the new.
+    /// Writes the file anew ([`files::replace`]): a crash leaves the old file or the new.
     fn rewrite(&mut self) -> io::Result<()> {
         self.file = None;
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        fs::create_dir_all(dir)?;
-        let tmp = dir.join(format!(".injected.jsonl.{}.tmp", std::process::id()));
-        let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        let mut lines = Vec::new();
         for prompt in &self.prompts {
-            let mut line = serde_json::to_vec(&Line { prompt: prompt.as_str().into() }).map_err(io::Error::other)?;
-            line.push(b'\n');
-            file.write_all(&line)?;
+            serde_json::to_writer(&mut lines, &Line { prompt: prompt.as_str().into() }).map_err(io::Error::other)?;
+            lines.push(b'\n');
         }
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp, &self.path)?;
-        File::open(dir)?.sync_all()
+        files::replace(&self.path, &lines, 0o600)
     }
 }
 
@@ -207,7 +203,9 @@ fn open_for_append(path: &Path) -> io::Result<(File, u64)> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
     let existed = path.exists();
-    let file = OpenOptions::new().append(true).create(true).mode(0o600).open(path)?;
+    // Not through a symbolic link: prompts are appended to whatever file it names.
+    let file =
+        OpenOptions::new().append(true).create(true).mode(0o600).custom_flags(nix::libc::O_NOFOLLOW).open(path)?;
     if !existed {
         File::open(dir)?.sync_all()?;
     }
@@ -267,5 +265,18 @@ mod tests {
         assert_eq!(PendingPrompts::load(dir.path(), ROOMY, None).unwrap().take(), ["whole", "after"]);
         // Only the file itself is left in .ralph/.
         assert_eq!(fs::read_dir(dir.path().join(".ralph")).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_line_torn_inside_a_character_is_dropped_like_any_torn_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut pending = PendingPrompts::load(dir.path(), ROOMY, None).unwrap();
+        pending.push("whole").unwrap();
+        let path = PendingPrompts::path(dir.path());
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        // "{"prompt": "caf\u{e9}", cut after the first byte of the é.
+        file.write_all(b"{\"prompt\": \"caf\xc3").unwrap();
+        let mut again = PendingPrompts::load(dir.path(), ROOMY, None).unwrap();
+        assert_eq!(again.take(), ["whole"]);
     }
 }

@@ -19,6 +19,7 @@ mod client;
 mod client_runtime;
 mod config;
 mod errors;
+mod files;
 mod injected;
 mod lock;
 mod methods;
@@ -28,6 +29,7 @@ mod progress;
 mod prompt;
 mod server;
 mod state;
+mod terminal;
 mod timestamp;
 
 #[doc(hidden)]

@@ -10,6 +10,11 @@
 //! A second `run` is refused with a message naming the one that runs. The
 //! kernel drops a lock when its process dies, however it dies; the files are
 //! removed on a normal exit.
+//!
+//! Neither is opened through a symbolic link (the lock file is truncated and
+//! written: a link planted there would have its target overwritten), and a
+//! socket directory that other users may write to, without the sticky bit
+//! that stops them replacing our files, is refused.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, Write};
@@ -25,6 +30,13 @@ pub enum LockError {
     Directory { dir: PathBuf, task: String, pid: String, path: PathBuf },
     #[error("task {task:?} is already running (pid {pid}); its lock is {path}")]
     Held { task: String, pid: String, path: PathBuf },
+    #[error("{path} is a symbolic link; a lock file is never opened through one (remove it)")]
+    Symlink { path: PathBuf },
+    #[error(
+        "the socket directory {dir} may be written by other users (mode {mode:o}, not sticky), who could \
+         replace its sockets and locks; make it private (chmod 700) or choose another (RALPH_SOCKET_DIR)"
+    )]
+    OpenDirectory { dir: PathBuf, mode: u32 },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
 }
@@ -65,6 +77,7 @@ impl TaskLock {
                 .create(socket_dir)
                 .map_err(|source| LockError::Io { path: socket_dir.to_owned(), source })?;
         }
+        check_private(socket_dir)?;
         let path = socket_dir.join(format!("{task}.lock"));
         let name = match LockFile::take(&path, &pid.to_string())? {
             Taken::Ours(lock) => lock,
@@ -75,6 +88,17 @@ impl TaskLock {
         };
         Ok(TaskLock { _name: name, _directory: directory })
     }
+}
+
+/// Refuses a directory others may write to without the sticky bit (a
+/// shared `/tmp` is sticky: others cannot remove or rename our files there).
+fn check_private(dir: &Path) -> Result<(), LockError> {
+    let meta = fs::metadata(dir).map_err(|source| LockError::Io { path: dir.to_owned(), source })?;
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        return Err(LockError::OpenDirectory { dir: dir.to_owned(), mode });
+    }
+    Ok(())
 }
 
 /// One lock file, flock'd and removed when dropped.
@@ -104,8 +128,12 @@ impl LockFile {
                 .create(true)
                 .truncate(false)
                 .mode(0o600)
+                .custom_flags(nix::libc::O_NOFOLLOW)
                 .open(path)
-                .map_err(io)?;
+                .map_err(|e| match e.raw_os_error() {
+                    Some(nix::libc::ELOOP) => LockError::Symlink { path: path.to_owned() },
+                    _ => io(e),
+                })?;
             let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(locked) => locked,
                 Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
@@ -119,7 +147,7 @@ impl LockFile {
             // and our lock: then we hold a lock on a file nobody else can
             // find, and must take the one at the path instead.
             let ours = file.metadata().map_err(io)?;
-            match fs::metadata(path) {
+            match fs::symlink_metadata(path) {
                 Ok(there) if there.ino() == ours.ino() && there.dev() == ours.dev() => {}
                 _ => continue,
             }
@@ -170,5 +198,36 @@ mod tests {
         assert_eq!((running.as_str(), pid.clone()), ("one", std::process::id().to_string()));
         // The name's lock was not taken by the refused one.
         assert!(!sockets.join("two.lock").exists());
+    }
+
+    #[test]
+    fn a_symlink_at_either_lock_is_refused_and_its_target_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (task, sockets, victim) = (dir.path().join("task"), dir.path().join("sockets"), dir.path().join("victim"));
+        fs::create_dir_all(task.join(".ralph")).unwrap();
+        fs::create_dir(&sockets).unwrap();
+        fs::write(&victim, "precious").unwrap();
+        std::os::unix::fs::symlink(&victim, task.join(".ralph/lock")).unwrap();
+        let err = TaskLock::acquire(&task, &sockets, "t").unwrap_err();
+        assert!(matches!(err, LockError::Symlink { .. }) && err.to_string().contains("symbolic link"), "{err}");
+        fs::remove_file(task.join(".ralph/lock")).unwrap();
+        std::os::unix::fs::symlink(&victim, sockets.join("t.lock")).unwrap();
+        let err = TaskLock::acquire(&task, &sockets, "t").unwrap_err();
+        assert!(matches!(err, LockError::Symlink { .. }), "{err}");
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+    }
+
+    #[test]
+    fn a_socket_directory_others_may_write_to_is_refused_unless_sticky() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (task, sockets) = (dir.path().join("task"), dir.path().join("sockets"));
+        fs::create_dir(&sockets).unwrap();
+        fs::set_permissions(&sockets, fs::Permissions::from_mode(0o777)).unwrap();
+        let err = TaskLock::acquire(&task, &sockets, "t").unwrap_err();
+        assert!(matches!(err, LockError::OpenDirectory { mode: 0o777, .. }), "{err}");
+        assert!(!sockets.join("t.lock").exists());
+        fs::set_permissions(&sockets, fs::Permissions::from_mode(0o1777)).unwrap();
+        TaskLock::acquire(&task, &sockets, "t").unwrap();
     }
 }

@@ -18,6 +18,10 @@ pub enum Piece {
     /// The rest of a line that ended: `text` is what was not published yet,
     /// `whole` the line from its start (for recent_output and the checks).
     Line { text: String, whole: String },
+    /// [`LONGEST_LINE`] bytes of a line that goes on: published as partial
+    /// (the rest follows), but kept and checked as a line of its own, so
+    /// that memory stays bounded.
+    Cut { text: String, whole: String },
     /// The start of a line still being written.
     Partial(String),
 }
@@ -39,10 +43,11 @@ impl LineSplitter {
             let take = end.min(room);
             self.line.extend_from_slice(&chunk[..take]);
             if take < end {
-                // Too long: pass it on as a line of its own and go on. A
-                // character cut at the limit starts the next line instead.
+                // Too long: pass it on as a piece of its own and go on. A
+                // character cut at the limit starts the next piece instead.
                 let carry = self.line.split_off(self.line.len() - incomplete_suffix(&self.line));
-                out.push(self.end_line());
+                let Piece::Line { text, whole } = self.end_line() else { unreachable!("end_line makes lines") };
+                out.push(Piece::Cut { text, whole });
                 self.line = carry;
                 chunk = &chunk[take..];
                 continue;
@@ -210,7 +215,11 @@ mod tests {
         let mut out = Vec::new();
         s.feed(&vec![b'x'; LONGEST_LINE * 2 + 10], &mut out);
         assert_eq!(out.len(), 2);
+        assert!(out.iter().all(|piece| matches!(piece, Piece::Cut { .. })), "the line goes on");
         assert!(s.line.len() <= LONGEST_LINE);
+        out.clear();
+        s.feed(b"end\n", &mut out);
+        assert_eq!(out, [line("xxxxxxxxxxend", "xxxxxxxxxxend")]);
     }
 
     /// Found by the agent_output fuzz target: a character split between two
@@ -240,7 +249,7 @@ mod tests {
         input.extend_from_slice("\u{674e}tail\n".as_bytes());
         s.feed(&input, &mut out);
         assert_eq!(out.len(), 2);
-        let Piece::Line { whole, .. } = &out[0] else { panic!() };
+        let Piece::Cut { whole, .. } = &out[0] else { panic!() };
         assert_eq!(whole.len(), LONGEST_LINE - 1);
         assert_eq!(out[1], line("\u{674e}tail", "\u{674e}tail"));
     }

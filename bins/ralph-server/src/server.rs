@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rpc_core::Shutdown;
-use rpc_core::daemon::Daemon;
+use rpc_core::daemon::{Daemon, StartError};
 use rpc_core::listen::{self, NdjsonLimits};
 use rpc_core::shutdown::{DEFAULT_GRACE, Stopped};
 
@@ -79,7 +79,10 @@ fn open_task(config: &Config) -> Result<(Arc<Session>, TaskLock), RunError> {
     check_agents(config, &prd)?;
     // Locked before the state is read: another loop on the directory may be writing it.
     let lock = TaskLock::acquire(&config.task_dir, &config.socket_dir, &config.task_name).map_err(|e| match e {
-        LockError::Held { .. } | LockError::Directory { .. } => RunError::Refused(e.to_string()),
+        LockError::Held { .. }
+        | LockError::Directory { .. }
+        | LockError::Symlink { .. }
+        | LockError::OpenDirectory { .. } => RunError::Refused(e.to_string()),
         LockError::Io { .. } => RunError::Refused(format!("cannot lock the task: {e}")),
     })?;
     let mut saved =
@@ -127,7 +130,12 @@ fn serve_control(
 ) -> Result<Shutdown, RunError> {
     listen::raise_fd_limit();
     let socket = config.socket_dir.join(format!("{}.sock", config.task_name));
-    let listener = daemon.listen_unix(None, &socket, "RALPH_SOCKET_DIR")?;
+    // Whatever stands in the socket's way (a file, a directory, another
+    // server's live socket) is the configuration's to fix: exit 2.
+    let listener = daemon.listen_unix(None, &socket, "RALPH_SOCKET_DIR").map_err(|e| match e {
+        StartError::Unix { .. } => RunError::Refused(e.to_string()),
+        e => RunError::Start(e),
+    })?;
     let router = methods::router(session.clone()).map_err(|e| RunError::Refused(e.to_string()))?;
     let limits = NdjsonLimits {
         max_connections: config.max_connections,

@@ -15,8 +15,8 @@
 //! the last event, how the loop ended, before the server lets any connection
 //! close.
 
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,10 +29,12 @@ use rpc_core::fanout::Topics;
 use rpc_core::fanout::ring::{self, Ring, SharedTopics};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tokio_util::task::TaskTracker;
 
+use crate::files;
 use crate::injected::{PendingPrompts, Refused};
+use crate::terminal::TerminalInput;
 use crate::timestamp;
 
 /// Lines kept for `recent_output`.
@@ -121,21 +123,11 @@ impl SavedState {
         matches!(self.status, Some(Status::Checkpointed | Status::Starting | Status::Running | Status::Stopping))
     }
 
-    /// Writes a temporary file beside it, syncs it, renames it over the old
-    /// one and syncs the directory: a crash leaves the old state or the new.
+    /// Replaces the file whole ([`files::replace`]): a crash leaves the old state or the new.
     pub fn save(&self, task_dir: &Path) -> io::Result<()> {
-        let path = SavedState::path(task_dir);
-        let dir = path.parent().unwrap_or(task_dir);
-        fs::create_dir_all(dir)?;
-        let tmp = dir.join(format!(".state.json.{}.tmp", std::process::id()));
-        let json = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
-        let mut file = File::create(&tmp)?;
-        file.write_all(&json)?;
-        file.write_all(b"\n")?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp, &path)?;
-        File::open(dir)?.sync_all()
+        let mut json = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
+        json.push(b'\n');
+        files::replace(&SavedState::path(task_dir), &json, 0o644)
     }
 }
 
@@ -179,7 +171,7 @@ pub struct Session {
     /// Woken whenever a client makes a request of the loop.
     pub wake: Notify,
     /// The running agent's terminal input, while one runs.
-    terminal: Mutex<Option<mpsc::Sender<Bytes>>>,
+    terminal: Mutex<Option<TerminalInput>>,
     /// The event stream, closed once the loop has ended and its last event
     /// is in (subscribers' pumps then end when they have read it).
     events: Arc<Ring>,
@@ -404,11 +396,11 @@ impl Session {
         self.injected.lock().put_back(taken);
     }
 
-    pub fn attach_terminal(&self, input: Option<mpsc::Sender<Bytes>>) {
+    pub fn attach_terminal(&self, input: Option<TerminalInput>) {
         *self.terminal.lock() = input;
     }
 
-    pub fn terminal(&self) -> Option<mpsc::Sender<Bytes>> {
+    pub fn terminal(&self) -> Option<TerminalInput> {
         self.terminal.lock().clone()
     }
 }

@@ -58,6 +58,10 @@ pub fn inject_prompt(session: Arc<Session>) -> impl Fn(Ctx<Client>, InjectParams
             if params.prompt.trim().is_empty() {
                 return Err(RpcError::invalid_params("prompt: must not be empty"));
             }
+            // No agent could take it as an argument: an accepted prompt must always be deliverable.
+            if params.prompt.contains('\0') {
+                return Err(RpcError::invalid_params("prompt: must not contain a NUL character (U+0000)"));
+            }
             let prompt = params.prompt;
             let (saved, prompt) = tokio::task::spawn_blocking(move || (session.inject(&prompt), prompt))
                 .await

@@ -11,9 +11,13 @@ use serde_json::{Value, json};
 
 use super::events::Client;
 use crate::state::Session;
+use crate::terminal::KeysRefused;
 
 /// Most bytes one `write_pty` may carry (keystrokes, a paste).
 const MAX_WRITE: usize = 64 * 1024;
+const NO_AGENT: &str = "no agent running";
+/// Keys refused because those before them are still waiting (see `terminal`).
+const TERMINAL_FULL: &str = "the agent is not reading its terminal";
 
 #[derive(Debug, Deserialize)]
 pub struct ModeParams {
@@ -45,12 +49,13 @@ pub fn write_pty(session: Arc<Session>) -> impl Fn(Ctx<Client>, WriteParams) -> 
                 return Ok(json!({"status": "ignored", "reason": "not in interactive mode"}));
             }
             let Some(terminal) = session.terminal() else {
-                return Ok(json!({"status": "ignored", "reason": "no agent running"}));
+                return Ok(json!({"status": "ignored", "reason": NO_AGENT}));
             };
-            // Waits for room: the terminal takes keys as fast as the agent reads them.
-            match terminal.send(Bytes::from(params.data.into_bytes())).await {
+            // Never waits for the terminal: an agent that does not read would hold the reply for good.
+            match terminal.send(Bytes::from(params.data.into_bytes())) {
                 Ok(()) => Ok(json!({"status": "forwarded"})),
-                Err(_) => Ok(json!({"status": "ignored", "reason": "no agent running"})),
+                Err(KeysRefused::Full) => Ok(json!({"status": "ignored", "reason": TERMINAL_FULL})),
+                Err(KeysRefused::Gone) => Ok(json!({"status": "ignored", "reason": NO_AGENT})),
             }
         })
     }
