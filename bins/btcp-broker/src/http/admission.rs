@@ -11,6 +11,7 @@ use rpc_core::token::token_matches;
 use serde_json::json;
 
 use super::request;
+use crate::escape::OneLine;
 use crate::metrics::TransportKind;
 use crate::peer::{self, PeerSpec};
 use crate::sessions::ClientType;
@@ -149,7 +150,7 @@ pub fn reserve(
     let Checked { client_type, session_id, version } = checked;
     let full = |message: String| {
         broker.metrics.rejected("capacity");
-        tracing::warn!(peer = peer.map_or("-", |p| &*p.0), %message, "connection refused");
+        tracing::warn!(peer = peer.map_or("-", |p| &*p.0), message = %OneLine(&message), "connection refused");
         Err(reject(StatusCode::SERVICE_UNAVAILABLE, "capacity", message))
     };
     let creates_session = client_type == ClientType::Browser || session_id.is_some();

@@ -25,6 +25,7 @@ use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
+use crate::escape::OneLine;
 use crate::peer::SERVER_VERSION;
 use crate::state::Broker;
 use admission::{PeerAddr, Rejection, reject};
@@ -60,7 +61,7 @@ async fn origin_policy(State(broker): State<Arc<Broker>>, request: Request, next
     if !origin_allowed(broker.config.allowed_origins.as_deref(), text) {
         broker.metrics.rejected("origin");
         let peer = request.extensions().get::<PeerAddr>().map_or("-".into(), |p| p.0.clone());
-        tracing::warn!(%peer, origin = text, path = request.uri().path(), "origin not allowed");
+        tracing::warn!(%peer, origin = %OneLine(text), path = %OneLine(request.uri().path()), "origin not allowed");
         return reject(
             StatusCode::FORBIDDEN,
             "origin",

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::escape::OneLine;
 use crate::peer::{PROTOCOL_VERSION, SERVER_VERSION};
 use crate::sessions::ClientType;
 use crate::state::ConnState;
@@ -46,7 +47,7 @@ pub async fn hello(cx: Ctx<ConnState>, params: HelloParams) -> Result<HelloReply
     }
     tracing::debug!(
         client = %state.client_id,
-        version = params.version.as_deref().unwrap_or("-"),
+        version = %OneLine(params.version.as_deref().unwrap_or("-")),
         capabilities = %params.capabilities.unwrap_or(serde_json::Value::Null),
         "hello"
     );
