@@ -165,3 +165,19 @@ async fn metrics_count_a_tool_that_reported_an_error_apart_from_successes() {
     }
     browser.abort();
 }
+
+#[test]
+fn an_invalid_websocket_key_is_400_websocket_key_before_any_upgrade() {
+    let broker = Broker::start(&[]);
+    for key in
+        ["", "short", "!!!notbase64!!!", "dGhlIHNhbXBsZQ==", "dGhlIHNhbXBsZSBub25jZSE=", "dGhlIHNhbXBsZSBub25jZQ"]
+    {
+        let headers = [WS_HEADERS[0], WS_HEADERS[1], WS_HEADERS[2], ("Sec-WebSocket-Key", key)];
+        let response = http(broker.port, "GET", "/ws?clientType=agent", &headers, b"");
+        assert_eq!(response.status, 400, "{key:?}: {}", response.body);
+        assert_eq!(response.json()["reason"], "websocket_key", "{key:?}");
+        assert!(response.header("sec-websocket-accept").is_none(), "{key:?}");
+    }
+    let response = http(broker.port, "GET", "/ws?clientType=agent", &WS_HEADERS, b"");
+    assert_eq!(response.status, 101);
+}

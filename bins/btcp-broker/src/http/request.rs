@@ -1,7 +1,7 @@
 //! What the broker reads from an HTTP request before routing or upgrading
 //! it: the path (normalised), the query string, the bearer token, the
-//! session id, the declared body length, the Origin, and the tokens of a
-//! WebSocket handshake header.
+//! session id, the declared body length, the Origin, and the tokens and key
+//! of a WebSocket handshake.
 //!
 //! Pure functions of the request's parts, with no broker state: the library
 //! target (`lib.rs`) exposes this module so that the fuzz targets run exactly
@@ -102,6 +102,13 @@ pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
 }
 
+/// Whether `key` is a `Sec-WebSocket-Key` as RFC 6455 (4.1) requires it: the
+/// base64 of 16 bytes, which is 22 base64 digits and `==`.
+pub fn websocket_key_valid(key: &[u8]) -> bool {
+    let is_digit = |b: &u8| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/';
+    key.len() == 24 && key[..22].iter().all(is_digit) && &key[22..] == b"=="
+}
+
 /// Whether any `name` header lists `token` among its comma-separated values,
 /// in any case (`Connection: keep-alive, Upgrade`).
 pub fn lists_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
@@ -165,6 +172,24 @@ mod tests {
             assert!(!origin_allowed(None, bad), "{bad}");
         }
         assert!(origin_allowed(None, "http://localhost:080"));
+    }
+
+    #[test]
+    fn a_websocket_key_is_the_base64_of_16_bytes() {
+        assert!(websocket_key_valid(b"dGhlIHNhbXBsZSBub25jZQ=="));
+        assert!(websocket_key_valid(b"AAAAAAAAAAAAAAAAAAAAAA=="));
+        for bad in [
+            &b""[..],
+            b"short",
+            b"!!!notbase64!!!",
+            b"dGhlIHNhbXBsZQ==",
+            b"dGhlIHNhbXBsZSBub25jZQ",
+            b"dGhlIHNhbXBsZSBub25jZQ=== ",
+            b"dGhlIHNhbXBsZSBub25jZSE=",
+            b"dGhlIHNhbXBsZSBub25j!Q==",
+        ] {
+            assert!(!websocket_key_valid(bad), "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]
