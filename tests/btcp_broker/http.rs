@@ -181,3 +181,28 @@ fn an_invalid_websocket_key_is_400_websocket_key_before_any_upgrade() {
     let response = http(broker.port, "GET", "/ws?clientType=agent", &WS_HEADERS, b"");
     assert_eq!(response.status, 101);
 }
+
+/// `%FF` and `%FE` are no UTF-8: decoded lossily both were U+FFFD, and an
+/// agent naming one joined the session of the browser that named the other.
+#[test]
+fn a_session_id_that_is_not_utf8_once_decoded_is_400_invalid_session_id() {
+    let broker = Broker::start(&[]);
+    for (method, path, headers) in [
+        ("GET", "/ws?clientType=browser&sessionId=%FFtag", &WS_HEADERS[..]),
+        ("GET", "/ws?clientType=agent&sessionId=%FEtag", &WS_HEADERS[..]),
+        ("GET", "/events?clientType=browser&sessionId=%FFtag", &[]),
+        ("GET", "/events?clientType=agent&sessionId=tag%C3", &[]),
+        ("POST", "/message?sessionId=%FEtag", &[]),
+        ("POST", "/mcp?sessionId=%FFtag", &[]),
+    ] {
+        let response = http(broker.port, method, path, headers, b"{}");
+        assert_eq!(response.status, 400, "{method} {path}: {}", response.body);
+        assert_eq!(response.json()["reason"], "invalid_session_id", "{method} {path}");
+    }
+    let response = http(broker.port, "GET", "/ws?clientType=agent&version=%FF", &WS_HEADERS, b"");
+    assert_eq!((response.status, response.json()["reason"].as_str()), (400, Some("bad_query")));
+    assert!(broker.get("/sessions").json().as_array().unwrap().is_empty(), "no session was made");
+    // UTF-8 is fine: `é` percent-encoded.
+    let response = http(broker.port, "GET", "/ws?clientType=browser&sessionId=%C3%A9tag", &WS_HEADERS, b"");
+    assert_eq!(response.status, 101, "{}", response.body);
+}

@@ -70,9 +70,50 @@ fn valid_port(text: &str) -> bool {
         .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok())
 }
 
-/// The query string as a map (last value wins), or why it cannot be read.
-pub fn query(uri: &Uri) -> Result<HashMap<String, String>, String> {
-    axum::extract::Query::<HashMap<String, String>>::try_from_uri(uri).map(|q| q.0).map_err(|e| e.to_string())
+/// A query parameter whose name or value is not UTF-8 once percent-decoded.
+#[derive(Debug, PartialEq, Eq)]
+pub struct NotUtf8 {
+    /// The parameter's name (its invalid bytes shown as U+FFFD).
+    pub name: String,
+}
+
+/// The query string as a map (last value wins), decoded as a form is (`+`
+/// is a space, `%XX` a byte). Text that is not UTF-8 once decoded is refused
+/// rather than patched with U+FFFD: `%FFa` and `%FEa` would be the same
+/// session id.
+pub fn query(uri: &Uri) -> Result<HashMap<String, String>, NotUtf8> {
+    let mut map = HashMap::new();
+    for pair in uri.query().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let name = String::from_utf8(form_decode(name))
+            .map_err(|e| NotUtf8 { name: String::from_utf8_lossy(e.as_bytes()).into_owned() })?;
+        let Ok(value) = String::from_utf8(form_decode(value)) else {
+            return Err(NotUtf8 { name });
+        };
+        map.insert(name, value);
+    }
+    Ok(map)
+}
+
+/// `application/x-www-form-urlencoded` decoding to bytes: a `%` not
+/// followed by two hex digits is kept as it is.
+fn form_decode(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |at: usize| bytes.get(at).and_then(|b| (*b as char).to_digit(16));
+        if bytes[i] == b'%'
+            && let (Some(high), Some(low)) = (hex(i + 1), hex(i + 2))
+        {
+            out.push((high * 16 + low) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
+        i += 1;
+    }
+    out
 }
 
 /// The token a client presents: `Authorization: Bearer <token>`, else the
@@ -138,6 +179,22 @@ mod tests {
             normalize_path(&mut request);
             assert_eq!(request.uri().to_string(), routed, "{given}");
         }
+    }
+
+    #[test]
+    fn a_query_is_decoded_as_a_form_and_must_be_utf8() {
+        let parsed = |q: &str| query(&Uri::try_from(format!("/ws?{q}")).unwrap());
+        let map = parsed("a=1&a=2&b=x+y%20z&c=%e2%82%ac&d=%zz%4&e&=f").unwrap();
+        assert_eq!(map["a"], "2");
+        assert_eq!(map["b"], "x y z");
+        assert_eq!(map["c"], "€");
+        assert_eq!(map["d"], "%zz%4");
+        assert_eq!(map["e"], "");
+        assert_eq!(map[""], "f");
+        assert_eq!(parsed("sessionId=%FFab"), Err(NotUtf8 { name: "sessionId".into() }));
+        assert_eq!(parsed("sessionId=%FEab"), Err(NotUtf8 { name: "sessionId".into() }));
+        assert_eq!(parsed("x%C3=1"), Err(NotUtf8 { name: "x\u{fffd}".into() }));
+        assert!(query(&Uri::from_static("/ws")).unwrap().is_empty());
     }
 
     #[test]
