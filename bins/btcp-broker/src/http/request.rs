@@ -64,6 +64,45 @@ pub fn origin_allowed(allowed: Option<&[String]>, origin: &str) -> bool {
     matches!(host, "localhost" | "127.0.0.1" | "[::1]") && (port.is_empty() || valid_port(port))
 }
 
+/// Whether a request naming `host` (its `Host` header) may be served. A page
+/// that rebinds its own name to 127.0.0.1 (DNS rebinding) still sends that
+/// name: on a loopback address only loopback names (`localhost`,
+/// `*.localhost`, 127.0.0.0/8, `[::1]`) and the `allowed` ones are served.
+/// Beyond loopback every client needs the token; without a list any host is
+/// served there, with one only loopback names and the list. Any port.
+pub fn host_allowed(host: &str, allowed: Option<&[String]>, on_loopback: bool) -> bool {
+    let host = host.to_ascii_lowercase();
+    let (name, port) = match host.find(']') {
+        Some(end) if host.starts_with('[') => host.split_at(end + 1),
+        _ => host.find(':').map_or((host.as_str(), ""), |i| host.split_at(i)),
+    };
+    if !(port.is_empty() || valid_port(port)) {
+        return false;
+    }
+    let name = name.strip_suffix('.').unwrap_or(name);
+    if loopback_name(name) {
+        return true;
+    }
+    match allowed {
+        Some(list) => list.iter().any(|entry| *entry == name || *entry == host),
+        None => !on_loopback,
+    }
+}
+
+/// `localhost`, a name under `.localhost` (RFC 6761: loopback), or a
+/// loopback address (`[::1]` in brackets, as a Host header writes it).
+fn loopback_name(name: &str) -> bool {
+    if name == "localhost" || name.ends_with(".localhost") {
+        return true;
+    }
+    if let Some(v6) = name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
+        return v6
+            .parse::<std::net::Ipv6Addr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()));
+    }
+    name.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 /// `:` and decimal digits below 65536; `parse` alone would also take a sign.
 fn valid_port(text: &str) -> bool {
     text.strip_prefix(':')
@@ -247,6 +286,52 @@ mod tests {
         ] {
             assert!(!websocket_key_valid(bad), "{:?}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn on_loopback_only_loopback_hosts_and_listed_ones_are_served() {
+        for ok in [
+            "localhost",
+            "LOCALHOST:8765",
+            "localhost.:80",
+            "app.localhost:3000",
+            "127.0.0.1:8765",
+            "127.3.2.1",
+            "[::1]:8765",
+            "[::1]",
+            "[::ffff:127.0.0.1]:1",
+        ] {
+            assert!(host_allowed(ok, None, true), "{ok}");
+        }
+        for bad in [
+            "attacker.example:8765",
+            "localhost.attacker.example",
+            "127.0.0.1.nip.io",
+            "10.0.0.1:8765",
+            "[::2]:80",
+            "localhost:+80",
+            "localhost:x",
+            "[::1",
+            "",
+        ] {
+            assert!(!host_allowed(bad, None, true), "{bad}");
+        }
+        let list = vec!["broker.lan".to_owned(), "proxy.example:443".to_owned()];
+        assert!(host_allowed("Broker.lan:8765", Some(&list), true));
+        assert!(host_allowed("proxy.example:443", Some(&list), true));
+        assert!(!host_allowed("proxy.example:80", Some(&list), true));
+        assert!(host_allowed("localhost:1", Some(&list), true));
+        assert!(!host_allowed("attacker.example", Some(&list), true));
+    }
+
+    #[test]
+    fn beyond_loopback_any_host_is_served_unless_a_list_is_given() {
+        assert!(host_allowed("10.0.0.5:8765", None, false));
+        assert!(host_allowed("broker.example", None, false));
+        let list = vec!["broker.example".to_owned()];
+        assert!(host_allowed("broker.example:8765", Some(&list), false));
+        assert!(host_allowed("127.0.0.1:8765", Some(&list), false));
+        assert!(!host_allowed("10.0.0.5:8765", Some(&list), false));
     }
 
     #[test]
