@@ -40,9 +40,12 @@ pub async fn hello(cx: Ctx<ConnState>, params: HelloParams) -> Result<HelloReply
     if let Some(claimed) = params.client_type.as_deref()
         && claimed != state.client_type.as_str()
     {
+        let this = match state.client_type {
+            ClientType::Browser => "a browser",
+            ClientType::Agent => "an agent",
+        };
         return Err(RpcError::invalid_params(format!(
-            "clientType: this connection is a {} (from its URL), not {claimed:?}",
-            state.client_type.as_str()
+            "clientType: this connection is {this} (from its URL), not {claimed:?}"
         )));
     }
     tracing::debug!(
