@@ -2,6 +2,8 @@
 
 use integration_tests::run;
 
+use serde_json::json;
+
 use crate::support::{Broker, scripted_browser};
 
 /// Runs `btcp-broker ARGS` against the broker (blocking, off the runtime).
@@ -111,4 +113,32 @@ async fn client_commands_without_a_broker_say_how_to_start_one() {
             "{args:?}: {err}"
         );
     }
+}
+
+/// A page names its tools and session: printed raw, an ESC sequence would
+/// clear the terminal or set its title, a newline fake a row.
+#[tokio::test]
+async fn tools_and_sessions_print_a_pages_control_characters_escaped() {
+    let broker = Broker::start(&[]);
+    let session = "cli\u{202e}txt.exe";
+    let mut browser = broker.browser("cli%E2%80%AEtxt.exe").await;
+    let evil = json!({
+        "name": "evil\u{1b}[2J\u{1b}]0;PWNED\u{7}",
+        "description": "line1\nline2\u{1b}[31mred\u{9b}",
+        "inputSchema": {"type": "object"}
+    });
+    let registered = browser.call(1, "tools/register", json!({"tools": [evil]})).await;
+    assert_eq!(registered["result"]["registered"], 1, "{registered}");
+
+    let (code, out, err) = command(broker.port, &["tools", session], None).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains(['\u{1b}', '\u{7}', '\u{9b}']), "{out:?}");
+    assert_eq!(out.lines().count(), 1, "one tool, one line: {out:?}");
+    assert!(out.contains(r"evil\u{1b}[2J\u{1b}]0;PWNED\u{7}"), "{out:?}");
+    assert!(out.contains(r"line1\u{a}line2\u{1b}[31mred\u{9b}"), "{out:?}");
+
+    let (code, out, err) = command(broker.port, &["sessions"], None).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(r"cli\u{202e}txt.exe") && !out.contains('\u{202e}'), "{out:?}");
+    browser.close().await;
 }

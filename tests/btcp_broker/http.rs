@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::support::{Broker, Ws, http};
+use crate::support::{Broker, Ws, http, http_to_host};
 
 const WS_HEADERS: [(&str, &str); 4] = [
     ("Upgrade", "websocket"),
@@ -164,4 +164,102 @@ async fn metrics_count_a_tool_that_reported_an_error_apart_from_successes() {
         assert!(metrics.contains(needle), "missing {needle}:\n{metrics}");
     }
     browser.abort();
+}
+
+/// DNS rebinding: a page on `attacker.example` rebound to 127.0.0.1 sends no
+/// Origin on its own requests, but its Host names it.
+#[test]
+fn a_foreign_host_is_refused_on_every_route_and_loopback_hosts_are_served() {
+    let broker = Broker::start(&[]);
+    let port = broker.port;
+    let foreign = format!("attacker.example:{port}");
+    for (method, path, headers) in [
+        ("GET", "/sessions", &[][..]),
+        ("GET", "/events?clientType=agent&sessionId=rebound", &[]),
+        ("GET", "/events?clientType=browser&sessionId=rebound", &[("Accept", "text/event-stream")]),
+        ("GET", "/ws?clientType=browser&sessionId=rebound", &WS_HEADERS[..]),
+        ("POST", "/message?sessionId=rebound", &[]),
+        ("POST", "/mcp?sessionId=rebound", &[]),
+        ("GET", "/metrics", &[]),
+        ("GET", "/health", &[]),
+        ("GET", "/btcp.js", &[]),
+        ("GET", "/", &[]),
+    ] {
+        let response = http_to_host(port, &foreign, method, path, headers, b"{}");
+        assert_eq!(response.status, 403, "{method} {path}: {}", response.body);
+        assert_eq!(response.json()["reason"], "host_not_allowed", "{method} {path}");
+        assert!(response.header("upgrade").is_none(), "{method} {path}");
+    }
+    assert!(broker.get("/sessions").json().as_array().unwrap().is_empty(), "the refused browser made no session");
+    for host in [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+        "app.localhost".to_owned(),
+        "127.0.0.2:1".to_owned(),
+    ] {
+        let response = http_to_host(port, &host, "GET", "/sessions", &[], b"");
+        assert_eq!(response.status, 200, "{host}: {}", response.body);
+        let response = http_to_host(port, &host, "GET", "/ws?clientType=agent", &WS_HEADERS, b"");
+        assert_eq!(response.status, 101, "{host}: {}", response.body);
+    }
+    assert_eq!(http_to_host(port, &format!("broker.lan:{port}"), "GET", "/sessions", &[], b"").status, 403);
+}
+
+#[test]
+fn a_host_listed_in_btcp_allowed_hosts_is_served() {
+    let broker = Broker::start(&[("BTCP_ALLOWED_HOSTS", "broker.lan,proxy.example:443")]);
+    let port = broker.port;
+    for host in [format!("broker.lan:{port}"), "BROKER.LAN".to_owned(), "proxy.example:443".to_owned()] {
+        let response = http_to_host(port, &host, "GET", "/sessions", &[], b"");
+        assert_eq!(response.status, 200, "{host}: {}", response.body);
+        let response = http_to_host(port, &host, "GET", "/ws?clientType=agent", &WS_HEADERS, b"");
+        assert_eq!(response.status, 101, "{host}: {}", response.body);
+    }
+    for host in ["proxy.example:80".to_owned(), format!("attacker.example:{port}")] {
+        let response = http_to_host(port, &host, "GET", "/sessions", &[], b"");
+        assert_eq!(response.status, 403, "{host}: {}", response.body);
+    }
+    assert_eq!(broker.get("/sessions").status, 200, "loopback still served");
+}
+
+#[test]
+fn an_invalid_websocket_key_is_400_websocket_key_before_any_upgrade() {
+    let broker = Broker::start(&[]);
+    for key in
+        ["", "short", "!!!notbase64!!!", "dGhlIHNhbXBsZQ==", "dGhlIHNhbXBsZSBub25jZSE=", "dGhlIHNhbXBsZSBub25jZQ"]
+    {
+        let headers = [WS_HEADERS[0], WS_HEADERS[1], WS_HEADERS[2], ("Sec-WebSocket-Key", key)];
+        let response = http(broker.port, "GET", "/ws?clientType=agent", &headers, b"");
+        assert_eq!(response.status, 400, "{key:?}: {}", response.body);
+        assert_eq!(response.json()["reason"], "websocket_key", "{key:?}");
+        assert!(response.header("sec-websocket-accept").is_none(), "{key:?}");
+    }
+    let response = http(broker.port, "GET", "/ws?clientType=agent", &WS_HEADERS, b"");
+    assert_eq!(response.status, 101);
+}
+
+/// `%FF` and `%FE` are no UTF-8: decoded lossily both were U+FFFD, and an
+/// agent naming one joined the session of the browser that named the other.
+#[test]
+fn a_session_id_that_is_not_utf8_once_decoded_is_400_invalid_session_id() {
+    let broker = Broker::start(&[]);
+    for (method, path, headers) in [
+        ("GET", "/ws?clientType=browser&sessionId=%FFtag", &WS_HEADERS[..]),
+        ("GET", "/ws?clientType=agent&sessionId=%FEtag", &WS_HEADERS[..]),
+        ("GET", "/events?clientType=browser&sessionId=%FFtag", &[]),
+        ("GET", "/events?clientType=agent&sessionId=tag%C3", &[]),
+        ("POST", "/message?sessionId=%FEtag", &[]),
+        ("POST", "/mcp?sessionId=%FFtag", &[]),
+    ] {
+        let response = http(broker.port, method, path, headers, b"{}");
+        assert_eq!(response.status, 400, "{method} {path}: {}", response.body);
+        assert_eq!(response.json()["reason"], "invalid_session_id", "{method} {path}");
+    }
+    let response = http(broker.port, "GET", "/ws?clientType=agent&version=%FF", &WS_HEADERS, b"");
+    assert_eq!((response.status, response.json()["reason"].as_str()), (400, Some("bad_query")));
+    assert!(broker.get("/sessions").json().as_array().unwrap().is_empty(), "no session was made");
+    // UTF-8 is fine: `é` percent-encoded.
+    let response = http(broker.port, "GET", "/ws?clientType=browser&sessionId=%C3%A9tag", &WS_HEADERS, b"");
+    assert_eq!(response.status, 101, "{}", response.body);
 }

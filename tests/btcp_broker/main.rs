@@ -6,6 +6,7 @@ mod commands;
 mod forwarding;
 mod http;
 mod load;
+mod logging;
 mod mcp;
 mod memory;
 mod messages;

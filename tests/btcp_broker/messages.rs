@@ -148,3 +148,13 @@ async fn protocol_errors_are_json_rpc_errors_and_the_connection_lives_on() {
     let reply = agent.call(3, "ping", json!({})).await;
     assert_eq!(reply["result"]["pong"], true);
 }
+
+#[tokio::test]
+async fn hello_naming_another_client_type_says_which_the_connection_is() {
+    let broker = Broker::start(&[]);
+    let mut agent = broker.agent("hello-type").await;
+    let reply = agent.call(1, "hello", json!({"clientType": "browser"})).await;
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(message.contains("this connection is an agent (from its URL)"), "{message}");
+}

@@ -302,12 +302,22 @@ impl HttpResponse {
 }
 
 pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpResponse {
+    http_to_host(port, &format!("127.0.0.1:{port}"), method, path, headers, body)
+}
+
+/// [`http`] with the `Host` header given (the socket is 127.0.0.1's all the same).
+pub fn http_to_host(
+    port: u16,
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> HttpResponse {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream.set_read_timeout(Some(WAIT)).unwrap();
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     for (k, v) in headers {
         request.push_str(&format!("{k}: {v}\r\n"));
     }

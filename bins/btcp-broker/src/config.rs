@@ -115,6 +115,13 @@ pub struct ServeArgs {
     /// Default: no Origin header, or http(s)://localhost|127.0.0.1|[::1] on any port.
     #[arg(long, env = "BTCP_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
+    /// Comma-separated list of extra host names (`Host` header, e.g.
+    /// `broker.lan` or `proxy.example:443`) the broker answers to. On a loopback
+    /// address it answers only to localhost, *.localhost, 127.0.0.0/8 and [::1]
+    /// (against DNS rebinding) and to these; beyond loopback, to any host
+    /// unless this is set.
+    #[arg(long, env = "BTCP_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
     /// Default tools/call timeout (ms, or a duration like `30s`).
     #[arg(long, env = "BTCP_CALL_TIMEOUT", default_value = "30000", value_parser = millis)]
     pub call_timeout: Duration,
@@ -214,6 +221,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub auth_token: Option<String>,
     pub allowed_origins: Option<Vec<String>>,
+    /// `None`: loopback names only on a loopback address, any host beyond.
+    pub allowed_hosts: Option<Vec<String>>,
     pub call_timeout: Duration,
     pub max_call_timeout: Duration,
     pub session_idle_ttl: Duration,
@@ -243,6 +252,7 @@ impl Config {
         let auth_token = endpoint.auth_token.clone().filter(|t| !t.is_empty());
         config::check_exposure("BTCP_HOST", listen.ip(), "BTCP_AUTH_TOKEN", auth_token.as_deref())?;
         let allowed_origins = allowed_origins(&serve.allowed_origins)?;
+        let allowed_hosts = allowed_hosts(&serve.allowed_hosts)?;
         if serve.max_call_timeout < serve.call_timeout {
             return Err(ConfigError::new("BTCP_MAX_CALL_TIMEOUT", "must be at least BTCP_CALL_TIMEOUT"));
         }
@@ -256,6 +266,7 @@ impl Config {
             listen,
             auth_token,
             allowed_origins,
+            allowed_hosts,
             call_timeout: serve.call_timeout,
             max_call_timeout: serve.max_call_timeout,
             session_idle_ttl: serve.session_idle_ttl,
@@ -296,6 +307,20 @@ fn allowed_origins(list: &[String]) -> Result<Option<Vec<String>>, ConfigError> 
         origins.push(origin.trim_end_matches('/').to_ascii_lowercase());
     }
     Ok(Some(origins))
+}
+
+/// `BTCP_ALLOWED_HOSTS` as the Host policy compares them (lowercase); none
+/// given is `None`.
+fn allowed_hosts(list: &[String]) -> Result<Option<Vec<String>>, ConfigError> {
+    let hosts: Vec<String> =
+        list.iter().map(|h| h.trim()).filter(|h| !h.is_empty()).map(str::to_ascii_lowercase).collect();
+    if let Some(bad) = hosts.iter().find(|h| h.contains(['/', '@', ' ', '*'])) {
+        return Err(ConfigError::new(
+            "BTCP_ALLOWED_HOSTS",
+            format!("{bad:?} is not a host name like broker.lan or broker.lan:8765"),
+        ));
+    }
+    Ok((!hosts.is_empty()).then_some(hosts))
 }
 
 #[cfg(test)]
@@ -350,6 +375,15 @@ mod tests {
         let cli = Cli::try_parse_from(["btcp-broker", "--port", "9", "call", "s", "t", "--arg", "a=1"]).unwrap();
         assert_eq!(cli.endpoint.port, 9);
         assert!(matches!(cli.command, Some(Command::Call { ref args, .. }) if args.len() == 1));
+    }
+
+    #[test]
+    fn allowed_hosts_are_a_list_of_names() {
+        assert_eq!(config_of(&["btcp-broker"]).unwrap().allowed_hosts, None);
+        let config = config_of(&["btcp-broker", "--allowed-hosts", "Broker.LAN, proxy.example:443,"]).unwrap();
+        assert_eq!(config.allowed_hosts, Some(vec!["broker.lan".to_owned(), "proxy.example:443".to_owned()]));
+        let error = config_of(&["btcp-broker", "--allowed-hosts", "http://broker.lan"]).unwrap_err();
+        assert_eq!(error.setting, "BTCP_ALLOWED_HOSTS");
     }
 
     #[test]

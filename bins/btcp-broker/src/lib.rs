@@ -9,6 +9,7 @@ mod client;
 mod cluster;
 mod config;
 mod errors;
+mod escape;
 mod http;
 mod mcp_door;
 mod methods;

@@ -12,6 +12,7 @@ use rpc_core::{Connection, PeerHandle, Transport};
 use serde::Serialize;
 
 use crate::errors;
+use crate::escape::OneLine;
 use crate::metrics::TransportKind;
 use crate::sessions::{AttachError, BrowserSlot, ClientType, Session, SessionEvent};
 use crate::state::{Broker, ConnState, Joined, PeerSlot};
@@ -123,8 +124,8 @@ pub async fn open_peer(broker: Arc<Broker>, transport: Transport, spec: PeerSpec
         client = %client_id,
         client_type = client_type.as_str(),
         transport = transport_kind.as_str(),
-        session = session.as_ref().map_or("-", |s| &*s.id),
-        %version,
+        session = %OneLine(session.as_ref().map_or("-", |s| &*s.id)),
+        version = %OneLine(&version),
         "peer connected"
     );
     let conn = conn.with_shutdown(&broker.shutdown);
@@ -178,7 +179,7 @@ pub async fn follow(broker: &Broker, session: &Arc<Session>) -> Result<(), Attac
 /// Checked before the upgrade too; this is the rare race past it: the peer
 /// is told why and closed.
 async fn refuse(peer: &PeerHandle, client_id: &str, error: &AttachError) {
-    tracing::warn!(%client_id, %error, "connection refused");
+    tracing::warn!(%client_id, error = %OneLine(&error.to_string()), "connection refused");
     let notice = serde_json::json!({"code": errors::CONNECTION, "message": error.to_string()});
     let _ = peer.notify("error", notice).await;
     peer.close(1013, "session or broker full");
@@ -259,7 +260,7 @@ fn warn_if_guessable(broker: &Broker, session: &Session) {
     if broker.config.sse_session_fallback && session.id.len() < GUESSABLE_SESSION_ID && session.first_short_id_warning()
     {
         tracing::warn!(
-            session = %session.id,
+            session = %OneLine(&session.id),
             "session id {:?} is short and the SSE session fallback is on: whoever knows or guesses it can \
              speak as this session's browser (register tools); use a long random id, or set \
              BTCP_SSE_SESSION_FALLBACK=false and post with the clientId",
@@ -281,7 +282,7 @@ fn attach_browser(
     let session = attached.session;
     *state.joined.lock() = Some(Joined::browser(session.clone()));
     if let Some(old) = attached.replaced {
-        tracing::info!(session = %session.id, old = %old.client_id, new = %state.client_id, "browser replaced");
+        tracing::info!(session = %OneLine(&session.id), old = %old.client_id, new = %state.client_id, "browser replaced");
         old.dismiss(session.id.clone(), "another browser connected with this session id");
     }
     session.notify_agents("session/browserConnected", &SessionEvent { session_id: &session.id });

@@ -10,6 +10,7 @@ use serde_json::Value;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use crate::config::EndpointArgs;
+use crate::escape::OneLine;
 
 /// `host:port` to connect to; a wildcard listen address means this machine.
 pub fn authority(endpoint: &EndpointArgs) -> String {
@@ -65,7 +66,8 @@ impl Agent {
     pub async fn request(&self, method: &str, params: &impl Serialize, timeout: Duration) -> anyhow::Result<Value> {
         match self.peer.request_raw(method, params, Some(timeout)).await {
             Ok(raw) => serde_json::from_str(raw.get()).context("the broker's answer"),
-            Err(CallError::Rpc(e)) => bail!("{method}: {} ({})", e.message, e.code),
+            // The message may be the browser's own (a tool's error).
+            Err(CallError::Rpc(e)) => bail!("{method}: {} ({})", OneLine(&e.message), e.code),
             Err(e) => bail!("{method}: {e}"),
         }
     }

@@ -12,6 +12,7 @@ use anyhow::{Context as _, bail};
 use serde_json::{Map, Value};
 
 use crate::config::{Command, EndpointArgs};
+use crate::escape::{self, Lines, OneLine};
 
 /// Runs a client command; an error ends it with exit code 1.
 pub async fn run(endpoint: &EndpointArgs, command: Command) -> anyhow::Result<ExitCode> {
@@ -38,21 +39,23 @@ async fn sessions(endpoint: &EndpointArgs, json: bool) -> anyhow::Result<()> {
         println!("no sessions");
         return Ok(());
     }
-    let width = rows.iter().filter_map(|r| r["id"].as_str()).map(str::len).max().unwrap_or(0).max("SESSION".len());
+    // Ids and node names come from browsers and brokers: escaped, a row is a line.
+    let shown = |value: &Value, missing: &str| escape::one_line(value.as_str().unwrap_or(missing));
+    let width = rows.iter().map(|r| shown(&r["id"], "?").chars().count()).max().unwrap_or(0).max("SESSION".len());
     // A cluster's rows name the node that holds each session's browser.
     let nodes = rows.iter().any(|r| r["node"].is_string());
-    let node_width = rows.iter().filter_map(|r| r["node"].as_str()).map(str::len).max().unwrap_or(0).max(4);
+    let node_width = rows.iter().map(|r| shown(&r["node"], "-").chars().count()).max().unwrap_or(0).max(4);
     let node_column = |text: &str| if nodes { format!("{text:node_width$}  ") } else { String::new() };
     println!("{:width$}  {}BROWSER  AGENTS  TOOLS  LAST ACTIVITY", "SESSION", node_column("NODE"));
     for row in rows {
         println!(
             "{:width$}  {}{:7}  {:<6}  {:<5}  {}",
-            row["id"].as_str().unwrap_or("?"),
-            node_column(row["node"].as_str().unwrap_or("-")),
+            shown(&row["id"], "?"),
+            node_column(&shown(&row["node"], "-")),
             if row["hasBrowser"].as_bool() == Some(true) { "yes" } else { "no" },
             row["agentCount"].as_u64().unwrap_or(0),
             row["toolCount"].as_u64().unwrap_or(0),
-            row["lastActivity"].as_str().unwrap_or("")
+            shown(&row["lastActivity"], "")
         );
     }
     Ok(())
@@ -68,12 +71,14 @@ async fn tools(endpoint: &EndpointArgs, session: &str, json: bool) -> anyhow::Re
     }
     let tools = tools.as_array().cloned().unwrap_or_default();
     if tools.is_empty() {
-        println!("session {session} has no tools registered");
+        println!("session {} has no tools registered", OneLine(session));
         return Ok(());
     }
-    let width = tools.iter().filter_map(|t| t["name"].as_str()).map(str::len).max().unwrap_or(0);
+    // Names and descriptions are the browser's: escaped, a tool is a line.
+    let shown = |value: &Value, missing: &str| escape::one_line(value.as_str().unwrap_or(missing));
+    let width = tools.iter().map(|t| shown(&t["name"], "?").chars().count()).max().unwrap_or(0);
     for tool in &tools {
-        println!("{:width$}  {}", tool["name"].as_str().unwrap_or("?"), tool["description"].as_str().unwrap_or(""));
+        println!("{:width$}  {}", shown(&tool["name"], "?"), shown(&tool["description"], ""));
     }
     Ok(())
 }
@@ -108,13 +113,14 @@ async fn call(
     Ok(())
 }
 
-/// Prints a tool result's text content as text, anything else as JSON.
+/// Prints a tool result's text content as text (its lines kept, any other
+/// control character escaped: the browser wrote it), anything else as JSON.
 fn print_content(result: &Value) {
     match result["content"].as_array() {
         Some(items) => {
             for item in items {
                 match (item["type"].as_str(), item["text"].as_str()) {
-                    (Some("text"), Some(text)) => println!("{text}"),
+                    (Some("text"), Some(text)) => println!("{}", Lines(text)),
                     _ => println!("{item}"),
                 }
             }

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::link::{Link, Links};
 use super::wire::{Answer, Control, Joined, RemoteCall};
+use crate::escape::OneLine;
 use crate::sessions::forward::{self, ToolCall, Unroutable};
 use crate::sessions::session::Session;
 
@@ -66,7 +67,7 @@ impl Owned {
             let body = serde_json::to_vec(&answer).unwrap_or_default();
             if let Err(e) = client.publish(reply_to.clone(), body.into()).await {
                 // Most likely larger than the server's max_payload.
-                tracing::warn!(session = %session.id, error = %e, "cluster: answer not sent");
+                tracing::warn!(session = %OneLine(&session.id), error = %e, "cluster: answer not sent");
                 let fallback = Answer::Error(RpcError::internal(format!("the answer could not cross NATS: {e}")));
                 let _ = client.publish(reply_to, serde_json::to_vec(&fallback).unwrap_or_default().into()).await;
             }

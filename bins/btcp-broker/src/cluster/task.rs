@@ -19,6 +19,7 @@ use super::directory::{DirectoryError, REFRESH};
 use super::link::{Command, Link, Links, Owner};
 use super::owner::Owned;
 use super::wire::{self, Control};
+use crate::escape::OneLine;
 use crate::sessions::session::{Session, SessionInfo};
 use crate::toolset::ToolSet;
 
@@ -160,7 +161,7 @@ impl LinkTask {
         let revision = match self.links.directory.claim(&self.link.key, &info).await {
             Ok(revision) => revision,
             Err(e) => {
-                tracing::warn!(session = %self.link.session.id, error = %e, "cluster: session not announced yet");
+                tracing::warn!(session = %OneLine(&self.link.session.id), error = %e, "cluster: session not announced yet");
                 0
             }
         };
@@ -229,7 +230,7 @@ impl LinkTask {
             self.owned = None;
             let session = &self.link.session;
             if let Some(old) = session.unseat_browser() {
-                tracing::info!(session = %session.id, old = %old.client_id, node = %node, "browser replaced from another node");
+                tracing::info!(session = %OneLine(&session.id), old = %old.client_id, node = %node, "browser replaced from another node");
                 old.dismiss(session.id.clone(), "another browser connected with this session id (on another node)");
             }
         }

@@ -11,6 +11,7 @@ use rpc_core::token::token_matches;
 use serde_json::json;
 
 use super::request;
+use crate::escape::OneLine;
 use crate::metrics::TransportKind;
 use crate::peer::{self, PeerSpec};
 use crate::sessions::ClientType;
@@ -56,9 +57,19 @@ impl IntoResponse for Rejection {
     }
 }
 
-/// The query string as a map (last value wins); undecodable text is a 400.
+/// The query string as a map (last value wins); text that is not UTF-8 once
+/// percent-decoded is a 400 (`invalid_session_id` when it is the session id).
 pub fn query(uri: &axum::http::Uri) -> Result<HashMap<String, String>, Rejection> {
-    request::query(uri).map_err(|e| reject(StatusCode::BAD_REQUEST, "bad_query", format!("query string: {e}")))
+    request::query(uri).map_err(|request::NotUtf8 { name }| match name.as_str() {
+        "sessionId" => {
+            reject(StatusCode::BAD_REQUEST, "invalid_session_id", "sessionId is not UTF-8 once percent-decoded")
+        }
+        _ => reject(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!("query string: parameter {name:?} is not UTF-8 once percent-decoded"),
+        ),
+    })
 }
 
 /// Checks `BTCP_AUTH_TOKEN` against the `Authorization: Bearer` header or the
@@ -149,7 +160,7 @@ pub fn reserve(
     let Checked { client_type, session_id, version } = checked;
     let full = |message: String| {
         broker.metrics.rejected("capacity");
-        tracing::warn!(peer = peer.map_or("-", |p| &*p.0), %message, "connection refused");
+        tracing::warn!(peer = peer.map_or("-", |p| &*p.0), message = %OneLine(&message), "connection refused");
         Err(reject(StatusCode::SERVICE_UNAVAILABLE, "capacity", message))
     };
     let creates_session = client_type == ClientType::Browser || session_id.is_some();

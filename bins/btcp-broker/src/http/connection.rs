@@ -51,8 +51,13 @@ pub async fn serve_socket(stream: Stream, peer: String, app: Router, shutdown: S
 /// Serves one in-memory connection made inside the broker (the `/mcp`
 /// endpoint's agent connections) exactly as a socket's.
 pub async fn serve_in_process(io: tokio::io::DuplexStream, app: Router, shutdown: Shutdown) {
-    serve_io(io, PeerAddr("in-process (mcp)".into()), app, shutdown).await
+    serve_io(io, PeerAddr("in-process (mcp)".into()), Some(InProcess), app, shutdown).await
 }
+
+/// Marks the requests of a connection made inside the broker: they name the
+/// listen address as their host, which the Host policy need not judge.
+#[derive(Clone, Copy, Debug)]
+pub struct InProcess;
 
 /// What the first bytes of a connection turned out to be.
 enum Sniffed {
@@ -82,7 +87,7 @@ async fn serve_stream<S, R, W>(
     };
     match sniffed {
         Sniffed::Gone => {}
-        Sniffed::Other => serve_io(Rewind::new(io, buf.freeze()), peer, app, shutdown).await,
+        Sniffed::Other => serve_io(Rewind::new(io, buf.freeze()), peer, None, app, shutdown).await,
         Sniffed::Events(request, head_len) => {
             let keep_alive = !super::request::lists_token(request.headers(), header::CONNECTION, "close");
             let takeover = Takeover::default();
@@ -110,7 +115,7 @@ async fn serve_stream<S, R, W>(
                 return;
             }
             buf.advance(head_len);
-            serve_io(Rewind::new(io, buf.freeze()), peer, app, shutdown).await
+            serve_io(Rewind::new(io, buf.freeze()), peer, None, app, shutdown).await
         }
     }
 }
@@ -230,12 +235,15 @@ async fn refusal(response: Response<Body>) -> Option<(Vec<u8>, Bytes)> {
     Some((response_head(&response, false), body))
 }
 
-async fn serve_io<I>(io: I, peer: PeerAddr, app: Router, shutdown: Shutdown)
+async fn serve_io<I>(io: I, peer: PeerAddr, in_process: Option<InProcess>, app: Router, shutdown: Shutdown)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
         request.extensions_mut().insert(peer.clone());
+        if let Some(marker) = in_process {
+            request.extensions_mut().insert(marker);
+        }
         normalize_path(&mut request);
         let mut app = app.clone();
         async move { Ok::<_, Infallible>(app.call(request).await.unwrap_or_else(|e| match e {})) }

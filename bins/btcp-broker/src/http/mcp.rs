@@ -17,6 +17,7 @@ use tower_service::Service as _;
 
 use super::admission::{self, PeerAddr, reject};
 use super::connection::serve_in_process;
+use super::request;
 use crate::mcp_door::{Dial, ServeInProcess, SessionDoor};
 use crate::state::Broker;
 
@@ -141,9 +142,13 @@ pub async fn endpoint(doors: Arc<HttpDoors>, request: axum::extract::Request) ->
     {
         return rejection.into_response();
     }
-    let Some(session) = query.get("sessionId").filter(|s| !s.is_empty()) else {
-        return reject(StatusCode::BAD_REQUEST, "session_id", "sessionId is required: /mcp?sessionId=ID")
-            .into_response();
+    let session = match request::session_id(&query) {
+        Ok(Some(session)) => session,
+        Ok(None) => {
+            return reject(StatusCode::BAD_REQUEST, "session_id", "sessionId is required: /mcp?sessionId=ID")
+                .into_response();
+        }
+        Err(why) => return reject(StatusCode::BAD_REQUEST, "invalid_session_id", why).into_response(),
     };
     let Some((mut service, in_use)) = doors.service(session) else {
         return reject(

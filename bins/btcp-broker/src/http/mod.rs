@@ -1,4 +1,4 @@
-//! The broker's one HTTP port: routes, the Origin policy, and the small
+//! The broker's one HTTP port: routes, the Host and Origin policies, and the small
 //! endpoints (`/health`, `/sessions`, `/metrics`, `/btcp.js`, `/`).
 //!
 //! - [`connection`]: one HTTP/1.1 connection (a socket's, or in process).
@@ -25,9 +25,11 @@ use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
+use crate::escape::OneLine;
 use crate::peer::SERVER_VERSION;
 use crate::state::Broker;
 use admission::{PeerAddr, Rejection, reject};
+use connection::InProcess;
 use mcp::HttpDoors;
 use request::origin_allowed;
 
@@ -47,7 +49,40 @@ pub fn router(broker: Arc<Broker>, mcp_doors: Arc<HttpDoors>) -> Router {
         .route("/", get(index))
         .layer(DefaultBodyLimit::max(broker.config.max_message))
         .layer(middleware::from_fn_with_state(broker.clone(), origin_policy))
+        .layer(middleware::from_fn_with_state(broker.clone(), host_policy))
         .with_state(broker)
+}
+
+/// Refuses requests naming a host the broker does not answer to (403,
+/// before anything else: the Origin policy, the token, any upgrade). A
+/// page on `http://attacker.example:8765` rebound to 127.0.0.1 sends no
+/// Origin on its own requests but does send `Host: attacker.example:8765`.
+async fn host_policy(State(broker): State<Arc<Broker>>, request: Request, next: Next) -> Response {
+    // The `/mcp` endpoint's own agent connections name the listen address.
+    if request.extensions().get::<InProcess>().is_some() {
+        return next.run(request).await;
+    }
+    let host = match request.uri().authority() {
+        Some(authority) => Some(authority.as_str()),
+        None => request.headers().get(header::HOST).map(|v| v.to_str().unwrap_or("\u{fffd}")),
+    };
+    // No Host at all (HTTP/1.0 from a script): no browser sends that.
+    let Some(host) = host else {
+        return next.run(request).await;
+    };
+    let config = &broker.config;
+    if request::host_allowed(host, config.allowed_hosts.as_deref(), config.listen.ip().is_loopback()) {
+        return next.run(request).await;
+    }
+    broker.metrics.rejected("host");
+    let peer = request.extensions().get::<PeerAddr>().map_or("-".into(), |p| p.0.clone());
+    tracing::warn!(%peer, host = %OneLine(host), path = %OneLine(request.uri().path()), "host not allowed");
+    reject(
+        StatusCode::FORBIDDEN,
+        "host_not_allowed",
+        format!("host {host:?} is not served here: use localhost or 127.0.0.1, or list it in BTCP_ALLOWED_HOSTS"),
+    )
+    .into_response()
 }
 
 /// Refuses requests from origins not allowed (403), answers CORS preflights,
@@ -60,7 +95,7 @@ async fn origin_policy(State(broker): State<Arc<Broker>>, request: Request, next
     if !origin_allowed(broker.config.allowed_origins.as_deref(), text) {
         broker.metrics.rejected("origin");
         let peer = request.extensions().get::<PeerAddr>().map_or("-".into(), |p| p.0.clone());
-        tracing::warn!(%peer, origin = text, path = request.uri().path(), "origin not allowed");
+        tracing::warn!(%peer, origin = %OneLine(text), path = %OneLine(request.uri().path()), "origin not allowed");
         return reject(
             StatusCode::FORBIDDEN,
             "origin",

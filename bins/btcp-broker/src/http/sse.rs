@@ -13,7 +13,7 @@
 //! POST naming only a session speaks for that session's SSE browser, unless
 //! `BTCP_SSE_SESSION_FALLBACK=false`. Its reach is kept small: the browser's
 //! stream must be open, and answers need the forwarded call's id, which the
-//! engine makes unguessable on browser connections.
+//! engine makes unguessable on SSE browser connections.
 
 use std::collections::HashMap;
 use std::convert::Infallible;

@@ -97,6 +97,13 @@ fn handshake_key(headers: &HeaderMap) -> Result<HeaderValue, Rejection> {
     let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
         return Err(reject(StatusCode::BAD_REQUEST, "websocket_key", "Sec-WebSocket-Key is missing"));
     };
+    if !request::websocket_key_valid(key.as_bytes()) {
+        return Err(reject(
+            StatusCode::BAD_REQUEST,
+            "websocket_key",
+            "Sec-WebSocket-Key must be the base64 of 16 bytes (24 characters ending in ==)",
+        ));
+    }
     HeaderValue::from_str(&derive_accept_key(key.as_bytes()))
         .map_err(|_| reject(StatusCode::BAD_REQUEST, "websocket_key", "bad key"))
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::escape::OneLine;
 use crate::peer::{PROTOCOL_VERSION, SERVER_VERSION};
 use crate::sessions::ClientType;
 use crate::state::ConnState;
@@ -39,14 +40,17 @@ pub async fn hello(cx: Ctx<ConnState>, params: HelloParams) -> Result<HelloReply
     if let Some(claimed) = params.client_type.as_deref()
         && claimed != state.client_type.as_str()
     {
+        let this = match state.client_type {
+            ClientType::Browser => "a browser",
+            ClientType::Agent => "an agent",
+        };
         return Err(RpcError::invalid_params(format!(
-            "clientType: this connection is a {} (from its URL), not {claimed:?}",
-            state.client_type.as_str()
+            "clientType: this connection is {this} (from its URL), not {claimed:?}"
         )));
     }
     tracing::debug!(
         client = %state.client_id,
-        version = params.version.as_deref().unwrap_or("-"),
+        version = %OneLine(params.version.as_deref().unwrap_or("-")),
         capabilities = %params.capabilities.unwrap_or(serde_json::Value::Null),
         "hello"
     );

@@ -18,6 +18,7 @@ use serde_json::value::RawValue;
 use crate::cluster::Unrouted;
 use crate::config::Config;
 use crate::errors;
+use crate::escape::OneLine;
 use crate::metrics::{Metrics, Outcome};
 use crate::sessions::forward::{self, ToolCall, Unroutable};
 use crate::sessions::{Session, ToolsUpdated};
@@ -48,7 +49,7 @@ pub async fn register(cx: Ctx<ConnState>, params: RegisterParams) -> Result<Regi
     }
     session.notify_agents("tools/updated", &ToolsUpdated { session_id: &session.id, tools: tools.json() });
     session.notify_agents("notifications/tools/list_changed", &());
-    tracing::info!(session = %session.id, registered, "tools registered");
+    tracing::info!(session = %OneLine(&session.id), registered, "tools registered");
     Ok(RegisterReply { registered })
 }
 

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use rpc_core::Shutdown;
 
 use super::session::{BrowserSlot, CachedTools, Session, SessionInfo, ToolsUpdated};
+use crate::escape::OneLine;
 
 /// What a browser arriving at a session found there.
 pub struct Attached {
@@ -103,7 +104,7 @@ impl SessionRegistry {
         let id: Arc<str> = id.into();
         let session = Arc::new(Session::new(id.clone(), self.cache.clone()));
         sessions.insert(id, session.clone());
-        tracing::info!(session = %session.id, "session created");
+        tracing::info!(session = %OneLine(&session.id), "session created");
         Ok(session)
     }
 
@@ -159,7 +160,7 @@ impl SessionRegistry {
             let expired = session.expire_if_idle(ttl);
             if expired {
                 session.mark_removed();
-                tracing::info!(session = %id, "idle session removed");
+                tracing::info!(session = %OneLine(id), "idle session removed");
             }
             !expired
         });
@@ -205,7 +206,7 @@ impl SessionRegistry {
             // Browsers attach under the map lock, which is held: still departed.
             let (bytes, agents) = session.evict_cached_tools();
             evicted += 1;
-            tracing::info!(session = %session.id, bytes, agents, "tool list evicted (BTCP_TOOLS_BUDGET)");
+            tracing::info!(session = %OneLine(&session.id), bytes, agents, "tool list evicted (BTCP_TOOLS_BUDGET)");
             if agents == 0 {
                 session.mark_removed();
                 sessions.remove(&session.id);
