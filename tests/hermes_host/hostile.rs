@@ -7,14 +7,13 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use integration_tests::{bin_path, eventually, on_free_ports, require_tool, rss_bytes};
+use integration_tests::{eventually, on_free_ports, require_tool, rss_bytes};
 use serde_json::{Value, json};
 
 use crate::support::{ADT, Host, py_extension};
-use crate::{LONG, pid_alive};
+use crate::{LONG, attached_ctl_ui, pid_alive};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -143,21 +142,7 @@ fn extension_text_reaches_the_terminal_escaped_and_never_as_the_host_s() {
     assert!(stdout.contains("\\x1b]0;pwned\\x07\\x1b[2Jcleared"), "{stdout}");
 
     // A confirm whose question hides words from the person answering it.
-    let mut ui = Command::new(bin_path("hermes-host"))
-        .args(["ctl", "--socket", &socket, "ui"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = ui.stdin.take().unwrap();
-    stdin.write_all(b"n\n").unwrap();
-    let mut attached = std::io::BufReader::new(ui.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("attached as the UI") {
-        line.clear();
-        assert!(std::io::BufRead::read_line(&mut attached, &mut line).unwrap() > 0, "ctl ui ended before attaching");
-    }
+    let (ui, stdin, _stderr) = attached_ctl_ui(&socket, b"n\n");
     let question = "Keep your files? \u{1b}[8m(answering n deletes them all)\u{1b}[0m";
     let answer = host.ext_call("py", "ui/showConfirm", json!({"message": question, "title": "\u{1b}]0;t\u{7}Q"}));
     assert_eq!(answer["result"], json!({"confirmed": false}), "{answer}");

@@ -369,6 +369,32 @@ fn an_attached_ui_answers_dialogs_while_other_extensions_keep_editing() {
     assert!(got, "{:?}", host.logs("a"));
 }
 
+/// `hermes-host ctl ui` on `socket`, `answers` typed ahead, once it says it
+/// is attached (probing with an attach of our own could take the place
+/// first: `ctl ui` is then refused and exits). Its stdin and stderr, kept
+/// open for as long as the caller holds them.
+fn attached_ctl_ui(
+    socket: &str,
+    answers: &[u8],
+) -> (std::process::Child, std::process::ChildStdin, std::io::BufReader<std::process::ChildStderr>) {
+    let mut ui = Command::new(bin_path("hermes-host"))
+        .args(["ctl", "--socket", socket, "ui"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = ui.stdin.take().unwrap();
+    stdin.write_all(answers).unwrap();
+    let mut stderr = std::io::BufReader::new(ui.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("attached as the UI") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0, "ctl ui ended before attaching");
+    }
+    (ui, stdin, stderr)
+}
+
 #[test]
 fn ctl_ui_answers_a_confirm_from_standard_input() {
     if !require_tool("python3") {
@@ -376,23 +402,7 @@ fn ctl_ui_answers_a_confirm_from_standard_input() {
     }
     let host = host_with(&[], "");
     host.wait_state("py", "running", LONG);
-    let mut ui = Command::new(bin_path("hermes-host"))
-        .args(["ctl", "--socket", &host.socket.display().to_string(), "ui"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = ui.stdin.take().unwrap();
-    stdin.write_all(b"y\n").unwrap();
-    // Wait until it says it is attached. (Probing with an attach of our own
-    // could take the place first: `ctl ui` is then refused and exits.)
-    let mut stderr = std::io::BufReader::new(ui.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("attached as the UI") {
-        line.clear();
-        assert!(std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0, "ctl ui ended before attaching");
-    }
+    let (ui, stdin, _stderr) = attached_ctl_ui(&host.socket.display().to_string(), b"y\n");
     let answer = ext_call(&host, "ui/showConfirm", json!({"message": "Proceed?", "title": "Q"}));
     assert_eq!(answer["result"], json!({"confirmed": true}), "{answer}");
     let message = ext_call(&host, "ui/showMessage", json!({"message": "done", "kind": "warning"}));

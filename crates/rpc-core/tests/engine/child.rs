@@ -183,11 +183,17 @@ async fn a_kill_after_the_grace_takes_a_grandchild_that_left_the_group_too() {
         .spawn()
         .unwrap();
     assert_eq!(first_line(&mut child).await, "ready");
-    wait_for_escaped(&marker).await;
+    assert_the_kill_takes_the_escaped_grandchild(&child, &marker).await;
+}
+
+/// Stops `child`, which ignores SIGTERM, with a short grace: the kill that
+/// follows must take its grandchild that left the group too.
+async fn assert_the_kill_takes_the_escaped_grandchild(child: &ChildProcess, marker: &str) {
+    wait_for_escaped(marker).await;
     let exit = tokio::time::timeout(Duration::from_secs(10), child.stop(Duration::from_millis(300))).await;
     let escaped = format!("{marker}-escaped");
     let gone = eventually(Duration::from_secs(5), || marked(&escaped).is_empty()).await;
-    kill_escaped(&marker);
+    kill_escaped(marker);
     assert_eq!(exit.expect("stop did not return").to_string(), "killed by SIGKILL");
     assert!(gone, "the grandchild that left the group outlived the kill");
 }
@@ -202,13 +208,7 @@ async fn a_kill_after_the_grace_on_a_terminal_takes_a_grandchild_that_left_the_g
         .spawn()
         .unwrap();
     terminal.expect("ready");
-    wait_for_escaped(&marker).await;
-    let exit = tokio::time::timeout(Duration::from_secs(10), child.stop(Duration::from_millis(300))).await;
-    let escaped = format!("{marker}-escaped");
-    let gone = eventually(Duration::from_secs(5), || marked(&escaped).is_empty()).await;
-    kill_escaped(&marker);
-    assert_eq!(exit.expect("stop did not return").to_string(), "killed by SIGKILL");
-    assert!(gone, "the grandchild that left the group outlived the kill");
+    assert_the_kill_takes_the_escaped_grandchild(&child, &marker).await;
 }
 
 #[tokio::test]
