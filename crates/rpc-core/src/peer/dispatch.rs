@@ -76,14 +76,15 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         Ctx::on(&self.conn, call.cloned())
     }
 
-    fn can_start(&self) -> bool {
-        may_start(&self.handle.shared, self.incoming.running())
+    /// Whether a request (or batch) of `size` bytes may start now.
+    fn can_start(&self, size: usize) -> bool {
+        may_start(&self.handle.shared, self.incoming.running(), self.incoming.running_bytes(), size)
     }
 
     /// Starts waiting requests, in arrival order, while they may.
     pub fn start_waiting(&mut self) {
         let shared = &self.handle.shared;
-        self.incoming.start_waiting(&shared.counters, |running| may_start(shared, running));
+        self.incoming.start_waiting(&shared.counters, |running, bytes, size| may_start(shared, running, bytes, size));
     }
 
     /// Writes a reply, or queues it behind what is queued already; either way
@@ -128,6 +129,9 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     /// A handler finished: its ids are answered, its reply goes out.
     pub fn finish(&mut self, done: Done) -> Result<(), CloseReason> {
         let tokens = &self.handle.shared.tokens;
+        if done.held > 0 {
+            self.incoming.finished(done.held, &self.handle.shared.counters);
+        }
         match done.owed {
             // Most calls: their id, without a list made for it.
             Owed::One(id) => {
@@ -324,7 +328,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             return self.write_error(id, &error);
         }
         // In arrival order: nothing starts ahead of requests already waiting.
-        let start_now = !self.incoming.has_waiting() && self.can_start();
+        let start_now = !self.incoming.has_waiting() && self.can_start(size);
         if !start_now && !self.incoming.has_room(size, &self.handle.shared.config) {
             return self.refuse_overloaded(id);
         }
@@ -334,7 +338,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 Ok(handler) => handler,
                 Err(error) => return self.write_error(id, &error),
             };
-            let run = running_request(id.clone(), handler);
+            let run = running_request(id.clone(), handler, size);
             self.handle.shared.tokens.waiting(id);
             self.incoming.queue_request(id.clone(), run, size, &self.handle.shared.counters);
             return Ok(());
@@ -352,7 +356,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             Ok(Err(error)) => return self.write_error(id, &error),
             Err(panic) => {
                 self.handle.shared.tokens.forget(id);
-                return self.finish(Done { owed: Owed::Nothing, reply: Some(reply_from(id, Err(panic))) });
+                return self.finish(Done { owed: Owed::Nothing, reply: Some(reply_from(id, Err(panic))), held: 0 });
             }
         };
         // Most async handlers finish without waiting for anything: poll once
@@ -366,9 +370,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         if let Some(outcome) = outcome {
             let reply = reply_from(id, outcome);
             self.handle.shared.tokens.forget(id);
-            return self.finish(Done { owed: Owed::Nothing, reply: Some(reply) });
+            return self.finish(Done { owed: Owed::Nothing, reply: Some(reply), held: 0 });
         }
-        self.incoming.run_request(id.clone(), running_request(id.clone(), handler));
+        let run = running_request(id.clone(), handler, size);
+        self.incoming.run_request(id.clone(), run, size, &self.handle.shared.counters);
         Ok(())
     }
 
@@ -429,7 +434,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     }
 
     fn on_batch(&mut self, items: Vec<Result<Message<'_>, Invalid>>, size: usize) -> Result<(), CloseReason> {
-        let start_now = !self.incoming.has_waiting() && self.can_start();
+        let start_now = !self.incoming.has_waiting() && self.can_start(size);
         let has_requests = items.iter().any(|item| matches!(item, Ok(Message::Request { .. })));
         if has_requests && !start_now && !self.incoming.has_room(size, &self.handle.shared.config) {
             return self.refuse_batch(items);
@@ -483,10 +488,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         let run: BoxFuture<'static, Done> = Box::pin(async move {
             let replies = batch::run(&handle.shared, members, ready).await;
             let reply = (!replies.is_empty()).then(|| message::batch(&replies));
-            Done { owed: Owed::Batch(n), reply }
+            Done { owed: Owed::Batch(n), reply, held: size }
         });
         if start_now {
-            self.incoming.run_batch(run);
+            self.incoming.run_batch(run, size, &self.handle.shared.counters);
         } else {
             self.incoming.queue_batch(n, run, size, &self.handle.shared.counters);
         }
@@ -510,20 +515,30 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     }
 }
 
-/// Whether a request may start now, with `running` handlers running: a free
-/// handler slot and room in the outbox for its reply.
+/// Whether a request of `size` bytes may start now, with `running` handlers
+/// running on requests of `running_bytes`: a free handler slot, room in the
+/// outbox for its reply, and room for its request among those that run (as
+/// many bytes as the backlog takes; one request of any size when nothing
+/// runs). A handler keeps its request until it answers, so without the last
+/// rule 32 handlers waiting on something slow would hold 32 of the largest
+/// requests the framing lets through.
 ///
 /// A handler waiting for an answer from this same peer does not hold a
 /// slot: each call we have pending here may be waiting on one of the peer's
 /// own requests (its handler calls back), and if those could not start, two
 /// peers flooding each other would each fill their slots with handlers
 /// waiting on requests queued behind them, until timeouts. Such waiting
-/// handlers are still bounded, by the backlog's count.
-fn may_start(shared: &Shared, running: usize) -> bool {
+/// handlers are still bounded, by the backlog's count, and the bytes they
+/// hold are not what keeps a request from starting then either.
+fn may_start(shared: &Shared, running: usize, running_bytes: usize, size: usize) -> bool {
     let config = &shared.config;
     let waiting_on_peer = shared.calls.len().min(config.backlog);
     let busy = running.saturating_sub(waiting_on_peer);
-    busy < config.max_concurrent && running < config.max_concurrent + config.backlog && !shared.outbox.is_full()
+    let bytes_room = running_bytes == 0 || running_bytes + size <= config.backlog_bytes || waiting_on_peer > 0;
+    busy < config.max_concurrent
+        && running < config.max_concurrent + config.backlog
+        && bytes_room
+        && !shared.outbox.is_full()
 }
 
 fn too_large() -> RpcError {
@@ -540,10 +555,10 @@ fn shutting_down() -> RpcError {
 }
 
 /// A request whose handler has to wait: it runs in `running` (or waits in the backlog).
-fn running_request(id: Id, handler: HandlerFuture) -> BoxFuture<'static, Done> {
+fn running_request(id: Id, handler: HandlerFuture, size: usize) -> BoxFuture<'static, Done> {
     Box::pin(async move {
         let reply = reply_for(&id, handler).await;
-        Done { owed: Owed::One(id), reply: Some(reply) }
+        Done { owed: Owed::One(id), reply: Some(reply), held: size }
     })
 }
 

@@ -52,6 +52,8 @@ pub struct PeerStats {
     /// Messages and bytes in the incoming backlog.
     pub backlog: usize,
     pub backlog_bytes: usize,
+    /// Bytes of the requests whose handlers run now.
+    pub running_bytes: usize,
     /// Requests answered `overloaded`.
     pub refused: u64,
     /// Notifications dropped because the backlog was full.
@@ -335,6 +337,7 @@ impl PeerHandle {
             owed_replies: shared.outbox.owed(),
             backlog: counters.backlog.load(Ordering::Relaxed),
             backlog_bytes: counters.backlog_bytes.load(Ordering::Relaxed),
+            running_bytes: counters.running_bytes.load(Ordering::Relaxed),
             refused: counters.refused.load(Ordering::Relaxed),
             dropped_notifications: counters.dropped_notifications.load(Ordering::Relaxed),
         }

@@ -33,12 +33,16 @@ pub(crate) struct Counters {
     /// the replies its batches hold (see `batch`).
     pub batch_members: AtomicUsize,
     pub batch_bytes: AtomicUsize,
+    /// Bytes of the requests (and batches) whose handlers run now.
+    pub running_bytes: AtomicUsize,
 }
 
-/// One finished unit of incoming work: the ids it held and the reply to write.
+/// One finished unit of incoming work: the ids it held, the reply to write
+/// and the bytes of its request, counted while it ran.
 pub(crate) struct Done {
     pub owed: Owed,
     pub reply: Option<Vec<u8>>,
+    pub held: usize,
 }
 
 /// The ids a unit of incoming work answers.
@@ -62,6 +66,10 @@ pub(crate) struct Incoming {
     /// Made when the first handler has to wait (one that answers at once is
     /// never put here): an idle connection holds no queue of its own.
     running: Option<FuturesUnordered<BoxFuture<'static, Done>>>,
+    /// Bytes of the requests (and batches) in `running`: a handler keeps the
+    /// request it was given until it answers, so what runs is bounded in
+    /// bytes as what waits is (see `may_start` in `dispatch`).
+    running_bytes: usize,
     /// Requests read but not started, in arrival order.
     waiting: VecDeque<Waiting>,
     /// Notification handlers, run one at a time in arrival order; the front
@@ -92,6 +100,7 @@ impl Incoming {
     pub fn new() -> Self {
         Incoming {
             running: None,
+            running_bytes: 0,
             waiting: VecDeque::new(),
             notifications: VecDeque::new(),
             len: 0,
@@ -114,8 +123,20 @@ impl Incoming {
         self.running.as_ref().map_or(0, FuturesUnordered::len)
     }
 
-    fn start(&mut self, run: BoxFuture<'static, Done>) {
+    pub fn running_bytes(&self) -> usize {
+        self.running_bytes
+    }
+
+    fn start(&mut self, run: BoxFuture<'static, Done>, size: usize, counters: &Counters) {
         self.running.get_or_insert_with(FuturesUnordered::new).push(run);
+        self.running_bytes += size;
+        counters.running_bytes.store(self.running_bytes, Ordering::Relaxed);
+    }
+
+    /// A handler that ran answered: the bytes of its request are given back.
+    pub fn finished(&mut self, held: usize, counters: &Counters) {
+        self.running_bytes -= held;
+        counters.running_bytes.store(self.running_bytes, Ordering::Relaxed);
     }
 
     /// Requests read and not started.
@@ -134,10 +155,10 @@ impl Incoming {
         self.len == 0 || (self.len < config.backlog && self.bytes + size <= config.backlog_bytes)
     }
 
-    /// Runs request `id` now.
-    pub fn run_request(&mut self, id: Id, run: BoxFuture<'static, Done>) {
+    /// Runs request `id` (of `size` bytes) now.
+    pub fn run_request(&mut self, id: Id, run: BoxFuture<'static, Done>, size: usize, counters: &Counters) {
         self.in_flight.insert(id);
-        self.start(run);
+        self.start(run, size, counters);
     }
 
     /// Keeps request `id` until a slot is free.
@@ -156,8 +177,8 @@ impl Incoming {
         n
     }
 
-    pub fn run_batch(&mut self, run: BoxFuture<'static, Done>) {
-        self.start(run);
+    pub fn run_batch(&mut self, run: BoxFuture<'static, Done>, size: usize, counters: &Counters) {
+        self.start(run, size, counters);
     }
 
     pub fn queue_batch(&mut self, n: u64, run: BoxFuture<'static, Done>, size: usize, counters: &Counters) {
@@ -171,12 +192,12 @@ impl Incoming {
     }
 
     /// Starts waiting requests, in arrival order, while `may_start` says so
-    /// (given how many run).
-    pub fn start_waiting(&mut self, counters: &Counters, may_start: impl Fn(usize) -> bool) {
-        while !self.waiting.is_empty() && may_start(self.running()) {
+    /// (given how many run, the bytes they hold and the next one's size).
+    pub fn start_waiting(&mut self, counters: &Counters, may_start: impl Fn(usize, usize, usize) -> bool) {
+        while self.waiting.front().is_some_and(|next| may_start(self.running(), self.running_bytes, next.size)) {
             let waiting = self.waiting.pop_front().expect("not empty");
             self.remove(waiting.size, counters);
-            self.start(waiting.run);
+            self.start(waiting.run, waiting.size, counters);
         }
     }
 
@@ -220,6 +241,8 @@ impl Incoming {
     /// owed, for their `shutting_down` answers.
     pub fn abandon(&mut self, counters: &Counters) -> Vec<Owed> {
         self.running = None;
+        self.running_bytes = 0;
+        counters.running_bytes.store(0, Ordering::Relaxed);
         while !self.notifications.is_empty() {
             self.finish_front_notification(counters);
         }

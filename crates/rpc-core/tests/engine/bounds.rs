@@ -321,6 +321,75 @@ async fn a_batch_of_large_replies_stops_at_the_write_budget() {
     assert!(replies.len() == 2 && replies.iter().all(|reply| reply["result"].is_string()), "{line:.200}");
 }
 
+/// Rule 2, for what runs: a handler keeps its request until it answers, so
+/// the requests whose handlers run are bounded in bytes too. 24 handlers
+/// waiting on something slow, each given a 256 KiB request, would hold 6 MiB
+/// on one connection whatever its budgets; with a 1 MiB backlog they hold at
+/// most 1 MiB between them (and any one request when nothing runs), the next
+/// wait in the backlog, and the rest are refused `overloaded`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_handlers_hold_no_more_request_bytes_than_the_backlog_takes() {
+    let _serial = serial().await;
+    const REQUEST: usize = 256 * 1024;
+    const REQUESTS: u64 = 24;
+    let config = PeerConfig { max_concurrent: 32, backlog_bytes: 4 * REQUEST, ..PeerConfig::default() };
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let [running, most, started] = [0; 3].map(|_| Arc::new(AtomicUsize::new(0)));
+    let router = Router::<()>::new()
+        .method("hold", {
+            let (running, most, started) = (running.clone(), most.clone(), started.clone());
+            move |_, params: Value| {
+                let (running, most, started, mut gate) = (running.clone(), most.clone(), started.clone(), gate.clone());
+                async move {
+                    started.fetch_add(1, Ordering::Relaxed);
+                    most.fetch_max(running.fetch_add(1, Ordering::Relaxed) + 1, Ordering::Relaxed);
+                    let _ = gate.wait_for(|open| *open).await;
+                    running.fetch_sub(1, Ordering::Relaxed);
+                    Ok(params["pad"].as_str().map_or(0, str::len))
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    let (client, server, _run) = socket_server(router, (), config.clone()).await;
+    let (read, mut write) = client.into_split();
+    let replies = tokio::spawn(async move {
+        let mut lines = BufReader::new(read).lines();
+        let mut replies = Vec::new();
+        while replies.len() < REQUESTS as usize {
+            let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await;
+            replies.push(serde_json::from_str::<Value>(&line.unwrap().unwrap().unwrap()).unwrap());
+        }
+        replies
+    });
+    let pad = "x".repeat(REQUEST);
+    for id in 0..REQUESTS {
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "hold", "params": {"pad": pad}});
+        write.write_all(format!("{request}\n").as_bytes()).await.unwrap();
+    }
+    wait_until(Duration::from_secs(10), "the requests to be read", || {
+        let stats = server.stats();
+        stats.refused + (stats.backlog + started.load(Ordering::Relaxed)) as u64 >= REQUESTS
+    })
+    .await;
+    let held = server.stats().running_bytes;
+    open.send_replace(true);
+    let replies = replies.await.unwrap();
+
+    let (started, most) = (started.load(Ordering::Relaxed), most.load(Ordering::Relaxed));
+    eprintln!("{started} of {REQUESTS} ran, at most {most} at once, holding {held} B");
+    assert!(held <= config.backlog_bytes, "running handlers held {held} B of requests");
+    assert!(most <= config.backlog_bytes / REQUEST, "{most} handlers of {REQUEST} B requests ran at once");
+    let answered: Vec<&Value> = replies.iter().filter(|reply| reply.get("result").is_some()).collect();
+    assert_eq!(answered.len(), started, "a request answered `overloaded` never ran");
+    assert!(answered.iter().all(|reply| reply["result"] == REQUEST), "{answered:?}");
+    for refused in replies.iter().filter(|reply| reply.get("result").is_none()) {
+        assert_overloaded(refused, refused["id"].as_u64().unwrap());
+    }
+    wait_until(Duration::from_secs(5), "the requests' bytes to be given back", || server.stats().running_bytes == 0)
+        .await;
+}
+
 /// Rule 1: a connection whose writes make no progress for `write_stall` while
 /// it owes replies is closed.
 ///
