@@ -9,7 +9,6 @@ mod client;
 mod cluster;
 mod config;
 mod errors;
-mod escape;
 mod http;
 mod mcp_door;
 mod methods;

@@ -12,7 +12,7 @@ use rpc_core::{Connection, PeerHandle, Transport};
 use serde::Serialize;
 
 use crate::errors;
-use crate::escape::OneLine;
+use rpc_core::escape::OneLine;
 use crate::metrics::TransportKind;
 use crate::sessions::{AttachError, BrowserSlot, ClientType, Session, SessionEvent};
 use crate::state::{Broker, ConnState, Joined, PeerSlot};

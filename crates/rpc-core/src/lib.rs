@@ -18,6 +18,7 @@ pub mod client;
 pub mod codec;
 pub mod config;
 pub mod daemon;
+pub mod escape;
 pub mod fanout;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use crate::config::EndpointArgs;
-use crate::escape::OneLine;
+use rpc_core::escape::OneLine;
 
 /// `host:port` to connect to; a wildcard listen address means this machine.
 pub fn authority(endpoint: &EndpointArgs) -> String {

@@ -12,7 +12,7 @@ use anyhow::{Context as _, bail};
 use serde_json::{Map, Value};
 
 use crate::config::{Command, EndpointArgs};
-use crate::escape::{self, Lines, OneLine};
+use rpc_core::escape::{self, Lines, OneLine};
 
 /// Runs a client command; an error ends it with exit code 1.
 pub async fn run(endpoint: &EndpointArgs, command: Command) -> anyhow::Result<ExitCode> {

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::link::{Link, Links};
 use super::wire::{Answer, Control, Joined, RemoteCall};
-use crate::escape::OneLine;
+use rpc_core::escape::OneLine;
 use crate::sessions::forward::{self, ToolCall, Unroutable};
 use crate::sessions::session::Session;
 

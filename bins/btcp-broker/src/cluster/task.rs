@@ -19,7 +19,7 @@ use super::directory::{DirectoryError, REFRESH};
 use super::link::{Command, Link, Links, Owner};
 use super::owner::Owned;
 use super::wire::{self, Control};
-use crate::escape::OneLine;
+use rpc_core::escape::OneLine;
 use crate::sessions::session::{Session, SessionInfo};
 use crate::toolset::ToolSet;
 

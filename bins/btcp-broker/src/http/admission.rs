@@ -11,7 +11,7 @@ use rpc_core::token::token_matches;
 use serde_json::json;
 
 use super::request;
-use crate::escape::OneLine;
+use rpc_core::escape::OneLine;
 use crate::metrics::TransportKind;
 use crate::peer::{self, PeerSpec};
 use crate::sessions::ClientType;

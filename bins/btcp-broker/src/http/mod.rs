@@ -25,7 +25,7 @@ use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::escape::OneLine;
+use rpc_core::escape::OneLine;
 use crate::peer::SERVER_VERSION;
 use crate::state::Broker;
 use admission::{PeerAddr, Rejection, reject};

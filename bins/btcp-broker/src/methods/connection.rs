@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::escape::OneLine;
+use rpc_core::escape::OneLine;
 use crate::peer::{PROTOCOL_VERSION, SERVER_VERSION};
 use crate::sessions::ClientType;
 use crate::state::ConnState;

@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use crate::cluster::Unrouted;
 use crate::config::Config;
 use crate::errors;
-use crate::escape::OneLine;
+use rpc_core::escape::OneLine;
 use crate::metrics::{Metrics, Outcome};
 use crate::sessions::forward::{self, ToolCall, Unroutable};
 use crate::sessions::{Session, ToolsUpdated};

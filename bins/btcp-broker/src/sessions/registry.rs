@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use rpc_core::Shutdown;
 
 use super::session::{BrowserSlot, CachedTools, Session, SessionInfo, ToolsUpdated};
-use crate::escape::OneLine;
+use rpc_core::escape::OneLine;
 
 /// What a browser arriving at a session found there.
 pub struct Attached {

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 /// A JSON-RPC error object, and the error type every handler returns.
 #[derive(Clone, Debug, PartialEq, thiserror::Error, Serialize, Deserialize)]
-#[error("{message} ({code})")]
+#[error("{} ({code})", crate::escape::OneLine(.message))]
 pub struct RpcError {
     pub code: i64,
     pub message: String,

@@ -22,6 +22,7 @@ use super::incoming::{Done, Flooding, Incoming, Owed};
 use super::outbox::{Drain, Outbox};
 use super::outgoing::CallError;
 use crate::codec::{Frame, Line, Next, Outbound};
+use crate::escape::OneLine;
 use crate::message::{self, Id, Invalid, Kind, Message, Outcome, Parsed, RpcError};
 use crate::router::{HandlerFuture, LastRoute, Router, Started};
 
@@ -304,7 +305,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                         self.incoming.queue_notification(run, size, &self.handle.shared.counters);
                     }
                     Err(error) => {
-                        tracing::debug!(conn = self.handle.conn_id(), %method, %error, "notification ignored")
+                        tracing::debug!(conn = self.handle.conn_id(), method = %OneLine(&method), %error, "notification ignored")
                     }
                 }
                 Ok(())
@@ -583,9 +584,9 @@ fn reply_from(id: &Id, outcome: Caught) -> Vec<u8> {
 async fn run_notification(method: String, handler: HandlerFuture) {
     match AssertUnwindSafe(handler).catch_unwind().await {
         Ok(Ok(_)) => {}
-        Ok(Err(error)) => tracing::debug!(%method, %error, "notification handler failed"),
+        Ok(Err(error)) => tracing::debug!(method = %OneLine(&method), %error, "notification handler failed"),
         Err(panic) => {
-            tracing::error!(%method, panic = panic_message(&panic), "notification handler panicked")
+            tracing::error!(method = %OneLine(&method), panic = panic_message(&panic), "notification handler panicked")
         }
     }
 }

@@ -1,12 +1,12 @@
-//! Text from the network shown to a person: in the log and on a terminal.
+//! Text from the other side shown to a person: in the log and on a terminal.
 //!
-//! Session ids, versions, tool names and descriptions come from browsers and
-//! agents. Written raw, a newline forges a log line and an ESC sequence
-//! clears a terminal or sets its title; shown through these wrappers, every
-//! control character (C0, DEL, C1), the Unicode line separators and the bidi
+//! Method names, session ids, versions, tool names and descriptions come from
+//! peers. Written raw, a newline forges a log line and an ESC sequence clears
+//! a terminal or sets its title; shown through these wrappers, every control
+//! character (C0, DEL, C1), the Unicode line separators and the bidi
 //! overrides are written as `\u{..}` escapes, and `\` as `\\` so that an
-//! escape cannot be faked. Anything else is written as it is, so ordinary ids
-//! read the same, in text logs and in JSON ones.
+//! escape cannot be faked. Anything else is written as it is, so ordinary
+//! names read the same, in text logs and in JSON ones.
 
 use std::fmt::{self, Display, Write as _};
 
