@@ -213,9 +213,7 @@ pub(crate) fn parse_object(text: &str) -> Result<Message<'_>, Invalid> {
         Some(members) => members,
         None => match members_by_serde(text) {
             Ok(members) => members,
-            Err(e) => {
-                return Err(Invalid { id: Id::Null, error: Box::new(classify(text, e)), lacks_outcome: false });
-            }
+            Err(e) => return Err(refused_object(text, e)),
         },
     };
     message_from(members)
@@ -293,6 +291,63 @@ pub(super) fn message_from<'a>(raw: Members<'a>) -> Result<Message<'a>, Invalid>
 /// Tells a syntax error (-32700) from valid JSON of the wrong shape (-32600).
 /// serde stops at the first problem, so a shape error is double-checked against
 /// the whole text: `{"id":1,"id":2,` is still a parse error.
+/// Why serde refused `text` as a message, with the id when it can be read:
+/// valid JSON that is not an object, or an object with a member given twice
+/// (its id is read anyway when it is there once).
+pub(super) fn refused_object(text: &str, e: serde_json::Error) -> Invalid {
+    let error = classify(text, e);
+    let invalid =
+        |id, message: String| Invalid { id, error: Box::new(RpcError::invalid_request(message)), lacks_outcome: false };
+    if error.code != RpcError::INVALID_REQUEST {
+        return Invalid { id: Id::Null, error: Box::new(error), lacks_outcome: false };
+    }
+    if !text.trim_start().starts_with('{') {
+        return invalid(Id::Null, "a message must be an object".into());
+    }
+    match serde_json::from_str::<EachMember>(text) {
+        Ok(EachMember { id, twice: Some(name) }) => {
+            invalid(id.unwrap_or(Id::Null), format!("member {name:?} given more than once"))
+        }
+        _ => invalid(Id::Null, "not a valid message object".into()),
+    }
+}
+
+/// An object read member by member, keeping what `refused_object` needs:
+/// the id when it is given once and is a valid id, and the first member
+/// name given twice.
+struct EachMember {
+    id: Option<Id>,
+    twice: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for EachMember {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = EachMember;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<EachMember, A::Error> {
+                let mut seen = std::collections::HashSet::new();
+                let (mut ids, mut id, mut twice) = (0, None, None);
+                while let Some(name) = map.next_key::<String>()? {
+                    let value = map.next_value::<&'de RawValue>()?;
+                    if name == "id" {
+                        ids += 1;
+                        id = Id::from_text(value.get());
+                    }
+                    if !seen.insert(name.clone()) && twice.is_none() {
+                        twice = Some(name);
+                    }
+                }
+                Ok(EachMember { id: id.filter(|_| ids == 1), twice })
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
 pub(super) fn classify(text: &str, e: serde_json::Error) -> RpcError {
     use serde_json::error::Category;
     match e.classify() {

@@ -3,8 +3,8 @@
 use super::error::RpcError;
 use super::id::Id;
 use super::parse::{
-    Invalid, Message, Outcome, Parsed, check_id_kept, check_scanner, classify, members_by_serde, message_from, parse,
-    parse_object,
+    Invalid, Message, Outcome, Parsed, check_id_kept, check_scanner, members_by_serde, message_from, parse,
+    parse_object, refused_object,
 };
 use super::scan::{compact, scan};
 use super::write::*;
@@ -141,6 +141,23 @@ fn invalid_json_is_a_parse_error_even_after_a_shape_error() {
 fn duplicate_members_are_an_invalid_request() {
     let Err(invalid) = single(r#"{"jsonrpc":"2.0","method":"a","method":"b","id":1}"#) else { panic!() };
     assert_eq!(invalid.error.code, RpcError::INVALID_REQUEST);
+    // The id is there once: the error carries it, and says what is wrong.
+    assert_eq!(invalid.id, Id::Int(1));
+    assert_eq!(invalid.error.message, r#"Invalid Request: member "method" given more than once"#);
+    // An id given twice is no id to answer with.
+    let Err(invalid) = single(r#"{"jsonrpc":"2.0","method":"a","id":1,"id":2}"#) else { panic!() };
+    assert_eq!((invalid.id, invalid.error.code), (Id::Null, RpcError::INVALID_REQUEST));
+}
+
+#[test]
+fn parse_errors_never_name_the_engine_s_own_types() {
+    let Parsed::Batch(items) = parse(br#"[1,"x",{"jsonrpc":"2.0","id":"a","id":"b","method":"m"}]"#, 1000) else {
+        panic!()
+    };
+    for item in items {
+        let message = item.unwrap_err().error.message;
+        assert!(!message.contains("RawMessage") && !message.contains("struct"), "{message}");
+    }
 }
 
 #[test]
@@ -250,7 +267,7 @@ fn the_scanner_reads_common_messages_and_leaves_the_rest_to_serde() {
     for text in fast.iter().chain(&slow) {
         let via_serde = match members_by_serde(text) {
             Ok(members) => message_from(members),
-            Err(e) => Err(Invalid { id: Id::Null, error: Box::new(classify(text, e)), lacks_outcome: false }),
+            Err(e) => Err(refused_object(text, e)),
         };
         let (via_parse, via_serde) = (format!("{:?}", parse_object(text)), format!("{via_serde:?}"));
         assert_eq!(via_parse, via_serde, "{text:?}");
@@ -317,7 +334,7 @@ fn the_compact_layouts_read_as_serde_reads_them() {
         check_scanner(text);
         let via_serde = match members_by_serde(text) {
             Ok(members) => message_from(members),
-            Err(e) => Err(Invalid { id: Id::Null, error: Box::new(classify(text, e)), lacks_outcome: false }),
+            Err(e) => Err(refused_object(text, e)),
         };
         assert_eq!(format!("{:?}", parse_object(text)), format!("{via_serde:?}"), "{text:?}");
     }

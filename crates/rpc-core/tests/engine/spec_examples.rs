@@ -216,6 +216,7 @@ async fn wrong_version_and_bad_params_are_invalid_requests_with_the_id() {
             r#"{"jsonrpc":"2.0","method":"echo","params":5,"id":7}"#,
             r#"{"jsonrpc":"2.0","method":"echo","params":"x","id":7}"#,
             r#"{"jsonrpc":"2.0","id":7}"#,
+            r#"{"jsonrpc":"2.0","method":"echo","method":"seen","id":7}"#,
         ] {
             let r = c.call(text).await;
             assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32600), json!(7)), "{framing:?} {text}");
