@@ -42,6 +42,19 @@ impl CancelNotice {
 #[error("connection closed")]
 pub struct Closed;
 
+/// Room held in a connection's outbox for a reply being made
+/// ([`PeerHandle::reserve_reply`]); given back when dropped.
+pub struct ReplyRoom {
+    shared: Arc<Shared>,
+    bytes: usize,
+}
+
+impl Drop for ReplyRoom {
+    fn drop(&mut self) {
+        self.shared.outbox.unreserve(self.bytes);
+    }
+}
+
 /// What the engine counted on one connection, for tests, metrics and logs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PeerStats {
@@ -293,6 +306,20 @@ impl PeerHandle {
     pub async fn send_raw(&self, kind: Kind, json: Bytes) -> Result<(), Closed> {
         debug_assert!(std::str::from_utf8(&json).is_ok(), "a raw message is UTF-8 JSON");
         self.shared.outbox.push(Outbound::Message { kind, json }, None).await.map_err(|_| Closed)
+    }
+
+    /// Room in this connection's outbox for a reply of about `bytes` that a
+    /// handler is about to make (a file's contents): waits while the outbox
+    /// is full, then holds the room until the returned guard drops, which
+    /// the handler does by returning. The engine counts a reply only once
+    /// it is queued, so without this 32 handlers would each build a large
+    /// reply for a peer that is not reading and hold all 32 at once; with
+    /// it they build them one budget's worth at a time. Take it after any
+    /// call back to this same peer, whose requests wait while the outbox is
+    /// full.
+    pub async fn reserve_reply(&self, bytes: usize) -> Result<ReplyRoom, Closed> {
+        let bytes = self.shared.outbox.reserve(bytes).await.map_err(|_| Closed)?;
+        Ok(ReplyRoom { shared: self.shared.clone(), bytes })
     }
 
     /// Closes the connection after what is already queued has been written, with

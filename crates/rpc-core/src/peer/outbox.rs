@@ -145,6 +145,51 @@ impl Outbox {
         }
     }
 
+    /// Room for `bytes` of a reply a handler is about to make (at most the
+    /// budget, so one of any size fits an empty queue), counted as queued
+    /// until [`unreserve`](Self::unreserve). Waits while the queue is full,
+    /// as a producer on another task does. Returns the bytes held.
+    pub async fn reserve(&self, bytes: usize) -> Result<usize, PushError> {
+        let bytes = bytes.min(self.budget);
+        if self.try_reserve(bytes)? {
+            return Ok(bytes);
+        }
+        // As in `wait_for_room`: counted, then registered, then checked.
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let _counted = WaitingProducer(&self.waiting);
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if self.try_reserve(bytes)? {
+                return Ok(bytes);
+            }
+            room.await;
+        }
+    }
+
+    fn try_reserve(&self, bytes: usize) -> Result<bool, PushError> {
+        let queue = self.queue.lock();
+        if queue.closed {
+            return Err(PushError::Closed);
+        }
+        if self.is_full() {
+            return Ok(false);
+        }
+        self.load.fetch_add(bytes as u64, Ordering::SeqCst);
+        Ok(true)
+    }
+
+    /// Gives back what [`reserve`](Self::reserve) held: waiting producers
+    /// may retry, and the connection task may start requests again.
+    pub fn unreserve(&self, bytes: usize) {
+        self.release(bytes as u64, 0);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.room.notify_waiters();
+        }
+        self.writer.wake();
+    }
+
     /// Queues an item if there is room. `Err(Some(item))`: full; `Err(None)`: closed.
     fn try_push(&self, item: Outbound) -> Result<(), Option<Outbound>> {
         {

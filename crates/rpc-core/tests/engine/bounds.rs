@@ -390,6 +390,48 @@ async fn running_handlers_hold_no_more_request_bytes_than_the_backlog_takes() {
         .await;
 }
 
+/// Rule 1, for replies still being made: the engine counts a reply once it
+/// is queued, so 32 handlers started together for a client that never
+/// reads would each build a large reply and hold all 32. A handler that
+/// reserves its reply's room first (`PeerHandle::reserve_reply`) builds it
+/// only while the outbox has room: one budget's worth at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_that_reserve_their_reply_build_one_budget_at_a_time() {
+    let _serial = serial().await;
+    const REPLY: usize = 256 * 1024;
+    const REQUESTS: u64 = 32;
+    let config = PeerConfig { max_concurrent: 32, write_budget: REPLY, ..PeerConfig::default() };
+    let built = Arc::new(AtomicUsize::new(0));
+    let router = Router::<()>::new()
+        .method("file", {
+            let built = built.clone();
+            move |ctx: Ctx<()>, _: NoParams| {
+                let built = built.clone();
+                async move {
+                    let _room = ctx.peer.reserve_reply(REPLY).await.map_err(|_| RpcError::internal("closed"))?;
+                    built.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    Ok("x".repeat(REPLY))
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    let (client, server, _run) = socket_server(router, (), config.clone()).await;
+    let (_read, mut write) = client.into_split();
+    let requests: String =
+        (0..REQUESTS).map(|id| format!("{}\n", json!({"jsonrpc": "2.0", "id": id, "method": "file"}))).collect();
+    write.write_all(requests.as_bytes()).await.unwrap();
+    wait_until(Duration::from_secs(5), "a reply to be built", || built.load(Ordering::Relaxed) > 0).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let (built, queued) = (built.load(Ordering::Relaxed), server.stats().queued_bytes);
+    eprintln!("{built} of {REQUESTS} replies built, {queued} B queued");
+    // One in the socket's buffers, one queued, one being made.
+    assert!(built <= 3, "{built} replies of {REPLY} B built for a client that is not reading");
+    assert!(queued <= 2 * (REPLY + 64), "{queued} B queued");
+}
+
 /// Rule 1: a connection whose writes make no progress for `write_stall` while
 /// it owes replies is closed.
 ///
