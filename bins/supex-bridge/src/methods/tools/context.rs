@@ -6,14 +6,15 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rpc_core::RpcError;
+use rpc_core::{PeerHandle, RpcError};
 use serde_json::Value;
 
 use crate::state::App;
 
-/// What a tool runs with: the shared state and the calling connection's workspace.
+/// What a tool runs with: the shared state, the calling connection and its workspace.
 pub struct ToolContext {
     pub app: Arc<App>,
+    pub peer: PeerHandle,
     pub workspace: Option<PathBuf>,
 }
 

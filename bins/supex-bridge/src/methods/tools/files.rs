@@ -141,31 +141,59 @@ pub struct ReadResult {
 pub async fn read_file(cx: &ToolContext, args: ReadArgs) -> Result<ReadResult, RpcError> {
     let app = cx.app.clone();
     let workspace = cx.workspace.clone();
-    blocking(move || {
-        let given = args.path.as_str();
-        let path = checked(&app, given, workspace.as_deref())?;
-        let fail = |e: std::io::Error| io_error("read", given, &path, e);
-        let root = path.open_root().map_err(fail)?;
-        let mut file = open_for_reading(&root, &path).map_err(fail)?;
-        let meta = file.metadata().map_err(fail)?;
-        let shown = path.resolved().display();
-        if meta.is_dir() {
-            return Err(RpcError::invalid_params(format!("path: {shown} is a directory; use list_dir")));
-        }
-        if !meta.is_file() {
-            return Err(RpcError::invalid_params(format!("path: {shown} is not a regular file")));
-        }
-        let size = meta.len();
-        // Half the message limit, so that even base64 (4/3) or escaped text
-        // keeps the reply within what a Supex driver accepts.
-        let cap = (app.max_message / 2) as u64;
-        let rest = size.saturating_sub(args.offset);
-        let want = args.length.map_or(rest, |l| l.min(rest));
-        let take = want.min(cap);
-        let mut bytes = Vec::with_capacity(usize::try_from(take).unwrap_or(0));
-        if take > 0 {
-            file.seek(SeekFrom::Start(args.offset)).map_err(fail)?;
-            file.take(take).read_to_end(&mut bytes).map_err(fail)?;
+    let opened = blocking(move || open_to_read(&app, args, workspace.as_deref())).await?;
+    // The reply holds the bytes, a third more in base64: its room in the
+    // connection's outbox first, so a client that never reads cannot have
+    // 32 files read into memory at once.
+    let room = cx.peer.reserve_reply(opened.take as usize / 3 * 4 + 1024).await;
+    let _room = room.map_err(|_| RpcError::internal("the connection closed"))?;
+    blocking(move || opened.read()).await
+}
+
+/// A file checked, opened and measured, not yet read.
+struct Opened {
+    given: String,
+    path: AllowedPath,
+    file: std::fs::File,
+    size: u64,
+    offset: u64,
+    /// Bytes asked for (to the end of the file, or `length`), and the bytes
+    /// that will be read (at most half the message limit).
+    want: u64,
+    take: u64,
+}
+
+fn open_to_read(app: &App, args: ReadArgs, workspace: Option<&std::path::Path>) -> Result<Opened, RpcError> {
+    let given = args.path;
+    let path = checked(app, &given, workspace)?;
+    let fail = |e: std::io::Error| io_error("read", &given, &path, e);
+    let root = path.open_root().map_err(fail)?;
+    let file = open_for_reading(&root, &path).map_err(fail)?;
+    let meta = file.metadata().map_err(fail)?;
+    let shown = path.resolved().display();
+    if meta.is_dir() {
+        return Err(RpcError::invalid_params(format!("path: {shown} is a directory; use list_dir")));
+    }
+    if !meta.is_file() {
+        return Err(RpcError::invalid_params(format!("path: {shown} is not a regular file")));
+    }
+    let size = meta.len();
+    // Half the message limit, so that even base64 (4/3) or escaped text
+    // keeps the reply within what a Supex driver accepts.
+    let cap = (app.max_message / 2) as u64;
+    let rest = size.saturating_sub(args.offset);
+    let want = args.length.map_or(rest, |l| l.min(rest));
+    let take = want.min(cap);
+    Ok(Opened { given, path, file, size, offset: args.offset, want, take })
+}
+
+impl Opened {
+    fn read(mut self) -> Result<ReadResult, RpcError> {
+        let fail = |e: std::io::Error| io_error("read", &self.given, &self.path, e);
+        let mut bytes = Vec::with_capacity(usize::try_from(self.take).unwrap_or(0));
+        if self.take > 0 {
+            self.file.seek(SeekFrom::Start(self.offset)).map_err(fail)?;
+            (&mut self.file).take(self.take).read_to_end(&mut bytes).map_err(fail)?;
         }
         let length = bytes.len() as u64;
         let (content, encoding) = match String::from_utf8(bytes) {
@@ -174,16 +202,15 @@ pub async fn read_file(cx: &ToolContext, args: ReadArgs) -> Result<ReadResult, R
         };
         Ok(ReadResult {
             success: true,
-            path: path.resolved().display().to_string(),
+            path: self.path.resolved().display().to_string(),
             content,
-            size,
+            size: self.size,
             encoding,
             length,
             // Cut short by the size cap, not by the end of the file or `length`.
-            truncated: want > take,
+            truncated: self.want > self.take,
         })
-    })
-    .await
+    }
 }
 
 #[derive(Deserialize)]
