@@ -182,6 +182,42 @@ fn the_legacy_command_shape_is_a_tool_call() {
     assert_eq!(reply["result"]["status"], "connected");
 }
 
+/// A client of the legacy dialect without ids can match answers only by
+/// their order: calls sent back to back are each answered, with `"id": null`,
+/// in the order sent, even when a later one is quicker; refusals too.
+#[test]
+fn id_less_legacy_calls_are_each_answered_in_order_with_a_null_id() {
+    let Some(bridge) = Bridge::start() else {
+        return;
+    };
+    let mut client = LineClient::connect(bridge.bridge);
+    let slow = json!({"command": "eval_ruby", "parameters": {"code": "sleep 0.3; :first"}});
+    client.send(&slow);
+    client.send(&json!({"command": "ping"}));
+    for _ in 0..2 {
+        let reply = client.recv();
+        assert_eq!(reply["id"], json!(null), "{reply}");
+        assert_eq!(error(&reply)["code"], -32600, "the gate applies: {reply}");
+    }
+    client.call(1, "hello", hello_params());
+    client.send(&slow);
+    client.send(&json!({"command": "ping"}));
+    client.send(&json!({"command": "eval_ruby", "parameters": {"code": ":third"}, "id": null}));
+    client.send(&json!({"command": "eval_ruby", "parameters": {"code": "1 / 0"}}));
+    client.send(&json!({"command": "no_such_tool"}));
+    let replies: Vec<_> = (0..5).map(|_| client.recv()).collect();
+    for reply in &replies {
+        assert_eq!(reply["id"], json!(null), "{reply}");
+    }
+    assert_eq!(replies[0]["result"]["result"], "first", "{replies:?}");
+    assert_eq!(replies[1]["result"]["status"], "connected", "{replies:?}");
+    assert_eq!(replies[2]["result"]["result"], "third", "{replies:?}");
+    assert_eq!(error(&replies[3])["code"], -32000, "{replies:?}");
+    assert_eq!(error(&replies[4])["code"], -32602, "{replies:?}");
+    // The connection goes on, JSON-RPC alongside.
+    assert_eq!(client.call(2, "ping", json!({}))["result"]["status"], "ok");
+}
+
 #[test]
 fn an_11_mib_line_is_refused_and_the_connection_still_works() {
     let Some(bridge) = Bridge::start() else {

@@ -25,12 +25,18 @@ const BRIDGE_HELLO_HINT: &str = "Send hello method with params: name, version, a
 const REPL_HELLO_HINT: &str = "Send hello first (params: name, version, pid, token)";
 
 /// Every method the bridge serves. All but `hello` and `ping` wait for a
-/// successful hello; a frame in the legacy dialect becomes a `tools/call`.
+/// successful hello; a frame in the legacy dialect becomes a `tools/call`
+/// (one without an id, a call answered in order with `"id": null`).
 pub fn bridge_router(app: Arc<App>) -> Arc<Router<BridgeConn>> {
     let token_required = app.token_required();
+    let gate = move |conn: &BridgeConn| match conn.handshake.is_identified() {
+        true => Ok(()),
+        false => Err(handshake::not_identified(token_required, BRIDGE_HELLO_HINT)),
+    };
     let hello_app = app.clone();
     let ping_app = app.clone();
-    let call_app = app;
+    let call_app = app.clone();
+    let legacy_app = app;
     Router::new()
         .method("hello", move |cx, params| bridge::hello::handle(hello_app.clone(), cx, params))
         .method_now("ping", move |_, _: NoParams| ping::ping(&ping_app))
@@ -38,10 +44,14 @@ pub fn bridge_router(app: Arc<App>) -> Arc<Router<BridgeConn>> {
         .method("tools/call", move |cx, params| tools::call(call_app.clone(), cx, params))
         // The Supex driver asks for resources; this runtime has none to offer.
         .method("resources/list", |_, _: NoParams| async { Ok(json!({"resources": []})) })
+        .method(bridge::legacy::unnumbered_method(), move |cx, call| {
+            bridge::legacy::answer_unnumbered(legacy_app.clone(), gate, cx, call)
+        })
         .guard_conn(move |cx, method| match method {
             "hello" | "ping" => Ok(()),
-            _ if cx.state.handshake.is_identified() => Ok(()),
-            _ => Err(handshake::not_identified(token_required, BRIDGE_HELLO_HINT)),
+            // Gated where it runs: the refusal is its answer, with `"id": null`.
+            _ if method == bridge::legacy::unnumbered_method() => Ok(()),
+            _ => gate(&cx.state),
         })
         .rewrite_invalid(bridge::legacy::adapt)
         .build()
