@@ -74,11 +74,12 @@ pub fn adapt(frame: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Runs an id-less legacy call behind the same gate as any method, and
-/// writes its answer, success or error, with `"id": null`.
+/// Runs an id-less legacy call if the gate `admitted` it (judged when the
+/// call was read, as the engine judges a request), and writes its answer,
+/// success or error, with `"id": null`.
 pub async fn answer_unnumbered(
     app: Arc<App>,
-    gate: impl FnOnce(&BridgeConn) -> Result<(), RpcError>,
+    admitted: Result<(), RpcError>,
     cx: Ctx<BridgeConn>,
     call: ToolCall,
 ) -> Result<(), RpcError> {
@@ -87,7 +88,7 @@ pub async fn answer_unnumbered(
         return Err(RpcError::method_not_found(unnumbered_method()));
     }
     let peer = cx.peer.clone();
-    let outcome = match gate(&cx.state) {
+    let outcome = match admitted {
         Ok(()) => tools::call(app, cx, call).await,
         Err(refused) => Err(refused),
     };
