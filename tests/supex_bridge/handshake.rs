@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use integration_tests::LineClient;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::support::{Bridge, error, eval, hello_params, ok, tool};
 
@@ -111,6 +111,49 @@ fn the_third_failed_hello_closes_the_connection() {
     assert_eq!(client.call(3, "hello", right)["result"]["success"], true);
 }
 
+/// The third failed hello closes the connection only once every reply owed
+/// to it is written: evaluations pipelined ahead of the hellos (an id-less
+/// legacy one too) still get their answers; what comes after is refused.
+#[test]
+fn the_third_failed_hello_closes_only_after_the_replies_owed() {
+    let Some(bridge) = Bridge::start_with(&[("SUPEX_AUTH_TOKEN", "t0ken")]) else {
+        return;
+    };
+    let mut right = hello_params();
+    right["token"] = json!("t0ken");
+    let mut client = LineClient::connect(bridge.bridge);
+    assert_eq!(client.call(1, "hello", right)["result"]["success"], true);
+    // Evaluations take turns: the id-less legacy one finishes last.
+    let owed = json!({"name": "eval_ruby", "arguments": {"code": "sleep 0.2; :owed"}});
+    client.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": owed}));
+    client.send(&json!({"command": "eval_ruby", "parameters": {"code": "sleep 0.3; :legacy"}}));
+    for id in 3..=5 {
+        client.send(&json!({"jsonrpc": "2.0", "id": id, "method": "hello", "params": {"token": "no"}}));
+    }
+    client.send(&json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": owed}));
+    let replies: Vec<_> = (0..6).map(|_| client.recv()).collect();
+    let by_id = |id: Value| replies.iter().find(|r| r["id"] == id).unwrap_or_else(|| panic!("{id}: {replies:?}"));
+    for id in 3..=5 {
+        assert_eq!(error(by_id(json!(id)))["code"], -32001, "{replies:?}");
+    }
+    assert!(error(by_id(json!(6)))["message"].as_str().unwrap().contains("too many failed"), "{replies:?}");
+    assert_eq!(by_id(json!(2))["result"]["result"], "owed", "{replies:?}");
+    assert_eq!(by_id(Value::Null)["result"]["result"], "legacy", "{replies:?}");
+    assert!(client.is_closed_within(Duration::from_secs(5)), "closed once they are written");
+
+    // The REPL the same way.
+    let mut client = LineClient::connect(bridge.repl);
+    assert_eq!(client.call(1, "hello", json!({"token": "t0ken"}))["result"]["success"], true);
+    client.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "eval", "params": {"code": "sleep 0.3; :owed"}}));
+    for id in 3..=5 {
+        client.send(&json!({"jsonrpc": "2.0", "id": id, "method": "hello", "params": {"token": "no"}}));
+    }
+    let replies: Vec<_> = (0..4).map(|_| client.recv()).collect();
+    let eval = replies.iter().find(|r| r["id"] == 2).unwrap_or_else(|| panic!("REPL: {replies:?}"));
+    assert_eq!(eval["result"]["output"], "=> :owed\n", "{replies:?}");
+    assert!(client.is_closed_within(Duration::from_secs(5)), "REPL: closed once they are written");
+}
+
 #[test]
 fn tools_list_describes_every_tool_with_a_json_schema() {
     let Some(bridge) = Bridge::start() else {
@@ -180,6 +223,42 @@ fn the_legacy_command_shape_is_a_tool_call() {
     let reply = client.recv();
     assert_eq!(reply["id"], json!(null));
     assert_eq!(reply["result"]["status"], "connected");
+}
+
+/// A client of the legacy dialect without ids can match answers only by
+/// their order: calls sent back to back are each answered, with `"id": null`,
+/// in the order sent, even when a later one is quicker; refusals too.
+#[test]
+fn id_less_legacy_calls_are_each_answered_in_order_with_a_null_id() {
+    let Some(bridge) = Bridge::start() else {
+        return;
+    };
+    let mut client = LineClient::connect(bridge.bridge);
+    let slow = json!({"command": "eval_ruby", "parameters": {"code": "sleep 0.3; :first"}});
+    client.send(&slow);
+    client.send(&json!({"command": "ping"}));
+    for _ in 0..2 {
+        let reply = client.recv();
+        assert_eq!(reply["id"], json!(null), "{reply}");
+        assert_eq!(error(&reply)["code"], -32600, "the gate applies: {reply}");
+    }
+    client.call(1, "hello", hello_params());
+    client.send(&slow);
+    client.send(&json!({"command": "ping"}));
+    client.send(&json!({"command": "eval_ruby", "parameters": {"code": ":third"}, "id": null}));
+    client.send(&json!({"command": "eval_ruby", "parameters": {"code": "1 / 0"}}));
+    client.send(&json!({"command": "no_such_tool"}));
+    let replies: Vec<_> = (0..5).map(|_| client.recv()).collect();
+    for reply in &replies {
+        assert_eq!(reply["id"], json!(null), "{reply}");
+    }
+    assert_eq!(replies[0]["result"]["result"], "first", "{replies:?}");
+    assert_eq!(replies[1]["result"]["status"], "connected", "{replies:?}");
+    assert_eq!(replies[2]["result"]["result"], "third", "{replies:?}");
+    assert_eq!(error(&replies[3])["code"], -32000, "{replies:?}");
+    assert_eq!(error(&replies[4])["code"], -32602, "{replies:?}");
+    // The connection goes on, JSON-RPC alongside.
+    assert_eq!(client.call(2, "ping", json!({}))["result"]["status"], "ok");
 }
 
 #[test]

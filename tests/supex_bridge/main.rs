@@ -3,6 +3,7 @@
 //! commands would.
 
 mod admission;
+mod capture;
 mod eval;
 mod files;
 mod handshake;

@@ -107,7 +107,8 @@ pub struct ServeArgs {
           value_parser = config::bytes_at_least::<1024>)]
     pub write_budget: usize,
     /// Bytes of requests and notifications one connection may have waiting to run;
-    /// past it requests are answered `overloaded` and notifications dropped.
+    /// past it requests are answered `overloaded` and notifications (and id-less
+    /// legacy calls, which wait with them) dropped.
     #[arg(long, env = "SUPEX_BACKLOG_BYTES", default_value_t = rpc_core::peer::DEFAULT_BACKLOG_BYTES,
           value_parser = config::bytes_at_least::<1024>)]
     pub backlog_bytes: usize,

@@ -132,8 +132,9 @@ pub fn path_policy(fixture: &PathFixture, data: &[u8]) {
 
 /// A frame the engine could not take as JSON-RPC, as the bridge hands it to
 /// the legacy adapter: a rewrite is a `tools/call` request carrying the
-/// frame's id (`null` without one), `command` as the tool name and
-/// `parameters` as the arguments.
+/// frame's id or, without one (or with `null`), a notification of the
+/// bridge's own method for id-less calls; `command` is the tool name and
+/// `parameters` the arguments either way.
 pub fn legacy(data: &[u8]) {
     #[derive(serde::Deserialize)]
     struct Frame<'a> {
@@ -152,17 +153,29 @@ pub fn legacy(data: &[u8]) {
     let Some(rewritten) = legacy::adapt(data) else { return };
     let frame: Frame<'_> = serde_json::from_slice(data).expect("only a {command} frame is adapted");
     let parsed = message::parse(&rewritten, 1);
-    let Some(expected) = frame.id.map_or(Some(Id::Null), Id::from_raw) else {
+    let params = match frame.id.filter(|id| id.get() != "null").map(Id::from_raw) {
+        None => {
+            let Parsed::Single(Ok(Message::Notification { method, params })) = parsed else {
+                panic!("{:?} is not a notification", String::from_utf8_lossy(&rewritten));
+            };
+            assert_eq!(method, legacy::unnumbered_method());
+            params
+        }
         // Not an id the engine takes (a string with a lone surrogate): the
         // request is refused as a JSON-RPC one with that id would be.
-        assert!(matches!(parsed, Parsed::Single(Err(_))), "{parsed:?}");
-        return;
+        Some(None) => {
+            assert!(matches!(parsed, Parsed::Single(Err(_))), "{parsed:?}");
+            return;
+        }
+        Some(Some(expected)) => {
+            let Parsed::Single(Ok(Message::Request { id, method, params })) = parsed else {
+                panic!("{:?} is not a request", String::from_utf8_lossy(&rewritten));
+            };
+            assert_eq!(method, "tools/call");
+            assert_eq!(id, expected, "the id changed");
+            params
+        }
     };
-    let Parsed::Single(Ok(Message::Request { id, method, params })) = parsed else {
-        panic!("{:?} is not a request", String::from_utf8_lossy(&rewritten));
-    };
-    assert_eq!(method, "tools/call");
-    assert_eq!(id, expected, "the id changed");
     let params: Params<'_> = serde_json::from_str(params.expect("params").get()).expect("name and arguments");
     assert_eq!(params.name, frame.command);
     let arguments = frame.parameters.map(RawValue::get).filter(|p| *p != "null").unwrap_or("{}");

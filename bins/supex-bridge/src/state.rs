@@ -6,12 +6,12 @@
 //! reverse.
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rpc_core::{Ctx, RpcError};
+use rpc_core::{Ctx, PeerHandle, RpcError};
 
 use crate::errors;
 use crate::paths::PathPolicy;
@@ -64,17 +64,45 @@ pub struct ReplConn {
 /// Failed `hello`s after which a connection is closed.
 pub const MAX_FAILED_HELLOS: u32 = 3;
 
+/// The connection states that have a [`Handshake`] (both servers').
+pub trait Handshaking: Send + Sync + 'static {
+    fn handshake(&self) -> &Handshake;
+}
+
+impl Handshaking for BridgeConn {
+    fn handshake(&self) -> &Handshake {
+        &self.handshake
+    }
+}
+
+impl Handshaking for ReplConn {
+    fn handshake(&self) -> &Handshake {
+        &self.handshake
+    }
+}
+
 /// The handshake state of one connection (either server): whether it said a
-/// successful `hello`, and how many failed.
+/// successful `hello`, how many failed, and the replies it is owed, which
+/// the close after the last failure waits for.
 #[derive(Debug, Default)]
 pub struct Handshake {
     identified: AtomicBool,
     failures: AtomicU32,
+    /// Handlers made for this connection's requests and not finished yet.
+    owed: AtomicUsize,
+    /// Set by the last failed hello: the connection closes once nothing is owed.
+    closing: AtomicBool,
 }
 
 impl Handshake {
     pub fn is_identified(&self) -> bool {
         self.identified.load(Ordering::Acquire)
+    }
+
+    /// Whether too many hellos failed: the connection closes once the replies
+    /// it is owed are written, and takes no new work meanwhile.
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
     }
 
     /// Records a successful `hello`; the connection no longer counts against
@@ -97,16 +125,51 @@ impl Handshake {
     }
 
     /// Counts a failed `hello`; from the third on, the connection closes once
-    /// the reply (a whole batch's, for a batch) is written. Returns the error
-    /// unchanged.
+    /// every reply owed to it (this one, its batch's, requests read before)
+    /// is written: the last [`OwedReply`] to finish closes it. Returns the
+    /// error unchanged.
     pub fn fail<S>(&self, cx: &Ctx<S>, error: RpcError) -> RpcError {
         let failures = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
         if failures == MAX_FAILED_HELLOS {
             tracing::warn!(conn = cx.peer.conn_id(), failures, "too many failed hellos; closing the connection");
         }
         if failures >= MAX_FAILED_HELLOS {
-            cx.peer.close_after_reply();
+            self.closing.store(true, Ordering::Release);
         }
         error
+    }
+}
+
+/// One reply owed to a connection, from the moment its request is read (its
+/// handler made, even if it waits in the backlog) until its handler returns.
+/// The engine closes a connection right after the reply that asked for it,
+/// dropping handlers still running; so the close after too many failed
+/// hellos is asked for by whichever owed reply finishes last.
+pub struct OwedReply<S: Handshaking> {
+    state: Arc<S>,
+    peer: PeerHandle,
+    /// A notification's handler (an id-less legacy call) writes its answer
+    /// itself, so the engine writes no reply after it to close behind.
+    request: bool,
+}
+
+impl<S: Handshaking> OwedReply<S> {
+    pub fn new(state: &Arc<S>, peer: &PeerHandle, request: bool) -> Self {
+        state.handshake().owed.fetch_add(1, Ordering::AcqRel);
+        OwedReply { state: state.clone(), peer: peer.clone(), request }
+    }
+}
+
+impl<S: Handshaking> Drop for OwedReply<S> {
+    fn drop(&mut self) {
+        let handshake = self.state.handshake();
+        if handshake.owed.fetch_sub(1, Ordering::AcqRel) == 1 && handshake.is_closing() {
+            if self.request {
+                self.peer.close_after_reply();
+            } else {
+                // Its answer is queued already: closing writes what is queued first.
+                self.peer.close(1000, "");
+            }
+        }
     }
 }

@@ -1,13 +1,18 @@
 //! What the `hello` of both servers share: the token check, the answer to
 //! a method called before a successful hello, the server's name in the
-//! welcome, and the params read field by field. The count of failed hellos
-//! is the connection's state ([`crate::state::Handshake`]).
+//! welcome, the params read field by field, and [`owing`], which counts a
+//! handler as a reply owed (the close after failed hellos waits for those).
+//! The count of failed hellos is the connection's state
+//! ([`crate::state::Handshake`]).
 
-use rpc_core::RpcError;
+use std::future::Future;
+
 use rpc_core::token::token_matches;
+use rpc_core::{ConnCtx, RpcError};
 use serde::Serialize;
 
 use crate::errors;
+use crate::state::{Handshaking, OwedReply};
 
 /// Who answers, in both servers' welcome.
 #[derive(Serialize)]
@@ -34,6 +39,33 @@ pub fn not_identified(token_required: bool, hint: &str) -> RpcError {
     } else {
         RpcError::new(RpcError::INVALID_REQUEST, "Client must identify with 'hello' method first")
             .with_data(serde_json::json!({ "hint": hint }))
+    }
+}
+
+/// A handler made for a call on `conn` (`request`: it has an id), run as
+/// a reply owed to the connection ([`OwedReply`]) from now until it returns.
+pub fn owing<S: Handshaking, F: Future>(
+    conn: &ConnCtx<S>,
+    request: bool,
+    run: F,
+) -> impl Future<Output = F::Output> + use<S, F> {
+    let owed = OwedReply::new(&conn.state, &conn.peer, request);
+    async move {
+        let _owed = owed;
+        run.await
+    }
+}
+
+/// The gate of every method but `hello` and `ping`: refused after too many
+/// failed hellos (the connection is closing) and before a successful one.
+pub fn gate<S: Handshaking>(conn: &S, token_required: bool, hint: &str) -> Result<(), RpcError> {
+    let handshake = conn.handshake();
+    if handshake.is_closing() {
+        Err(errors::too_many_failed_hellos())
+    } else if handshake.is_identified() {
+        Ok(())
+    } else {
+        Err(not_identified(token_required, hint))
     }
 }
 

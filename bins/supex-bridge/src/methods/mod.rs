@@ -16,32 +16,48 @@ pub mod tools;
 
 use std::sync::Arc;
 
-use rpc_core::{NoParams, Router};
+use rpc_core::router::Answer;
+use rpc_core::{ConnCtx, NoParams, Router};
 use serde_json::json;
 
-use crate::state::{App, BridgeConn, ReplConn};
+use crate::state::{App, BridgeConn, Handshaking, ReplConn};
 
 const BRIDGE_HELLO_HINT: &str = "Send hello method with params: name, version, agent, pid";
 const REPL_HELLO_HINT: &str = "Send hello first (params: name, version, pid, token)";
 
 /// Every method the bridge serves. All but `hello` and `ping` wait for a
-/// successful hello; a frame in the legacy dialect becomes a `tools/call`.
+/// successful hello; a frame in the legacy dialect becomes a `tools/call`
+/// (one without an id, a call answered in order with `"id": null`). Every
+/// handler is a reply owed ([`handshake::owing`]).
 pub fn bridge_router(app: Arc<App>) -> Arc<Router<BridgeConn>> {
     let token_required = app.token_required();
+    let gate = move |conn: &BridgeConn| handshake::gate(conn, token_required, BRIDGE_HELLO_HINT);
     let hello_app = app.clone();
     let ping_app = app.clone();
-    let call_app = app;
+    let call_app = app.clone();
+    let legacy_app = app;
     Router::new()
-        .method("hello", move |cx, params| bridge::hello::handle(hello_app.clone(), cx, params))
-        .method_now("ping", move |_, _: NoParams| ping::ping(&ping_app))
-        .method("tools/list", |_, _: NoParams| async { Ok(tools::list()) })
-        .method("tools/call", move |cx, params| tools::call(call_app.clone(), cx, params))
+        .method("hello", move |cx, params| {
+            handshake::owing(&cx.clone(), true, bridge::hello::handle(hello_app.clone(), cx, params))
+        })
+        .method_now("ping", move |conn, _: NoParams| owing_later(conn, ping::ping(&ping_app)))
+        .method("tools/list", |cx, _: NoParams| handshake::owing(&cx, true, async { Ok(tools::list()) }))
+        .method("tools/call", move |cx, params| {
+            handshake::owing(&cx.clone(), true, tools::call(call_app.clone(), cx, params))
+        })
         // The Supex driver asks for resources; this runtime has none to offer.
-        .method("resources/list", |_, _: NoParams| async { Ok(json!({"resources": []})) })
+        .method("resources/list", |cx, _: NoParams| handshake::owing(&cx, true, async { Ok(json!({"resources": []})) }))
+        .method(bridge::legacy::unnumbered_method(), move |cx, call| {
+            let request = cx.request_id().is_some();
+            let admitted = gate(&cx.state);
+            let answer = bridge::legacy::answer_unnumbered(legacy_app.clone(), admitted, cx.clone(), call);
+            handshake::owing(&cx, request, answer)
+        })
         .guard_conn(move |cx, method| match method {
             "hello" | "ping" => Ok(()),
-            _ if cx.state.handshake.is_identified() => Ok(()),
-            _ => Err(handshake::not_identified(token_required, BRIDGE_HELLO_HINT)),
+            // Gated by its handler as it is read: the refusal is its answer, with `"id": null`.
+            _ if method == bridge::legacy::unnumbered_method() => Ok(()),
+            _ => gate(&cx.state),
         })
         .rewrite_invalid(bridge::legacy::adapt)
         .build()
@@ -49,7 +65,7 @@ pub fn bridge_router(app: Arc<App>) -> Arc<Router<BridgeConn>> {
 }
 
 /// Every method the REPL server serves. All but `hello` and `ping` wait for
-/// a successful hello.
+/// a successful hello. Every handler is a reply owed ([`handshake::owing`]).
 pub fn repl_router(app: Arc<App>) -> Arc<Router<ReplConn>> {
     let token_required = app.token_required();
     let hello_app = app.clone();
@@ -57,15 +73,25 @@ pub fn repl_router(app: Arc<App>) -> Arc<Router<ReplConn>> {
     let eval_app = app.clone();
     let complete_app = app;
     Router::new()
-        .method("hello", move |cx, params| repl::hello(hello_app.clone(), cx, params))
-        .method_now("ping", move |_, _: NoParams| ping::ping(&ping_app))
-        .method("eval", move |_, params| repl::eval(eval_app.clone(), params))
-        .method("complete", move |_, params| repl::complete(complete_app.clone(), params))
+        .method("hello", move |cx, params| {
+            handshake::owing(&cx.clone(), true, repl::hello(hello_app.clone(), cx, params))
+        })
+        .method_now("ping", move |conn, _: NoParams| owing_later(conn, ping::ping(&ping_app)))
+        .method("eval", move |cx, params| handshake::owing(&cx, true, repl::eval(eval_app.clone(), params)))
+        .method("complete", move |cx, params| handshake::owing(&cx, true, repl::complete(complete_app.clone(), params)))
         .guard_conn(move |cx, method| match method {
             "hello" | "ping" => Ok(()),
-            _ if cx.state.handshake.is_identified() => Ok(()),
-            _ => Err(handshake::not_identified(token_required, REPL_HELLO_HINT)),
+            _ => handshake::gate(&*cx.state, token_required, REPL_HELLO_HINT),
         })
         .build()
         .expect("the REPL registers each method once")
+}
+
+/// An answer of `ping` that has to wait (for a runtime that is starting) is a
+/// reply owed like any other; one given at once is written before anything.
+fn owing_later<S: Handshaking, R: Send + 'static>(conn: &ConnCtx<S>, answer: Answer<R>) -> Answer<R> {
+    match answer {
+        Answer::Later(run) => Answer::Later(Box::pin(handshake::owing(conn, true, run))),
+        now => now,
+    }
 }

@@ -25,7 +25,9 @@
 #       show "to_s" | "inspect": how the value is turned into `value`.
 #     Evaluations run one at a time, in the order they arrived, on the main
 #     thread. Everything the code prints, at the Ruby level or straight to fds 1
-#     and 2 (subprocesses included), is captured and returned as `output`.
+#     and 2 (subprocesses included), is captured and returned as `output`:
+#     fds 1 and 2 point at a pipe that a thread of the driver drains as it
+#     fills, keeping the first OUTPUT_LIMIT bytes and counting the rest.
 #     Each one starts with working standard streams, whatever the last one did
 #     to them (closed STDOUT/STDERR, reassigned $stdout/$stderr).
 #   {"id":2,"op":"complete","code":"def f(x)"}
@@ -60,7 +62,6 @@
 # top-level binding, and it must start empty.
 
 require 'json'
-require 'tmpdir'
 
 # The body of a fresh evaluation scope: `binding` inside a method defined at the
 # top level has `main` as self and Object as the lexical class, and no locals.
@@ -73,6 +74,9 @@ module SupexDriver
   PROTOCOL = 1
   OUTPUT_LIMIT = 1 << 20
   VALUE_LIMIT = 4 << 20
+  CAPTURE_CHUNK = 1 << 16
+  # Reads that empty the largest pipe an unprivileged process can have (1 MiB).
+  CAPTURE_READS = 17
   BACKTRACE_LIMIT = 20
   FRESH_BINDING = Object.instance_method(:__supex_binding__)
   Object.send(:remove_method, :__supex_binding__)
@@ -125,13 +129,20 @@ module SupexDriver
       @console_err = STDERR.dup
       [STDOUT, STDERR, @console_out, @console_err].each { |io| io.sync = true }
       Encoding.default_external = Encoding::UTF_8 if Encoding.default_external == Encoding::US_ASCII
-      # Captured output goes to an unlinked temporary file rather than a pipe, so
-      # a chatty evaluation never blocks on a full pipe buffer.
-      path = File.join(Dir.tmpdir, "supex-capture-#{Process.pid}-#{rand(1 << 32)}")
-      @capture = File.open(path, File::RDWR | File::CREAT | File::EXCL | File::APPEND, 0o600)
-      File.unlink(path)
-      @capture.binmode
-      @capture.sync = true
+      # Captured output goes through a pipe that a thread of ours keeps
+      # draining, so a chatty evaluation never blocks on a full pipe, keeps at
+      # most OUTPUT_LIMIT bytes (the rest is counted, then dropped) and
+      # writes nothing to disk. A pipe also has no path or file mode for
+      # `STDOUT.reopen(path)` to trip over or show in its error messages.
+      @capture, @capture_in = IO.pipe
+      [@capture, @capture_in].each(&:binmode)
+      @capture_in.sync = true
+      @captured = String.new(encoding: Encoding::BINARY)
+      @captured_size = 0
+      @capture_lock = Mutex.new
+      drainer = Thread.new { drain_capture }
+      drainer.name = 'supex-driver-capture'
+      drainer.report_on_exception = false
     end
 
     def read_requests
@@ -207,8 +218,8 @@ module SupexDriver
 
     def start_capture
       standard_streams
-      restore(STDOUT, @capture)
-      restore(STDERR, @capture)
+      restore(STDOUT, @capture_in)
+      restore(STDERR, @capture_in)
     end
 
     def finish_capture
@@ -216,15 +227,39 @@ module SupexDriver
       standard_streams
       restore(STDOUT, @console_out)
       restore(STDERR, @console_err)
-      size = @capture.size
-      return +'' if size.zero?
-
-      @capture.rewind
-      data = @capture.read(OUTPUT_LIMIT) || +''
-      @capture.truncate(0)
+      data, size = @capture_lock.synchronize do
+        # What the evaluation wrote is in the pipe by now (a pipe holds at
+        # most 1 MiB); more is a background process still writing.
+        CAPTURE_READS.times { break unless take_captured }
+        taken = [@captured, @captured_size]
+        @captured = String.new(encoding: Encoding::BINARY)
+        @captured_size = 0
+        taken
+      end
       text = utf8(data)
       text << "\n[output truncated: #{size} bytes in all, #{OUTPUT_LIMIT} shown]\n" if size > OUTPUT_LIMIT
       text
+    end
+
+    # The capture thread: reads the pipe as it fills, under the lock, so that
+    # finish_capture never misses a chunk read but not yet kept.
+    def drain_capture
+      loop do
+        IO.select([@capture])
+        @capture_lock.synchronize { take_captured }
+      end
+    end
+
+    # Reads one chunk from the capture pipe without blocking; keeps what fits
+    # under OUTPUT_LIMIT and counts the rest. Whether there was anything.
+    def take_captured
+      chunk = @capture.read_nonblock(CAPTURE_CHUNK, exception: false)
+      return false unless chunk.is_a?(String)
+
+      @captured_size += chunk.bytesize
+      room = OUTPUT_LIMIT - @captured.bytesize
+      @captured << (chunk.bytesize <= room ? chunk : chunk.byteslice(0, room)) if room.positive?
+      true
     end
 
     # Puts back what an evaluation may have broken for every later one (and

@@ -1,10 +1,24 @@
 //! The older Supex dialect: `{"command": "eval_ruby", "parameters": {...}}`,
-//! without `jsonrpc` or `method`. It is rewritten into a `tools/call` request
-//! (and so passes the same hello gate). Without an `id` it is answered with
-//! `"id": null`, because clients of that dialect wait for an answer.
+//! without `jsonrpc` or `method`. It is rewritten into a `tools/call` (and so
+//! passes the same hello gate).
+//!
+//! With an `id`, it becomes a `tools/call` request with that id. Without one
+//! (or with `"id": null`) its client still waits for an answer, and can only
+//! match answers to calls by their order: such a frame becomes a notification
+//! of [`unnumbered_method`], which the engine runs one at a time in arrival
+//! order, and [`answer_unnumbered`] answers it with `"id": null`. As requests
+//! they would all carry the id `null`, and a second one while the first runs
+//! would be refused as a duplicate id in flight.
 
+use std::sync::{Arc, LazyLock};
+
+use rpc_core::message::{Kind, response_err, response_ok};
+use rpc_core::{Ctx, Id, RpcError};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use crate::methods::tools::{self, ToolCall};
+use crate::state::{App, BridgeConn};
 
 #[derive(Deserialize)]
 struct Legacy<'a> {
@@ -17,16 +31,23 @@ struct Legacy<'a> {
     method: Option<&'a RawValue>,
 }
 
+/// The method an id-less legacy frame becomes: a name of this process alone,
+/// so that no JSON-RPC client calls it (and gets an answer to a notification).
+pub fn unnumbered_method() -> &'static str {
+    static NAME: LazyLock<String> = LazyLock::new(|| format!("supex-bridge/legacy-{}", uuid::Uuid::new_v4().simple()));
+    &NAME
+}
+
 pub fn adapt(frame: &[u8]) -> Option<Vec<u8>> {
     let legacy: Legacy<'_> = serde_json::from_slice(frame).ok()?;
     if legacy.method.is_some() {
         // A JSON-RPC message that is wrong in some other way: let it be refused as it is.
         return None;
     }
-    let id = match legacy.id {
-        None => "null",
-        Some(id) => match id.get().as_bytes().first() {
-            Some(b'"' | b'-' | b'0'..=b'9' | b'n') => id.get(),
+    let id = match legacy.id.map(RawValue::get) {
+        None | Some("null") => None,
+        Some(id) => match id.as_bytes().first() {
+            Some(b'"' | b'-' | b'0'..=b'9') => Some(id),
             _ => return None,
         },
     };
@@ -34,15 +55,50 @@ pub fn adapt(frame: &[u8]) -> Option<Vec<u8>> {
         Some(p) if p.get() != "null" => p.get(),
         _ => "{}",
     };
-    let mut out = Vec::with_capacity(frame.len() + 64);
-    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-    out.extend_from_slice(id.as_bytes());
-    out.extend_from_slice(br#","method":"tools/call","params":{"name":"#);
+    let mut out = Vec::with_capacity(frame.len() + 96);
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","#);
+    if let Some(id) = id {
+        out.extend_from_slice(br#""id":"#);
+        out.extend_from_slice(id.as_bytes());
+        out.extend_from_slice(br#","method":"tools/call","#);
+    } else {
+        out.extend_from_slice(br#""method":"#);
+        serde_json::to_writer(&mut out, unnumbered_method()).ok()?;
+        out.push(b',');
+    }
+    out.extend_from_slice(br#""params":{"name":"#);
     serde_json::to_writer(&mut out, &legacy.command).ok()?;
     out.extend_from_slice(br#","arguments":"#);
     out.extend_from_slice(arguments.as_bytes());
     out.extend_from_slice(b"}}");
     Some(out)
+}
+
+/// Runs an id-less legacy call if the gate `admitted` it (judged when the
+/// call was read, as the engine judges a request), and writes its answer,
+/// success or error, with `"id": null`.
+pub async fn answer_unnumbered(
+    app: Arc<App>,
+    admitted: Result<(), RpcError>,
+    cx: Ctx<BridgeConn>,
+    call: ToolCall,
+) -> Result<(), RpcError> {
+    if cx.request_id().is_some() {
+        // Only the rewrite sends this method, and never as a request.
+        return Err(RpcError::method_not_found(unnumbered_method()));
+    }
+    let peer = cx.peer.clone();
+    let outcome = match admitted {
+        Ok(()) => tools::call(app, cx, call).await,
+        Err(refused) => Err(refused),
+    };
+    let reply = match outcome {
+        Ok(result) => response_ok(&Id::Null, result.get().as_bytes()),
+        Err(error) => response_err(&Id::Null, &error),
+    };
+    // A closed connection has no one left to answer.
+    let _ = peer.send_raw(Kind::Response, reply.into()).await;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -64,12 +120,15 @@ mod tests {
     }
 
     #[test]
-    fn no_id_is_answered_with_null_and_no_parameters_with_empty_arguments() {
-        assert_eq!(
-            adapted(r#"{"command":"ping"}"#),
-            Some(json!({"jsonrpc":"2.0","id":null,"method":"tools/call",
-                        "params":{"name":"ping","arguments":{}}}))
-        );
+    fn no_id_makes_a_notification_of_the_unnumbered_method_and_no_parameters_empty_arguments() {
+        for frame in [r#"{"command":"ping"}"#, r#"{"command":"ping","id":null,"parameters":null}"#] {
+            assert_eq!(
+                adapted(frame),
+                Some(json!({"jsonrpc":"2.0","method":unnumbered_method(),
+                            "params":{"name":"ping","arguments":{}}})),
+                "{frame}"
+            );
+        }
         assert_eq!(adapted(r#"{"command":"ping","parameters":null,"id":"a"}"#).unwrap()["id"], json!("a"));
     }
 
