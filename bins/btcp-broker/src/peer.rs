@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use futures_util::FutureExt;
+use rpc_core::escape::OneLine;
 use rpc_core::peer::CloseReason;
 use rpc_core::{Connection, PeerHandle, Transport};
 use serde::Serialize;
 
 use crate::errors;
-use rpc_core::escape::OneLine;
 use crate::metrics::TransportKind;
 use crate::sessions::{AttachError, BrowserSlot, ClientType, Session, SessionEvent};
 use crate::state::{Broker, ConnState, Joined, PeerSlot};

@@ -10,12 +10,12 @@ use std::time::Duration;
 use async_nats::{Message, Subscriber};
 use bytes::Bytes;
 use rpc_core::RpcError;
+use rpc_core::escape::OneLine;
 use rpc_core::fanout::Subscription;
 use tokio_util::sync::CancellationToken;
 
 use super::link::{Link, Links};
 use super::wire::{Answer, Control, Joined, RemoteCall};
-use rpc_core::escape::OneLine;
 use crate::sessions::forward::{self, ToolCall, Unroutable};
 use crate::sessions::session::Session;
 

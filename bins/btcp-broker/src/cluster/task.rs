@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_nats::{HeaderMap, Message, Subscriber};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use rpc_core::escape::OneLine;
 use rpc_core::fanout::Event;
 use serde::Deserialize;
 use serde_json::Value;
@@ -19,7 +20,6 @@ use super::directory::{DirectoryError, REFRESH};
 use super::link::{Command, Link, Links, Owner};
 use super::owner::Owned;
 use super::wire::{self, Control};
-use rpc_core::escape::OneLine;
 use crate::sessions::session::{Session, SessionInfo};
 use crate::toolset::ToolSet;
 

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use axum::Json;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use rpc_core::escape::OneLine;
 use rpc_core::token::token_matches;
 use serde_json::json;
 
 use super::request;
-use rpc_core::escape::OneLine;
 use crate::metrics::TransportKind;
 use crate::peer::{self, PeerSpec};
 use crate::sessions::ClientType;

@@ -23,9 +23,9 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
+use rpc_core::escape::OneLine;
 use serde_json::json;
 
-use rpc_core::escape::OneLine;
 use crate::peer::SERVER_VERSION;
 use crate::state::Broker;
 use admission::{PeerAddr, Rejection, reject};

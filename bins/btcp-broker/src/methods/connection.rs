@@ -2,13 +2,13 @@
 
 use std::sync::LazyLock;
 
+use rpc_core::escape::OneLine;
 use rpc_core::router::Answer;
 use rpc_core::{ConnCtx, Ctx, NoParams, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use rpc_core::escape::OneLine;
 use crate::peer::{PROTOCOL_VERSION, SERVER_VERSION};
 use crate::sessions::ClientType;
 use crate::state::ConnState;

@@ -9,6 +9,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use memchr::memmem::Finder;
+use rpc_core::escape::OneLine;
 use rpc_core::message::empty_object;
 use rpc_core::{CallError, Ctx, Id, NoParams, PeerHandle, RpcError};
 use serde::{Deserialize, Serialize};
@@ -18,7 +19,6 @@ use serde_json::value::RawValue;
 use crate::cluster::Unrouted;
 use crate::config::Config;
 use crate::errors;
-use rpc_core::escape::OneLine;
 use crate::metrics::{Metrics, Outcome};
 use crate::sessions::forward::{self, ToolCall, Unroutable};
 use crate::sessions::{Session, ToolsUpdated};
