@@ -31,8 +31,12 @@ impl RawMcp {
     }
 
     fn post(&self, body: &[u8]) -> HttpResponse {
+        self.post_as("application/json", body)
+    }
+
+    fn post_as(&self, content_type: &str, body: &[u8]) -> HttpResponse {
         let headers = [
-            JSON,
+            ("Content-Type", content_type),
             ACCEPT,
             ("Mcp-Session-Id", self.session.as_str()),
             ("Mcp-Protocol-Version", "2025-06-18"),
@@ -53,6 +57,39 @@ impl RawMcp {
             .find(|message| message["id"] == id)
             .unwrap_or_else(|| panic!("no reply to {id} in {}", answer.body))
     }
+}
+
+/// A body that is not JSON is a JSON-RPC parse error (HTTP 400, as the MCP
+/// SDKs' servers answer and their clients read); 415 stays for a body that
+/// is not declared JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_http_answers_a_body_that_is_not_json_with_a_parse_error() {
+    let broker = Broker::start(&[]);
+    let mcp = RawMcp::open(&broker, "mcp-parse");
+
+    let garbage = mcp.post(b"not json");
+    assert_eq!(garbage.status, 400, "{}", garbage.body);
+    assert!(garbage.header("content-type").is_some_and(|t| t.starts_with("application/json")), "{:?}", garbage.headers);
+    let error = garbage.json();
+    assert_eq!(error["jsonrpc"], "2.0", "{error}");
+    assert_eq!(error["id"], Value::Null, "{error}");
+    assert_eq!(error["error"]["code"], -32700, "{error}");
+
+    // JSON, but no JSON-RPC message: invalid request, its id kept.
+    let odd = mcp.post(br#"{"jsonrpc":"2.0","id":7}"#);
+    assert_eq!(odd.status, 400, "{}", odd.body);
+    assert_eq!(odd.json()["error"]["code"], -32600, "{}", odd.body);
+    assert_eq!(odd.json()["id"], 7, "{}", odd.body);
+    // A known method with params that are no object: invalid params.
+    let listed = mcp.post(br#"{"jsonrpc":"2.0","id":8,"method":"tools/list","params":[1]}"#);
+    assert_eq!(listed.status, 400, "{}", listed.body);
+    assert_eq!(listed.json()["error"]["code"], -32602, "{}", listed.body);
+
+    let wrong_type = mcp.post_as("text/plain", br#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#);
+    assert_eq!(wrong_type.status, 415, "{}", wrong_type.body);
+
+    // The session is none the worse.
+    assert_eq!(mcp.reply(10, "ping", json!({}))["result"], json!({}));
 }
 
 /// `tools/call` whose params do not fit is -32602 saying what is wrong,
