@@ -5,6 +5,7 @@
 //! in headless Chromium ([`web`], driven by [`browser`]).
 
 mod browser;
+mod hl7_text;
 mod hostile;
 mod mcp;
 mod memory;
