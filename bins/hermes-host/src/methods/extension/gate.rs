@@ -1,11 +1,13 @@
 //! The gate every extension request passes first: held while the
 //! extension's `initialize` is under way (then served, in order), refused
 //! with -32001 once it failed. An extension may send requests as soon as it
-//! starts, before its `initialize` answer has reached the host.
+//! starts, before its `initialize` answer has reached the host. Once it
+//! is being stopped, a request is answered `shutting_down` here.
 
 use rpc_core::{ConnCtx, Gate, RpcError};
 
 use crate::errors;
+use crate::extension::requests::shutting_down;
 use crate::state::{ExtensionSession, Readiness};
 
 fn not_initialised() -> RpcError {
@@ -13,6 +15,11 @@ fn not_initialised() -> RpcError {
 }
 
 pub fn hold_until_initialized(conn: &ConnCtx<ExtensionSession>, _method: &str) -> Gate {
+    let requests = &conn.state.requests;
+    // Being stopped: answered at once, before it is told `shutdown`.
+    if requests.is_closing() {
+        return Gate::Closed(shutting_down());
+    }
     // Read in place: only a request that has to wait takes a receiver of its own.
     let now = *conn.state.ready.borrow();
     match now {
@@ -20,8 +27,15 @@ pub fn hold_until_initialized(conn: &ConnCtx<ExtensionSession>, _method: &str) -
         Readiness::Failed => Gate::Closed(not_initialised()),
         Readiness::Starting => Gate::Wait(Box::pin({
             let mut ready = conn.state.ready.clone();
+            // Counted while held, so that stopping waits for its answer.
+            let (requests, counted) = (requests.clone(), requests.count());
             async move {
-                match ready.wait_for(|r| *r != Readiness::Starting).await.map(|r| *r) {
+                let _counted = counted;
+                let ready = tokio::select! {
+                    ready = ready.wait_for(|r| *r != Readiness::Starting) => ready.map(|r| *r),
+                    () = requests.closing() => return Err(shutting_down()),
+                };
+                match ready {
                     Ok(Readiness::Running) => Ok(()),
                     _ => Err(not_initialised()),
                 }
