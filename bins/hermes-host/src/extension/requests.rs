@@ -5,16 +5,12 @@
 //! a connection the host opened, which the daemon's drain does not reach,
 //! and closing it after `shutdown` dropped whatever still ran, unanswered.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rpc_core::{Ctx, RpcError};
+use rpc_core::RpcError;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-
-use crate::state::ExtensionSession;
 
 /// The requests of one run of an extension that passed the gate or wait at
 /// it, and the two steps of stopping them.
@@ -41,31 +37,6 @@ pub fn shutting_down() -> RpcError {
     RpcError::internal("the extension is being stopped").with_data(serde_json::json!({"reason": "shutting_down"}))
 }
 
-type Served<R> = Pin<Box<dyn Future<Output = Result<R, RpcError>> + Send>>;
-
-/// `handler`, counted while it runs, and answered `shutting_down` once the
-/// extension is stopping and the grace is over.
-pub fn served<P, R, F, Fut>(handler: F) -> impl Fn(Ctx<ExtensionSession>, P) -> Served<R> + Send + Sync + 'static
-where
-    F: Fn(Ctx<ExtensionSession>, P) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<R, RpcError>> + Send + 'static,
-    R: 'static,
-{
-    move |cx, params| {
-        let requests = cx.state.requests.clone();
-        let counted = requests.count();
-        let work = handler(cx, params);
-        Box::pin(async move {
-            let _counted = counted;
-            tokio::select! {
-                biased;
-                answer = work => answer,
-                () = requests.abort.cancelled() => Err(shutting_down()),
-            }
-        })
-    }
-}
-
 impl Requests {
     pub fn new() -> Arc<Requests> {
         let (count, _) = watch::channel(0);
@@ -83,6 +54,11 @@ impl Requests {
 
     pub async fn closing(&self) {
         self.closing.cancelled().await;
+    }
+
+    /// Resolves once the grace is over: what still runs is answered now.
+    pub async fn aborted(&self) {
+        self.abort.cancelled().await;
     }
 
     /// Stops serving: new requests are refused, those held at the gate are

@@ -21,8 +21,8 @@ use crate::state::{ControlSession, ExtensionSession};
 /// dialog waiting for a person holds one handler of one extension and
 /// nothing else.
 pub fn extension_router() -> Arc<Router<ExtensionSession>> {
-    use crate::extension::requests::served;
-    use extension::{dialogs, editor, gate};
+    use extension::gate::{self, served};
+    use extension::{dialogs, editor};
     Router::new()
         .gate_conn(gate::hold_until_initialized)
         .method_now("editor/getMessage", editor::get_message)

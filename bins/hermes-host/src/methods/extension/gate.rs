@@ -2,9 +2,13 @@
 //! extension's `initialize` is under way (then served, in order), refused
 //! with -32001 once it failed. An extension may send requests as soon as it
 //! starts, before its `initialize` answer has reached the host. Once it
-//! is being stopped, a request is answered `shutting_down` here.
+//! is being stopped, a request is answered `shutting_down` here; one that
+//! runs is counted until answered ([`served`]).
 
-use rpc_core::{ConnCtx, Gate, RpcError};
+use std::future::Future;
+use std::pin::Pin;
+
+use rpc_core::{ConnCtx, Ctx, Gate, RpcError};
 
 use crate::errors;
 use crate::extension::requests::shutting_down;
@@ -41,5 +45,30 @@ pub fn hold_until_initialized(conn: &ConnCtx<ExtensionSession>, _method: &str) -
                 }
             }
         })),
+    }
+}
+
+type Served<R> = Pin<Box<dyn Future<Output = Result<R, RpcError>> + Send>>;
+
+/// `handler`, counted while it runs, and answered `shutting_down` once the
+/// extension is stopping and the grace is over.
+pub fn served<P, R, F, Fut>(handler: F) -> impl Fn(Ctx<ExtensionSession>, P) -> Served<R> + Send + Sync + 'static
+where
+    F: Fn(Ctx<ExtensionSession>, P) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<R, RpcError>> + Send + 'static,
+    R: 'static,
+{
+    move |cx, params| {
+        let requests = cx.state.requests.clone();
+        let counted = requests.count();
+        let work = handler(cx, params);
+        Box::pin(async move {
+            let _counted = counted;
+            tokio::select! {
+                biased;
+                answer = work => answer,
+                () = requests.aborted() => Err(shutting_down()),
+            }
+        })
     }
 }
