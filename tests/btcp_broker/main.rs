@@ -8,6 +8,7 @@ mod http;
 mod load;
 mod logging;
 mod mcp;
+mod mcp_errors;
 mod memory;
 mod messages;
 mod public_client;

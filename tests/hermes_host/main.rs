@@ -5,10 +5,12 @@
 //! in headless Chromium ([`web`], driven by [`browser`]).
 
 mod browser;
+mod hl7_text;
 mod hostile;
 mod mcp;
 mod memory;
 mod node;
+mod stopping;
 mod support;
 mod web;
 

@@ -195,3 +195,40 @@ fn a_typed_prompt_echoed_by_the_terminal_and_printed_by_the_agent_is_no_claim() 
     let progress = task.read("progress.txt");
     assert!(!progress.contains("claimed completion"), "{progress}");
 }
+
+/// A story id holding a NUL could never reach the agent (RALPH_STORY_ID is
+/// an environment value): such a prd.json is refused at start like any bad
+/// one, naming the story, instead of a loop whose agent cannot start.
+#[test]
+fn a_story_id_holding_a_nul_is_refused_at_start_naming_the_story() {
+    let task = Task::new("nulid", 1);
+    let prd = r#"{"userStories": [{"id": "US-001", "passes": true}, {"id": "US\u0000002", "passes": false}]}"#;
+    std::fs::write(task.dir().join("prd.json"), prd).unwrap();
+    let mut daemon = task.run(&[]);
+    assert_eq!(daemon.wait_exit(Duration::from_secs(10)).code(), Some(2), "{}", daemon.stderr());
+    let stderr = daemon.stderr();
+    assert!(stderr.contains(r#"userStories[1]: story id "US\u0000002" holds a NUL byte"#), "{stderr}");
+    assert!(stderr.contains("RALPH_STORY_ID") && !stderr.contains("cannot start"), "{stderr}");
+    assert!(!task.read("progress.txt").contains("ITERATION"), "no iteration was begun");
+}
+
+/// The agent itself writes such an id: the next iteration is a FAILURE that
+/// says so (in progress.txt and the log), as for any prd.json it broke.
+#[test]
+fn a_story_id_holding_a_nul_written_mid_run_fails_the_iteration_saying_why() {
+    let task = Task::new("nulmid", 1);
+    let agent = task.root.path().join("writes-a-nul-id.sh");
+    let script = "#!/bin/sh\necho breaking prd.json\n\
+                  printf '{\"userStories\": [{\"id\": \"US\\\\u0000002\", \"passes\": false}]}' \
+                  > \"$RALPH_TASK_DIR/prd.json\"\n";
+    std::fs::write(&agent, script).unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut daemon = task.start(&task.dir(), &agent.display().to_string(), &["--max-failures", "2"]);
+    assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(1), "{}", daemon.stderr());
+    let progress = task.read("progress.txt");
+    assert_eq!(progress.matches(r#"story id "US\u0000002" holds a NUL byte"#).count(), 2, "{progress}");
+    assert!(!progress.contains("cannot start") && !progress.contains('\0'), "{progress}");
+    assert!(daemon.stderr().contains("RALPH_STORY_ID"), "{}", daemon.stderr());
+    let state = task.state();
+    assert_eq!((state["status"].as_str(), state["reason"].as_str()), (Some("failed"), Some("max_failures")));
+}

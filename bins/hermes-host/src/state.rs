@@ -26,6 +26,7 @@ use crate::dialog_route::DialogRoute;
 use crate::document::Document;
 use crate::errors;
 use crate::extension::protocol::EventSubscription;
+use crate::extension::requests::Requests;
 use crate::extension::{Extension, State, StopReason, schema};
 use crate::hl7::Bounds;
 
@@ -73,6 +74,8 @@ pub struct ExtensionSession {
     pub host: Arc<Host>,
     pub extension: Arc<Extension>,
     pub ready: watch::Receiver<Readiness>,
+    /// Its requests being served, answered before it is told `shutdown`.
+    pub requests: Arc<Requests>,
 }
 
 /// What one control client's connection adds to the host: the task

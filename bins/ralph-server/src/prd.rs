@@ -74,6 +74,15 @@ impl Prd {
         if let Some(dup) = prd.duplicate_id() {
             return Err(format!("story id {dup:?} appears twice"));
         }
+        // The id goes to the agent in RALPH_STORY_ID, and no environment
+        // value can hold a NUL: such a story could never be started.
+        if let Some((n, story)) = prd.user_stories.iter().enumerate().find(|(_, s)| s.id.contains('\0')) {
+            let shown = story.id.replace('\0', "\\u0000");
+            return Err(format!(
+                "userStories[{n}]: story id \"{shown}\" holds a NUL byte, which cannot be passed to the agent \
+                 (RALPH_STORY_ID); give the story an id without it"
+            ));
+        }
         Ok(prd)
     }
 
@@ -134,6 +143,8 @@ mod tests {
         assert!(err.contains("missing field `userStories`"), "{err}");
         let err = load(r#"{"userStories":[{"id":"A"},{"id":"A"}]}"#).unwrap_err().to_string();
         assert!(err.contains("appears twice"), "{err}");
+        let err = load(r#"{"userStories":[{"id":"A"},{"id":"B\u00001"}]}"#).unwrap_err().to_string();
+        assert!(err.contains(r#"userStories[1]: story id "B\u00001" holds a NUL byte"#), "{err}");
         let dir = tempfile::tempdir().unwrap();
         assert!(Prd::load(dir.path()).unwrap_err().to_string().contains("cannot read"));
     }

@@ -5,9 +5,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
-    ServerConfig, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, Implementation, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{RoleServer, ServerHandler};
@@ -16,6 +16,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::McpError;
 use crate::door::{Caller, Door};
+use crate::unread::unread_request;
 
 /// One MCP session's handler. The door is shared (one per process on stdio,
 /// one for all sessions over HTTP); the resource subscriptions of an
@@ -86,6 +87,16 @@ impl<D: Door> ServerHandler for Front<D> {
         let arguments = request.arguments.unwrap_or_default();
         let result = self.door.call_tool(&caller(&context), &request.name, arguments, context.ct.clone()).await;
         Ok(result.into())
+    }
+
+    /// A request rmcp did not read as any method it types: an MCP method
+    /// with params that do not fit gets -32602 saying why.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        Err(unread_request(&request.method, request.params))
     }
 
     async fn list_resources(

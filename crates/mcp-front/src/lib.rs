@@ -23,6 +23,7 @@ mod door;
 mod front;
 mod link;
 mod stdio;
+mod unread;
 
 pub use changes::{Change, Changes};
 pub use content::{failure, passed_on, resource_text, success, success_text, tool, tool_from_json};

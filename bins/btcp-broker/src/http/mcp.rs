@@ -13,11 +13,14 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use http_body_util::BodyExt as _;
 use mcp_front::CancellationToken;
+use rpc_core::RpcError;
+use serde_json::{Value, json};
 use tower_service::Service as _;
 
 use super::admission::{self, PeerAddr, reject};
 use super::connection::serve_in_process;
 use super::request;
+use super::sse::{is_length_limit, too_large};
 use crate::mcp_door::{Dial, ServeInProcess, SessionDoor};
 use crate::state::Broker;
 
@@ -159,16 +162,88 @@ pub async fn endpoint(doors: Arc<HttpDoors>, request: axum::extract::Request) ->
         .into_response();
     };
     let ending_session = request.method() == axum::http::Method::DELETE;
+    // A posted JSON body is kept: rmcp answers one it cannot read 415, which
+    // MCP keeps for a wrong Content-Type; we answer it as JSON-RPC instead.
+    let (request, posted_json) = if request.method() == axum::http::Method::POST && declares_json(request.headers()) {
+        match buffered(request, broker.config.max_message).await {
+            Ok((request, body)) => (request, Some(body)),
+            Err(refused) => return refused,
+        }
+    } else {
+        (request, None)
+    };
     let mut response = match service.call(request).await {
         Ok(response) => response.map(|body| holding(body, in_use)),
         Err(never) => match never {},
     };
+    if let Some(body) = posted_json
+        && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE
+    {
+        return unreadable(&body);
+    }
     // rmcp answers a session's end 202 Accepted; MCP clients (the official
     // SDKs) expect 200 (or 204) and take anything else as a failed close.
     if ending_session && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::OK;
     }
     response
+}
+
+/// Whether the request says its body is JSON, by rmcp's own rule (the media
+/// type before any `;`, any case).
+fn declares_json(headers: &axum::http::HeaderMap) -> bool {
+    let Some(value) = headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    value.split(';').next().unwrap_or_default().trim().eq_ignore_ascii_case("application/json")
+}
+
+/// The request with its body read (at most `limit` bytes, as `/message`),
+/// and a copy of that body.
+async fn buffered(
+    request: axum::extract::Request,
+    limit: usize,
+) -> Result<(axum::extract::Request, axum::body::Bytes), axum::response::Response> {
+    let (parts, body) = request.into_parts();
+    if request::declared_length(&parts.headers).is_some_and(|length| length > limit as u64) {
+        return Err(too_large(limit));
+    }
+    let body = match axum::body::to_bytes(body, limit).await {
+        Ok(body) => body,
+        Err(e) if is_length_limit(&e) => return Err(too_large(limit)),
+        Err(_) => {
+            return Err(reject(StatusCode::BAD_REQUEST, "body", "the request body could not be read").into_response());
+        }
+    };
+    Ok((axum::extract::Request::from_parts(parts, axum::body::Body::from(body.clone())), body))
+}
+
+/// HTTP 400 with the JSON-RPC error for a posted body rmcp could not read, as
+/// the MCP SDKs' servers answer and their clients read it: not JSON → -32700;
+/// a method whose params are no object → -32602; any other JSON → -32600.
+/// The id is the message's when it has one (JSON-RPC: null if unknown).
+fn unreadable(body: &[u8]) -> axum::response::Response {
+    let (id, code, message) = match serde_json::from_slice::<Value>(body) {
+        Err(e) => (Value::Null, RpcError::PARSE_ERROR, format!("Parse error: the body is not JSON: {e}")),
+        Ok(message) => {
+            let id = match &message["id"] {
+                id @ (Value::String(_) | Value::Number(_)) => id.clone(),
+                _ => Value::Null,
+            };
+            match (message.get("method").and_then(Value::as_str), message.get("params")) {
+                (Some(method), Some(params)) if !params.is_object() => {
+                    (id, RpcError::INVALID_PARAMS, format!("Invalid params: {method}'s params must be an object"))
+                }
+                _ => (
+                    id,
+                    RpcError::INVALID_REQUEST,
+                    "Invalid Request: not a JSON-RPC 2.0 request, notification or response that MCP defines".to_owned(),
+                ),
+            }
+        }
+    };
+    let error = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    (StatusCode::BAD_REQUEST, axum::Json(error)).into_response()
 }
 
 /// `body`, holding the door's in-use mark until it has been sent or dropped

@@ -388,7 +388,7 @@ pub async fn message(State(broker): State<Arc<Broker>>, request: Request) -> Res
     }
 }
 
-fn is_length_limit(error: &axum::Error) -> bool {
+pub(super) fn is_length_limit(error: &axum::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(e) = source {
         if e.is::<http_body_util::LengthLimitError>() {
@@ -400,7 +400,7 @@ fn is_length_limit(error: &axum::Error) -> bool {
 }
 
 /// 413, and the connection closed: the unread body is never drained.
-fn too_large(limit: usize) -> Response {
+pub(super) fn too_large(limit: usize) -> Response {
     reject(
         StatusCode::PAYLOAD_TOO_LARGE,
         "too_large",

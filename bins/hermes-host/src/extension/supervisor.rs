@@ -29,6 +29,7 @@ use tokio::task::JoinHandle;
 use super::events::{self, PendingEvents};
 use super::log;
 use super::protocol::InitializeResult;
+use super::requests::Requests;
 use super::wire::AsciiContentLength;
 use super::{Extension, State, StopReason};
 use crate::state::{ExtensionSession, Host, Readiness, TOPIC_LOG};
@@ -39,6 +40,11 @@ pub const API_VERSION: &str = "1.0";
 
 /// How long `shutdown` may take, answer and exit together, before SIGKILL.
 pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
+
+/// How long the extension's own requests still running when it is stopped
+/// (a dialog waiting for a person) get before they are answered
+/// `shutting_down`: the grace the control socket's requests get at shutdown.
+pub const REQUESTS_GRACE: Duration = rpc_core::shutdown::DEFAULT_GRACE;
 
 /// How long after its connection ends a process may take to exit by itself
 /// (its stdout usually closes as it exits) before its group is killed.
@@ -177,6 +183,8 @@ struct Run<'a> {
     connection: JoinHandle<CloseReason>,
     /// What the gate on its requests waits for (`methods::extension::gate`).
     ready: watch::Sender<Readiness>,
+    /// Its requests being served: answered before `shutdown`.
+    requests: Arc<Requests>,
 }
 
 impl<'a> Run<'a> {
@@ -185,7 +193,13 @@ impl<'a> Run<'a> {
     fn start(host: &'a Arc<Host>, extension: &'a Arc<Extension>, data_dir: &Path) -> Result<Run<'a>, Ended> {
         let mut process = spawn(host, extension, data_dir)?;
         let (ready, readiness) = watch::channel(Readiness::Starting);
-        let session = Arc::new(ExtensionSession { host: host.clone(), extension: extension.clone(), ready: readiness });
+        let requests = Requests::new();
+        let session = Arc::new(ExtensionSession {
+            host: host.clone(),
+            extension: extension.clone(),
+            ready: readiness,
+            requests: requests.clone(),
+        });
         let max = host.max_message;
         let peer_config = PeerConfig {
             // A 20 MiB setMessage must fit the backlog whole, and so must a few
@@ -214,7 +228,7 @@ impl<'a> Run<'a> {
         extension.log.note(&format!("started {:?} (pid {pid})", extension.spec.argv));
         tracing::info!(extension = extension.name(), pid, "extension started");
         host.publish_state(extension);
-        Ok(Run { host, extension, process, peer, connection, ready })
+        Ok(Run { host, extension, process, peer, connection, ready, requests })
     }
 
     /// `initialize`, unless it exits or we are told to stop first. On
@@ -316,11 +330,14 @@ impl<'a> Run<'a> {
         format!("its connection ended {when} ({why}); killed ({exit})")
     }
 
-    /// `shutdown {reason}`, then its exit, all within [`SHUTDOWN_LIMIT`]; then
-    /// SIGKILL to its process group. Closing our end after the answer gives its
-    /// stdin EOF, which ends a read loop that did not exit by itself.
+    /// Its requests answered first (new and held ones `shutting_down` at
+    /// once, running ones after [`REQUESTS_GRACE`]), then `shutdown {reason}`
+    /// and its exit, within [`SHUTDOWN_LIMIT`]; then SIGKILL to its process
+    /// group. Closing our end after the answer gives its stdin EOF, which
+    /// ends a read loop that did not exit by itself.
     async fn shut_down(&self, reason: StopReason) {
         let (peer, process, extension) = (&self.peer, &self.process, self.extension);
+        self.requests.close(REQUESTS_GRACE).await;
         let deadline = tokio::time::Instant::now() + SHUTDOWN_LIMIT;
         let answer = peer.request_raw("shutdown", &json!({"reason": reason.as_str()}), Some(SHUTDOWN_LIMIT)).await;
         if let Err(e) = &answer {

@@ -44,10 +44,8 @@ pub(super) fn parse(text: &str) -> Result<Vec<Segment>, InvalidMessage> {
     }
     let printed = print(&segments, &delimiters);
     if printed != text {
-        return Err(InvalidMessage::Parse(format!(
-            "the message does not read back the same (at byte {})",
-            printed.bytes().zip(text.bytes()).take_while(|(a, b)| a == b).count()
-        )));
+        let at = printed.bytes().zip(text.bytes()).take_while(|(a, b)| a == b).count();
+        return Err(crate::hl7::stops_at(text, at, delimiters.field));
     }
     Ok(segments)
 }

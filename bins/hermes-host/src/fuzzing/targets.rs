@@ -209,6 +209,17 @@ mod tests {
         }
     }
 
+    /// Lines that are no segment (a name alone, a blank line, a short
+    /// name) are refused by the host and the reference for the same reason.
+    #[test]
+    fn lines_that_are_no_segment_are_refused_alike() {
+        for text in
+            ["MSH|^~\\&|A\rPID\rPV1|1", "MSH|^~\\&|A\rPID", "MSH|^~\\&\r\rPID|1", "MSH|^~\\&\rPI|1", "MSH|^~\\&X"]
+        {
+            hl7_message(text.as_bytes());
+        }
+    }
+
     /// A small deterministic generator (xorshift), so that every test run
     /// tries the same inputs.
     struct Pick(u64);

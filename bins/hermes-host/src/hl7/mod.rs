@@ -41,4 +41,5 @@ pub use bounds::{Bounds, Exceeded};
 pub use delimiters::{Delimiters, is_segment_name};
 pub use message::Hl7Message;
 pub use parse::InvalidMessage;
+pub(crate) use parse::stops_at;
 pub use parts::{ComponentRef, FieldRef, RepeatRef, SegmentRef};

@@ -100,9 +100,42 @@ pub(super) fn segment_starts(text: &str, d: Delimiters) -> Result<Vec<u32>, Inva
         at = end;
     }
     match differs_at {
-        Some(at) => Err(InvalidMessage::Parse(format!("the message does not read back the same (at byte {at})"))),
+        Some(at) => Err(stops_at(text, at, d.field)),
         None => Ok(starts),
     }
+}
+
+/// Why `text` (line breaks normalised) is refused where hl7-parser stops
+/// reading it, at byte `at`: at a `\r`, the line after it is no segment, and
+/// this says what is wrong with it; elsewhere (after the header's encoding
+/// characters) it would not read back the same.
+pub(crate) fn stops_at(text: &str, at: usize, field: char) -> InvalidMessage {
+    if text.as_bytes().get(at) != Some(&b'\r') {
+        return InvalidMessage::Parse(format!("the message does not read back the same (at byte {at})"));
+    }
+    let rest = &text[at + 1..];
+    let line = &rest[..rest.find('\r').unwrap_or(rest.len())];
+    let number = text[..at].matches('\r').count() + 2;
+    let why = if line.is_empty() {
+        format!("segment {number} is empty: a blank line inside a message is no segment")
+    } else if line.chars().count() == 3 && is_segment_name(line) {
+        // HL7 v2 may leave out trailing empty fields' separators, but
+        // hl7-parser (Hermes' parser) reads a segment only with its first.
+        format!(
+            "segment {number} ({line}) has no field separator after its name; \
+             a segment with no fields is written {line}{field}"
+        )
+    } else {
+        let mut shown: String = line.chars().take(20).collect();
+        if shown.len() < line.len() {
+            shown.push('…');
+        }
+        format!(
+            "segment {number} ({shown:?}) does not start with a segment name \
+             (three capital letters or digits) and the field separator {field:?}"
+        )
+    };
+    InvalidMessage::Parse(why)
 }
 
 /// The name of the segment `rest` starts with, as hl7-parser reads one:
@@ -156,6 +189,28 @@ mod tests {
         for bad in ["MSH|^~\\&\rMSH|", "MSH|^~\\&\rMSH|^~\\#|x", "MSH|^~\\&\rMSH"] {
             assert!(Hl7Message::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// A segment name alone (`PID` on its line, which HL7 v2 allows when
+    /// every field is empty) is refused, saying so and how to write it:
+    /// hl7-parser would stop there and drop the rest of the message.
+    #[test]
+    fn a_segment_name_alone_is_refused_saying_how_to_write_it() {
+        for text in ["MSH|^~\\&|A\rPID\rPV1|1", "MSH|^~\\&|A\nPID", "MSH|^~\\&|A\r\nPID\r\n"] {
+            let error = Hl7Message::parse(text).unwrap_err().to_string();
+            assert_eq!(
+                error,
+                "segment 2 (PID) has no field separator after its name; a segment with no fields is written PID|",
+                "{text:?}"
+            );
+        }
+        let error = Hl7Message::parse("MSH#^~\\&#A\rZ01").unwrap_err().to_string();
+        assert!(error.ends_with("is written Z01#"), "{error}");
+        let error = Hl7Message::parse("MSH|^~\\&|A\rPID|1\r\rPV1|1").unwrap_err().to_string();
+        assert_eq!(error, "segment 3 is empty: a blank line inside a message is no segment");
+        let error = Hl7Message::parse("MSH|^~\\&|A\rPI|1").unwrap_err().to_string();
+        assert!(error.starts_with("segment 2 (\"PI|1\") does not start with a segment name"), "{error}");
+        assert!(Hl7Message::parse("MSH|^~\\&|A\rPID|").is_ok());
     }
 
     /// Found by the hl7_patch fuzz target: `+ote` created a segment the tree
