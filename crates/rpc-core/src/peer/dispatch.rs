@@ -118,12 +118,27 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             self.handle.cancel_call(id);
         }
         match (batch, ids.as_slice()) {
-            (_, []) => Ok(()),
-            (false, [id]) => self.write(Kind::Response, message::response_err(id, error)),
+            (_, []) => return Ok(()),
+            (false, [id]) => self.write(Kind::Response, message::response_err(id, error))?,
             _ => {
                 let replies: Vec<Vec<u8>> = ids.iter().map(|id| message::response_err(id, error)).collect();
-                self.write(Kind::Response, message::batch(&replies))
+                self.write(Kind::Response, message::batch(&replies))?
             }
+        }
+        self.answers_queued();
+        Ok(())
+    }
+
+    /// Answers were queued: the count of requests still unanswered comes
+    /// down only now, after them, and whoever waits for it to reach zero
+    /// (`PeerHandle::all_answered`) is woken. What it sends then is queued
+    /// behind these answers.
+    fn answers_queued(&self) {
+        let shared = &self.handle.shared;
+        let left = self.incoming.unanswered();
+        shared.counters.unanswered.store(left, Ordering::SeqCst);
+        if left == 0 && shared.answer_waiters.load(Ordering::SeqCst) > 0 {
+            shared.answered.notify_waiters();
         }
     }
 
@@ -144,6 +159,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         if let Some(reply) = done.reply {
             self.write(Kind::Response, reply)?;
         }
+        self.answers_queued();
         self.after_reply()
     }
 
@@ -484,7 +500,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 false => self.write(Kind::Response, message::batch(&ready)),
             };
         }
-        let n = self.incoming.open_batch(ids);
+        let n = self.incoming.open_batch(ids, &self.handle.shared.counters);
         let handle = self.handle.clone();
         let run: BoxFuture<'static, Done> = Box::pin(async move {
             let replies = batch::run(&handle.shared, members, ready).await;

@@ -4,13 +4,14 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::Wake;
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -55,6 +56,15 @@ impl Drop for ReplyRoom {
     }
 }
 
+/// Keeps `Shared::answer_waiters` right however a wait ends.
+struct AnswerWaiter<'a>(&'a Shared);
+
+impl Drop for AnswerWaiter<'_> {
+    fn drop(&mut self) {
+        self.0.answer_waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// What the engine counted on one connection, for tests, metrics and logs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PeerStats {
@@ -67,6 +77,8 @@ pub struct PeerStats {
     pub backlog_bytes: usize,
     /// Bytes of the requests whose handlers run now.
     pub running_bytes: usize,
+    /// Requests read whose answers are not queued yet (waiting or running).
+    pub unanswered: usize,
     /// Requests answered `overloaded`.
     pub refused: u64,
     /// Notifications dropped because the backlog was full.
@@ -104,6 +116,11 @@ pub(crate) struct Shared {
     pub tokens: CallTokens,
     pub counters: Counters,
     pub config: PeerConfig,
+    /// Woken by the connection's task once every request it read has its
+    /// answer queued, while someone waits for that
+    /// ([`PeerHandle::all_answered`], counted in `answer_waiters`).
+    pub answered: Notify,
+    pub answer_waiters: AtomicUsize,
 }
 
 /// The waker of the signals the connection's task watches: notes that one
@@ -147,6 +164,8 @@ impl PeerHandle {
             tokens: CallTokens::default(),
             counters: Counters::default(),
             config,
+            answered: Notify::new(),
+            answer_waiters: AtomicUsize::new(0),
         };
         PeerHandle { shared: Arc::new(shared) }
     }
@@ -163,6 +182,30 @@ impl PeerHandle {
     /// Resolves when the connection is closing or closed.
     pub async fn closed(&self) {
         self.shared.closing.cancelled().await
+    }
+
+    /// Resolves once every request read from the other side so far has its
+    /// answer queued (or the connection has closed). Whatever is sent after
+    /// it resolves goes out behind those answers: a daemon stopping a child
+    /// it opened refuses the child's new requests, waits for this, and only
+    /// then sends its goodbye, which the child may take as the last word.
+    pub async fn all_answered(&self) {
+        let shared = &self.shared;
+        shared.answer_waiters.fetch_add(1, Ordering::SeqCst);
+        let _counted = AnswerWaiter(shared);
+        loop {
+            // Registered before the check, so an answer queued in between wakes us.
+            let answered = shared.answered.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            if shared.counters.unanswered.load(Ordering::SeqCst) == 0 || self.is_closed() {
+                return;
+            }
+            tokio::select! {
+                () = answered => {}
+                () = self.closed() => return,
+            }
+        }
     }
 
     /// A token cancelled when the connection closes.
@@ -365,6 +408,7 @@ impl PeerHandle {
             backlog: counters.backlog.load(Ordering::Relaxed),
             backlog_bytes: counters.backlog_bytes.load(Ordering::Relaxed),
             running_bytes: counters.running_bytes.load(Ordering::Relaxed),
+            unanswered: counters.unanswered.load(Ordering::Relaxed),
             refused: counters.refused.load(Ordering::Relaxed),
             dropped_notifications: counters.dropped_notifications.load(Ordering::Relaxed),
         }

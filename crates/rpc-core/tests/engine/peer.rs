@@ -547,3 +547,49 @@ async fn a_handler_that_panics_holding_a_lock_leaves_the_daemon_answering() {
     assert_eq!(client.request::<usize>("add", [2]).await.unwrap(), 2);
     assert_eq!(client.request::<u64>("sum", json!({})).await.unwrap(), 3);
 }
+
+/// `PeerHandle::all_answered` resolves only once the answers are queued, so
+/// what is sent after it (a daemon's goodbye to a child it opened) reaches
+/// the other side behind them, on any thread the waiter runs. A waiter that
+/// resumed when the handlers finished, as a count kept by the handlers would
+/// make it, could queue its goodbye between a handler's end and its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_sent_after_all_answered_goes_out_behind_the_answers() {
+    for round in 0..200 {
+        let (release, gate) = tokio::sync::watch::channel(false);
+        let router = Router::<()>::new()
+            .method("work", move |_, _: NoParams| {
+                let mut gate = gate.clone();
+                async move {
+                    let _ = gate.wait_for(|open| *open).await;
+                    Ok("done")
+                }
+            })
+            .build()
+            .unwrap();
+        let (client, server) = tokio::net::UnixStream::pair().unwrap();
+        let (r, w) = server.into_split();
+        let (peer, conn) =
+            Connection::new(Transport::ndjson(r, w, 1 << 20), router, Arc::default(), PeerConfig::default());
+        tokio::spawn(conn.run());
+        let (read, mut write) = client.into_split();
+        write.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"work\"}\n").await.unwrap();
+        while peer.stats().unanswered == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let goodbye = tokio::spawn(async move {
+            peer.all_answered().await;
+            peer.notify("goodbye", ()).await.unwrap();
+        });
+        release.send_replace(true);
+        let mut lines = BufReader::new(read).lines();
+        let first: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+        let second: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(
+            (first["result"].clone(), second["method"].clone()),
+            (json!("done"), json!("goodbye")),
+            "round {round}"
+        );
+        goodbye.await.unwrap();
+    }
+}
