@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rpc_core::RpcError;
+use rpc_core::{PeerHandle, RpcError};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -63,19 +63,18 @@ impl Requests {
 
     /// Stops serving: new requests are refused, those held at the gate are
     /// answered now, running ones get `grace`, then `shutting_down`.
-    /// Returns once every one has its answer written, ahead of whatever the
-    /// caller sends next (its `shutdown`).
-    pub async fn close(&self, grace: Duration) {
+    /// Returns once every one has its answer queued on `peer`, ahead of
+    /// whatever the caller sends next (its `shutdown`).
+    pub async fn close(&self, peer: &PeerHandle, grace: Duration) {
         self.closing.cancel();
         let mut count = self.count.subscribe();
         if tokio::time::timeout(grace, count.wait_for(|n| *n == 0)).await.is_err() {
             self.abort.cancel();
             let _ = count.wait_for(|n| *n == 0).await;
         }
-        // The last one was counted off inside the connection task's poll,
-        // which writes its answer before that poll returns; the wake-up it
-        // gave us runs after it (tokio's LIFO slot is not stolen), and this
-        // yield leaves that poll one more turn to be done with.
-        tokio::task::yield_now().await;
+        // A handler is counted off as it ends, before the engine queues its
+        // answer: the engine says when the answers are queued (bounded, for
+        // a request that never reached the counting gate).
+        let _ = tokio::time::timeout(grace, peer.all_answered()).await;
     }
 }

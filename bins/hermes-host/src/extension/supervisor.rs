@@ -337,7 +337,7 @@ impl<'a> Run<'a> {
     /// ends a read loop that did not exit by itself.
     async fn shut_down(&self, reason: StopReason) {
         let (peer, process, extension) = (&self.peer, &self.process, self.extension);
-        self.requests.close(REQUESTS_GRACE).await;
+        self.requests.close(peer, REQUESTS_GRACE).await;
         let deadline = tokio::time::Instant::now() + SHUTDOWN_LIMIT;
         let answer = peer.request_raw("shutdown", &json!({"reason": reason.as_str()}), Some(SHUTDOWN_LIMIT)).await;
         if let Err(e) = &answer {
