@@ -535,10 +535,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
 /// Whether a request of `size` bytes may start now, with `running` handlers
 /// running on requests of `running_bytes`: a free handler slot, room in the
 /// outbox for its reply, and room for its request among those that run (as
-/// many bytes as the backlog takes; one request of any size when nothing
-/// runs). A handler keeps its request until it answers, so without the last
-/// rule 32 handlers waiting on something slow would hold 32 of the largest
-/// requests the framing lets through.
+/// many bytes as the backlog takes, or one request of any size while they
+/// hold less than half of that). A handler keeps its request until it
+/// answers, so without the last rule 32 handlers waiting on something slow
+/// would hold 32 of the largest requests the framing lets through.
 ///
 /// A handler waiting for an answer from this same peer does not hold a
 /// slot: each call we have pending here may be waiting on one of the peer's
@@ -551,7 +551,11 @@ fn may_start(shared: &Shared, running: usize, running_bytes: usize, size: usize)
     let config = &shared.config;
     let waiting_on_peer = shared.calls.len().min(config.backlog);
     let busy = running.saturating_sub(waiting_on_peer);
-    let bytes_room = running_bytes == 0 || running_bytes + size <= config.backlog_bytes || waiting_on_peer > 0;
+    // One request of any size may start while those running hold less than
+    // half the budget: a small handler that runs as long as the connection
+    // does (a subscription, a dialog) must not keep a large one out for good.
+    let bytes_room =
+        running_bytes + size <= config.backlog_bytes || running_bytes < config.backlog_bytes / 2 || waiting_on_peer > 0;
     busy < config.max_concurrent
         && running < config.max_concurrent + config.backlog
         && bytes_room

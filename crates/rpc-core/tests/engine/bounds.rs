@@ -390,6 +390,46 @@ async fn running_handlers_hold_no_more_request_bytes_than_the_backlog_takes() {
         .await;
 }
 
+/// The bytes rule for what runs never keeps a request out for good: a small
+/// handler that runs as long as the connection does (a subscription, a
+/// dialog) leaves room for one request of any size, larger than the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_running_small_handler_leaves_room_for_a_request_past_the_budget() {
+    let _serial = serial().await;
+    let config = PeerConfig { backlog_bytes: 256 * 1024, ..PeerConfig::default() };
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let router = Router::<()>::new()
+        .method("hold", move |_, _: NoParams| {
+            let mut gate = gate.clone();
+            async move {
+                let _ = gate.wait_for(|open| *open).await;
+                Ok("released")
+            }
+        })
+        .method("size", |_, params: Value| async move {
+            tokio::task::yield_now().await;
+            Ok(params["pad"].as_str().map_or(0, str::len))
+        })
+        .build()
+        .unwrap();
+    let (client, server, _run) = socket_server(router, (), config).await;
+    let (read, mut write) = client.into_split();
+    let mut lines = BufReader::new(read).lines();
+    write.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"hold\"}\n").await.unwrap();
+    wait_until(Duration::from_secs(5), "the hold to run", || server.stats().running_bytes > 0).await;
+    let pad = "x".repeat(600 * 1024);
+    let large = json!({"jsonrpc": "2.0", "id": 2, "method": "size", "params": {"pad": pad}});
+    write.write_all(format!("{large}\n").as_bytes()).await.unwrap();
+    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line()).await;
+    let reply: Value =
+        serde_json::from_str(&line.expect("the large request is answered while the hold runs").unwrap().unwrap())
+            .unwrap();
+    assert_eq!((reply["id"].clone(), reply["result"].clone()), (json!(2), json!(600 * 1024)), "{reply}");
+    open.send_replace(true);
+    let reply: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(reply["result"], "released");
+}
+
 /// Rule 1, for replies still being made: the engine counts a reply once it
 /// is queued, so 32 handlers started together for a client that never
 /// reads would each build a large reply and hold all 32. A handler that
