@@ -290,6 +290,7 @@ impl<S: Send + Sync + 'static> Driver<S> {
         if signals.closed() {
             return Poll::Ready(Err(CloseReason::Closed));
         }
+        self.work.publish_answered();
         let draining = !matches!(self.phase, Phase::Serving);
         if draining && !self.abandoned && signals.daemon_moved_on() {
             return Poll::Ready(self.on_grace_over());

@@ -125,19 +125,26 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 self.write(Kind::Response, message::batch(&replies))?
             }
         }
-        self.answers_queued();
+        self.publish_answered();
         Ok(())
     }
 
-    /// Answers were queued: the count of requests still unanswered comes
-    /// down only now, after them, and whoever waits for it to reach zero
-    /// (`PeerHandle::all_answered`) is woken. What it sends then is queued
-    /// behind these answers.
-    fn answers_queued(&self) {
+    /// While someone waits for every request to be answered
+    /// (`PeerHandle::all_answered`): publishes how many are not, and wakes
+    /// the waiter once none is. Called after answers are queued and at each
+    /// turn of the connection (a waiter wakes it to have the count
+    /// published), so a count is never published ahead of the answers, and
+    /// what the waiter sends next is queued behind them. With no one
+    /// waiting it costs one load.
+    pub fn publish_answered(&self) {
         let shared = &self.handle.shared;
+        if shared.answer_waiters.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let left = self.incoming.unanswered();
         shared.counters.unanswered.store(left, Ordering::SeqCst);
-        if left == 0 && shared.answer_waiters.load(Ordering::SeqCst) > 0 {
+        shared.counters.answers_published.fetch_add(1, Ordering::SeqCst);
+        if left == 0 {
             shared.answered.notify_waiters();
         }
     }
@@ -159,7 +166,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         if let Some(reply) = done.reply {
             self.write(Kind::Response, reply)?;
         }
-        self.answers_queued();
+        self.publish_answered();
         self.after_reply()
     }
 
@@ -500,7 +507,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 false => self.write(Kind::Response, message::batch(&ready)),
             };
         }
-        let n = self.incoming.open_batch(ids, &self.handle.shared.counters);
+        let n = self.incoming.open_batch(ids);
         let handle = self.handle.clone();
         let run: BoxFuture<'static, Done> = Box::pin(async move {
             let replies = batch::run(&handle.shared, members, ready).await;

@@ -77,8 +77,6 @@ pub struct PeerStats {
     pub backlog_bytes: usize,
     /// Bytes of the requests whose handlers run now.
     pub running_bytes: usize,
-    /// Requests read whose answers are not queued yet (waiting or running).
-    pub unanswered: usize,
     /// Requests answered `overloaded`.
     pub refused: u64,
     /// Notifications dropped because the backlog was full.
@@ -191,14 +189,19 @@ impl PeerHandle {
     /// then sends its goodbye, which the child may take as the last word.
     pub async fn all_answered(&self) {
         let shared = &self.shared;
+        let counters = &shared.counters;
         shared.answer_waiters.fetch_add(1, Ordering::SeqCst);
         let _counted = AnswerWaiter(shared);
+        let seen = counters.answers_published.load(Ordering::SeqCst);
+        // The connection's task publishes its count at its next turn.
+        shared.outbox.wake_connection();
         loop {
-            // Registered before the check, so an answer queued in between wakes us.
+            // Registered before the check, so a count published in between wakes us.
             let answered = shared.answered.notified();
             tokio::pin!(answered);
             answered.as_mut().enable();
-            if shared.counters.unanswered.load(Ordering::SeqCst) == 0 || self.is_closed() {
+            let fresh = counters.answers_published.load(Ordering::SeqCst) != seen;
+            if fresh && counters.unanswered.load(Ordering::SeqCst) == 0 || self.is_closed() {
                 return;
             }
             tokio::select! {
@@ -408,7 +411,6 @@ impl PeerHandle {
             backlog: counters.backlog.load(Ordering::Relaxed),
             backlog_bytes: counters.backlog_bytes.load(Ordering::Relaxed),
             running_bytes: counters.running_bytes.load(Ordering::Relaxed),
-            unanswered: counters.unanswered.load(Ordering::Relaxed),
             refused: counters.refused.load(Ordering::Relaxed),
             dropped_notifications: counters.dropped_notifications.load(Ordering::Relaxed),
         }

@@ -35,9 +35,11 @@ pub(crate) struct Counters {
     pub batch_bytes: AtomicUsize,
     /// Bytes of the requests (and batches) whose handlers run now.
     pub running_bytes: AtomicUsize,
-    /// Requests read and not yet answered: raised as they are read, lowered
-    /// once their answers are queued (see `Dispatch::answers_queued`).
+    /// Requests read whose answers are not queued yet, and how many times
+    /// the connection's task published that: only while someone waits for
+    /// it to reach zero (see `Dispatch::publish_answered`).
     pub unanswered: AtomicUsize,
+    pub answers_published: AtomicU64,
 }
 
 /// One finished unit of incoming work: the ids it held, the reply to write
@@ -166,24 +168,21 @@ impl Incoming {
     /// Runs request `id` (of `size` bytes) now.
     pub fn run_request(&mut self, id: Id, run: BoxFuture<'static, Done>, size: usize, counters: &Counters) {
         self.in_flight.insert(id);
-        counters.unanswered.store(self.in_flight.len(), Ordering::SeqCst);
         self.start(run, size, counters);
     }
 
     /// Keeps request `id` until a slot is free.
     pub fn queue_request(&mut self, id: Id, run: BoxFuture<'static, Done>, size: usize, counters: &Counters) {
         self.in_flight.insert(id.clone());
-        counters.unanswered.store(self.in_flight.len(), Ordering::SeqCst);
         self.add(size, counters);
         self.waiting.push_back(Waiting { run, owed: Owed::One(id), size });
     }
 
     /// A batch's ids, in flight from now; its number.
-    pub fn open_batch(&mut self, ids: Vec<Id>, counters: &Counters) -> u64 {
+    pub fn open_batch(&mut self, ids: Vec<Id>) -> u64 {
         let n = self.next_batch;
         self.next_batch += 1;
         self.in_flight.extend(ids.iter().cloned());
-        counters.unanswered.store(self.in_flight.len(), Ordering::SeqCst);
         self.batches.insert(n, ids);
         n
     }

@@ -574,7 +574,7 @@ async fn what_is_sent_after_all_answered_goes_out_behind_the_answers() {
         tokio::spawn(conn.run());
         let (read, mut write) = client.into_split();
         write.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"work\"}\n").await.unwrap();
-        while peer.stats().unanswered == 0 {
+        while peer.stats().running_bytes == 0 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let goodbye = tokio::spawn(async move {
