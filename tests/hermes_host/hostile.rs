@@ -139,7 +139,7 @@ fn extension_text_reaches_the_terminal_escaped_and_never_as_the_host_s() {
         integration_tests::run("hermes-host", &["ctl", "--socket", &socket, "logs", "py"], &[]);
     assert!(status.success(), "{stderr}");
     assert!(!stdout.chars().any(|c| c.is_control() && c != '\n' && c != '\t'), "{stdout:?}");
-    assert!(stdout.contains("\\x1b]0;pwned\\x07\\x1b[2Jcleared"), "{stdout}");
+    assert!(stdout.contains("\\u{1b}]0;pwned\\u{7}\\u{1b}[2Jcleared"), "{stdout}");
 
     // A confirm whose question hides words from the person answering it.
     let (ui, stdin, _stderr) = attached_ctl_ui(&socket, b"n\n");
@@ -151,8 +151,8 @@ fn extension_text_reaches_the_terminal_escaped_and_never_as_the_host_s() {
     let out = ui.wait_with_output().unwrap();
     let printed = String::from_utf8_lossy(&out.stdout);
     assert!(!printed.chars().any(|c| c.is_control() && c != '\n' && c != '\t'), "{printed:?}");
-    assert!(printed.contains("\\x1b[8m(answering n deletes them all)\\x1b[0m"), "{printed}");
-    assert!(printed.contains("\\x1b]0;t\\x07Q"), "{printed}");
+    assert!(printed.contains("\\u{1b}[8m(answering n deletes them all)\\u{1b}[0m"), "{printed}");
+    assert!(printed.contains("\\u{1b}]0;t\\u{7}Q"), "{printed}");
 }
 
 /// Waits until `name` has failed and runs again in a new process, the old

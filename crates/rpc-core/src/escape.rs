@@ -17,6 +17,10 @@ pub struct OneLine<'a>(pub &'a str);
 /// text result printed by `btcp-broker call`).
 pub struct Lines<'a>(pub &'a str);
 
+/// `text` on one line with its tabs kept: like [`OneLine`] otherwise (an
+/// extension's log line or a dialog's words at a terminal).
+pub struct Tabbed<'a>(pub &'a str);
+
 impl Display for OneLine<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write_escaped(f, self.0, |_| false)
@@ -26,6 +30,12 @@ impl Display for OneLine<'_> {
 impl Display for Lines<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write_escaped(f, self.0, |c| c == '\n' || c == '\t')
+    }
+}
+
+impl Display for Tabbed<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_escaped(f, self.0, |c| c == '\t')
     }
 }
 
@@ -68,5 +78,6 @@ mod tests {
         assert_eq!(one_line("cli\u{202e}txt"), "cli\\u{202e}txt");
         assert_eq!(one_line("a\\u{a}"), "a\\\\u{a}");
         assert_eq!(Lines("x\n\ty\u{1b}]0;t\u{7}").to_string(), "x\n\ty\\u{1b}]0;t\\u{7}");
+        assert_eq!(Tabbed("x\n\ty\u{1b}").to_string(), "x\\u{a}\ty\\u{1b}");
     }
 }

@@ -12,32 +12,16 @@ mod web_page;
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
-/// Text an extension wrote (a log line, a dialog's words, its name), fit to
-/// print at a terminal: control characters (C0 but tab, DEL, C1) are shown
-/// escaped (`\x1b`, `\x7f`, `\u{9b}`) rather than sent, so no extension can
-/// retitle the window, clear the screen, hide words of a question or move
-/// the cursor over what the host printed.
-pub(crate) fn terminal_safe(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(is_unsafe) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            c if !is_unsafe(c) => out.push(c),
-            '\0'..='\x7f' => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-        }
-    }
-    Cow::Owned(out)
-}
+use rpc_core::escape::Tabbed;
 
-fn is_unsafe(c: char) -> bool {
-    c.is_control() && c != '\t'
+/// Text an extension wrote (a log line, a dialog's words, its name), fit to
+/// print at a terminal: control characters but tab, the Unicode line
+/// separators and the bidi overrides are shown escaped (`\u{1b}`) rather
+/// than sent, and `\` as `\\` so an escape cannot be faked; no extension
+/// can retitle the window, clear the screen, hide or reorder words of a
+/// question, or move the cursor over what the host printed.
+pub(crate) fn terminal_safe(text: &str) -> String {
+    Tabbed(text).to_string()
 }
 
 /// A JSON text fit to print at a terminal: JSON writers escape C0 in strings
@@ -81,12 +65,13 @@ mod tests {
     #[test]
     fn control_characters_are_shown_not_sent() {
         assert_eq!(terminal_safe("plain\ttext, Zoë 🚑"), "plain\ttext, Zoë 🚑");
-        assert_eq!(terminal_safe("\x1b]0;pwned\x07\x1b[2J"), "\\x1b]0;pwned\\x07\\x1b[2J");
-        assert_eq!(terminal_safe("Delete \x1b[8mALL\x1b[0m?"), "Delete \\x1b[8mALL\\x1b[0m?");
-        assert_eq!(terminal_safe("a\rb\nc\x7f\u{9b}31m"), "a\\x0db\\x0ac\\x7f\\u{9b}31m");
+        assert_eq!(terminal_safe("\x1b]0;pwned\x07\x1b[2J"), "\\u{1b}]0;pwned\\u{7}\\u{1b}[2J");
+        assert_eq!(terminal_safe("Delete \x1b[8mALL\x1b[0m?"), "Delete \\u{1b}[8mALL\\u{1b}[0m?");
+        assert_eq!(terminal_safe("a\rb\nc\x7f\u{9b}31m"), "a\\u{d}b\\u{a}c\\u{7f}\\u{9b}31m");
+        assert_eq!(terminal_safe("rm \u{202e}txt.exe C:\\x"), "rm \\u{202e}txt.exe C:\\\\x");
         let json = serde_json::to_string_pretty(&serde_json::json!({"line": "\x1b[2J\x7f\u{9b}"})).unwrap();
         let safe = json_terminal_safe(&json);
-        assert!(!safe.chars().any(|c| is_unsafe(c) && c != '\n'), "{safe}");
+        assert!(!safe.chars().any(|c| c.is_control() && c != '\n' && c != '\t'), "{safe}");
         let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
         assert_eq!(back["line"], "\x1b[2J\x7f\u{9b}");
     }

@@ -47,7 +47,7 @@ fn who(params: &Value) -> String {
 }
 
 /// A string param, fit to print.
-fn text<'a>(params: &'a Value, key: &str) -> std::borrow::Cow<'a, str> {
+fn text(params: &Value, key: &str) -> String {
     terminal_safe(params[key].as_str().unwrap_or(""))
 }
 
