@@ -113,12 +113,19 @@ impl Outbox {
             // Boxed: waiting holds a timer and a waiter, and every call's
             // future (each boxed by the engine) would otherwise carry their
             // size for a wait that few of them ever do.
-            Err(Some(item)) => Box::pin(self.wait_for_room(item, deadline)).await,
+            Err(Some(item)) => Box::pin(self.push_when_room(item, deadline)).await,
             Err(None) => Err(PushError::Closed),
         }
     }
 
-    async fn wait_for_room(&self, mut item: Outbound, deadline: Option<Instant>) -> Result<(), PushError> {
+    /// Waits for room as a producer on another task does: `take` is tried
+    /// until it takes the room (`Some`), the queue closes or `deadline`
+    /// passes (`None`: as long as the connection lives).
+    async fn wait_for_room<T>(
+        &self,
+        deadline: Option<Instant>,
+        mut take: impl FnMut() -> Result<Option<T>, PushError>,
+    ) -> Result<T, PushError> {
         // Counted before the check below (and the drain counts room before it
         // looks at this), so room made in between is never missed: one side
         // always sees the other's write (both are SeqCst).
@@ -129,11 +136,9 @@ impl Outbox {
             let room = self.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
-            item = match self.try_push(item) {
-                Ok(()) => return Ok(()),
-                Err(Some(item)) => item,
-                Err(None) => return Err(PushError::Closed),
-            };
+            if let Some(taken) = take()? {
+                return Ok(taken);
+            }
             match deadline {
                 Some(deadline) => {
                     if tokio::time::timeout_at(deadline, room).await.is_err() {
@@ -145,27 +150,27 @@ impl Outbox {
         }
     }
 
+    /// `item` queued once there is room (see [`push`](Self::push)).
+    async fn push_when_room(&self, item: Outbound, deadline: Option<Instant>) -> Result<(), PushError> {
+        let mut item = Some(item);
+        self.wait_for_room(deadline, || match self.try_push(item.take().expect("put back while waiting")) {
+            Ok(()) => Ok(Some(())),
+            Err(Some(back)) => {
+                item = Some(back);
+                Ok(None)
+            }
+            Err(None) => Err(PushError::Closed),
+        })
+        .await
+    }
+
     /// Room for `bytes` of a reply a handler is about to make (at most the
     /// budget, so one of any size fits an empty queue), counted as queued
     /// until [`unreserve`](Self::unreserve). Waits while the queue is full,
     /// as a producer on another task does. Returns the bytes held.
     pub async fn reserve(&self, bytes: usize) -> Result<usize, PushError> {
         let bytes = bytes.min(self.budget);
-        if self.try_reserve(bytes)? {
-            return Ok(bytes);
-        }
-        // As in `wait_for_room`: counted, then registered, then checked.
-        self.waiting.fetch_add(1, Ordering::SeqCst);
-        let _counted = WaitingProducer(&self.waiting);
-        loop {
-            let room = self.room.notified();
-            tokio::pin!(room);
-            room.as_mut().enable();
-            if self.try_reserve(bytes)? {
-                return Ok(bytes);
-            }
-            room.await;
-        }
+        self.wait_for_room(None, || Ok(self.try_reserve(bytes)?.then_some(bytes))).await
     }
 
     fn try_reserve(&self, bytes: usize) -> Result<bool, PushError> {
