@@ -20,6 +20,8 @@ pub mod config;
 pub mod daemon;
 pub mod escape;
 pub mod fanout;
+#[cfg(feature = "files")]
+pub mod files;
 #[doc(hidden)]
 pub mod fuzzing;
 mod gate;

@@ -1,7 +1,6 @@
 //! The message's file on disk: read only when it is a regular file and
 //! within the limit, written atomically.
 
-use std::io::Write;
 use std::path::Path;
 
 use rpc_core::RpcError;
@@ -52,19 +51,9 @@ pub(super) fn not_found(path: &Path, e: std::io::Error) -> RpcError {
     RpcError::new(errors::PATH_NOT_FOUND, format!("{}: {e}", path.display()))
 }
 
-/// Temp file in the same directory, fsync, rename over `path`, fsync the
-/// directory. An existing file keeps its permissions; a new one is 0644.
+/// Replaces the file at `path` whole ([`rpc_core::files::replace`]): a
+/// crash leaves the old file or the new. An existing file keeps its
+/// permissions; a new one is 0644.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    let mut file = tempfile::Builder::new().prefix(".hermes-save-").tempfile_in(dir)?;
-    file.write_all(bytes)?;
-    let mode = std::fs::metadata(path).map(|m| m.permissions().mode()).unwrap_or(0o644);
-    file.as_file().set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))?;
-    file.as_file().sync_all()?;
-    file.persist(path).map_err(|e| e.error)?;
-    std::fs::File::open(dir)?.sync_all()
+    rpc_core::files::replace(path, bytes, rpc_core::files::Mode::KeepOr(0o644))
 }
