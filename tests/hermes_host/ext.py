@@ -19,7 +19,8 @@ out (`json.dumps` escapes non-ASCII). Correct only while what arrives is ASCII.
 Commands it understands (the test drives it through `command/execute`):
 - test/ping: logs "pong"
 - test/call: reads {"method", "params"} from the file EXT_CALL_FILE, sends
-  that request to the host and logs `RESULT <json>` with the whole response.
+  that request to the host and logs `RESULT <json>` with the whole response;
+  EXT_CALL_COPIES (1) copies of it at once, each logged as it is answered.
 - test/burst: sends EXT_BURST (200) editor/getMessage requests at once, logs
   `BURST <ok count>` when all are answered.
 - test/garbage: writes malformed frames, then a valid request.
@@ -141,7 +142,14 @@ def run_command(command):
     elif command == "test/call":
         with open(os.environ["EXT_CALL_FILE"], encoding="utf-8") as f:
             call = json.load(f)
-        log("RESULT " + summary(request(call["method"], call.get("params", {}))))
+
+        def one():
+            log("RESULT " + summary(request(call["method"], call.get("params", {}))))
+
+        copies = int(os.environ.get("EXT_CALL_COPIES", "1"))
+        for _ in range(copies - 1):
+            threading.Thread(target=one, daemon=True).start()
+        one()
     elif command == "test/burst":
         n = int(os.environ.get("EXT_BURST", "200"))
         results = [None] * n

@@ -70,3 +70,48 @@ fn sigterm_answers_the_extensions_requests_in_flight_before_its_shutdown() {
     assert!(at < goodbye, "answered after the goodbye: {answer}");
     assert!(answer.get("error").is_some(), "{answer}");
 }
+
+/// More dialogs in flight than run at once (32 an extension): the ones
+/// queued behind the running are answered `shutting_down` as soon as the
+/// extension is being stopped, not when a running one makes room (after the
+/// 5 s grace), and every one is answered before `shutdown`.
+#[test]
+fn requests_queued_behind_the_running_ones_are_answered_at_once_when_it_stops() {
+    if !require_tool("python3") {
+        return;
+    }
+    let host = Host::start(&py_extension("py", &[("EXT_CALL_FILE", "call.json"), ("EXT_CALL_COPIES", "34")]));
+    host.wait_state("py", "running", LONG);
+    let mut ui = host.client();
+    assert_eq!(ui.call("ui/attach", json!({}))["result"]["attached"], true);
+    let call = json!({"method": "ui/showConfirm", "params": {"message": "Delete?"}});
+    std::fs::write(host.call_file(), call.to_string()).unwrap();
+    host.result("command/execute", json!({"command": "test/call"}));
+    for _ in 0..32 {
+        assert_eq!(ui.recv()["method"], "ui/showConfirm", "32 dialogs run");
+    }
+    let answers = |host: &Host| -> Vec<Value> {
+        received(host).into_iter().filter(|m| m.get("method").is_none() && m["id"].as_u64() >= Some(1000)).collect()
+    };
+    assert_eq!(answers(&host), Vec::<Value>::new(), "nothing answered yet");
+    let reload = std::thread::spawn({
+        let mut control = host.client();
+        move || control.call("extensions/reload", json!({"name": "py"}))
+    });
+    // The two queued ones, well within the running ones' grace.
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while answers(&host).len() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let early = answers(&host);
+    assert_eq!(early.len(), 2, "answered within 2 s of the reload: {early:#?}\n{}", host.daemon.stderr());
+    for answer in &early {
+        assert_eq!(answer["error"]["data"]["reason"], "shutting_down", "{answer}");
+    }
+    reload.join().unwrap();
+    host.wait_state("py", "running", LONG);
+    let got = received(&host);
+    let goodbye = got.iter().position(|m| m["method"] == "shutdown").expect("shutdown");
+    let answered = got[..goodbye].iter().filter(|m| m.get("method").is_none() && m["id"].as_u64() >= Some(1000));
+    assert_eq!(answered.count(), 34, "every request answered before shutdown: {got:#?}");
+}

@@ -26,7 +26,6 @@ use crate::dialog_route::DialogRoute;
 use crate::document::Document;
 use crate::errors;
 use crate::extension::protocol::EventSubscription;
-use crate::extension::requests::Requests;
 use crate::extension::{Extension, State, StopReason, schema};
 use crate::hl7::Bounds;
 
@@ -65,6 +64,8 @@ pub struct Host {
 pub enum Readiness {
     Starting,
     Running,
+    /// Being stopped: its requests are answered, then it hears `shutdown`.
+    Stopping,
     Failed,
 }
 
@@ -74,8 +75,6 @@ pub struct ExtensionSession {
     pub host: Arc<Host>,
     pub extension: Arc<Extension>,
     pub ready: watch::Receiver<Readiness>,
-    /// Its requests being served, answered before it is told `shutdown`.
-    pub requests: Arc<Requests>,
 }
 
 /// What one control client's connection adds to the host: the task

@@ -3,15 +3,13 @@
 //! `initialize`, and its log. Around it: the task that supervises its
 //! process ([`supervisor`]), the list of them started and reloaded together
 //! ([`lineup`]), the framing on its pipes ([`wire`]), the events on their
-//! way to it ([`events`]), its own requests being served ([`requests`]),
-//! what its `initialize` result says ([`protocol`]) and the merge of their
+//! way to it ([`events`]), what its `initialize` result says ([`protocol`]) and the merge of their
 //! schemas ([`schema`]).
 
 pub mod events;
 pub mod lineup;
 pub mod log;
 pub mod protocol;
-pub mod requests;
 pub mod schema;
 pub mod supervisor;
 pub mod wire;

@@ -29,7 +29,6 @@ use tokio::task::JoinHandle;
 use super::events::{self, PendingEvents};
 use super::log;
 use super::protocol::InitializeResult;
-use super::requests::Requests;
 use super::wire::AsciiContentLength;
 use super::{Extension, State, StopReason};
 use crate::state::{ExtensionSession, Host, Readiness, TOPIC_LOG};
@@ -183,8 +182,6 @@ struct Run<'a> {
     connection: JoinHandle<CloseReason>,
     /// What the gate on its requests waits for (`methods::extension::gate`).
     ready: watch::Sender<Readiness>,
-    /// Its requests being served: answered before `shutdown`.
-    requests: Arc<Requests>,
 }
 
 impl<'a> Run<'a> {
@@ -193,13 +190,7 @@ impl<'a> Run<'a> {
     fn start(host: &'a Arc<Host>, extension: &'a Arc<Extension>, data_dir: &Path) -> Result<Run<'a>, Ended> {
         let mut process = spawn(host, extension, data_dir)?;
         let (ready, readiness) = watch::channel(Readiness::Starting);
-        let requests = Requests::new();
-        let session = Arc::new(ExtensionSession {
-            host: host.clone(),
-            extension: extension.clone(),
-            ready: readiness,
-            requests: requests.clone(),
-        });
+        let session = Arc::new(ExtensionSession { host: host.clone(), extension: extension.clone(), ready: readiness });
         let max = host.max_message;
         let peer_config = PeerConfig {
             // A 20 MiB setMessage must fit the backlog whole, and so must a few
@@ -228,7 +219,7 @@ impl<'a> Run<'a> {
         extension.log.note(&format!("started {:?} (pid {pid})", extension.spec.argv));
         tracing::info!(extension = extension.name(), pid, "extension started");
         host.publish_state(extension);
-        Ok(Run { host, extension, process, peer, connection, ready, requests })
+        Ok(Run { host, extension, process, peer, connection, ready })
     }
 
     /// `initialize`, unless it exits or we are told to stop first. On
@@ -337,7 +328,17 @@ impl<'a> Run<'a> {
     /// ends a read loop that did not exit by itself.
     async fn shut_down(&self, reason: StopReason) {
         let (peer, process, extension) = (&self.peer, &self.process, self.extension);
-        self.requests.close(peer, REQUESTS_GRACE).await;
+        // Requests held at the gate are answered as it sees this (after a
+        // failed `initialize` they were already); the engine answers the
+        // rest, and says when every answer is queued.
+        self.ready.send_if_modified(|ready| {
+            let held = matches!(ready, Readiness::Starting | Readiness::Running);
+            if held {
+                *ready = Readiness::Stopping;
+            }
+            held
+        });
+        peer.stop_serving(REQUESTS_GRACE).await;
         let deadline = tokio::time::Instant::now() + SHUTDOWN_LIMIT;
         let answer = peer.request_raw("shutdown", &json!({"reason": reason.as_str()}), Some(SHUTDOWN_LIMIT)).await;
         if let Err(e) = &answer {

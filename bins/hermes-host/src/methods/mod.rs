@@ -21,21 +21,21 @@ use crate::state::{ControlSession, ExtensionSession};
 /// dialog waiting for a person holds one handler of one extension and
 /// nothing else.
 pub fn extension_router() -> Arc<Router<ExtensionSession>> {
-    use extension::gate::{self, served};
+    use extension::gate;
     use extension::{dialogs, editor};
     Router::new()
         .gate_conn(gate::hold_until_initialized)
         .method_now("editor/getMessage", editor::get_message)
-        .method("editor/patchMessage", served(editor::patch_message))
-        .method("editor/setMessage", served(editor::set_message))
-        .method("ui/openWindow", served(dialogs::open_window))
-        .method("ui/closeWindow", served(dialogs::close_window))
-        .method("ui/showMessage", served(dialogs::show_message))
-        .method("ui/showConfirm", served(dialogs::show_confirm))
-        .method("ui/openFile", served(dialogs::open_file))
-        .method("ui/openFiles", served(dialogs::open_files))
-        .method("ui/saveFile", served(dialogs::save_file))
-        .method("ui/selectDirectory", served(dialogs::select_directory))
+        .method("editor/patchMessage", editor::patch_message)
+        .method("editor/setMessage", editor::set_message)
+        .method("ui/openWindow", dialogs::open_window)
+        .method("ui/closeWindow", dialogs::close_window)
+        .method("ui/showMessage", dialogs::show_message)
+        .method("ui/showConfirm", dialogs::show_confirm)
+        .method("ui/openFile", dialogs::open_file)
+        .method("ui/openFiles", dialogs::open_files)
+        .method("ui/saveFile", dialogs::save_file)
+        .method("ui/selectDirectory", dialogs::select_directory)
         .build()
         .expect("each method is registered once")
 }

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::WaitForCancellationFuture;
 
 use super::config::PeerConfig;
-use super::dispatch::Dispatch;
+use super::dispatch::{Dispatch, Refusing};
 use super::handle::{CloseReason, PeerHandle, Shared};
 use super::outbox::{Drain, Drained, Outbox};
 use crate::codec::{Frame, FrameStream, Lines, Outbound, Transport};
@@ -157,6 +157,10 @@ fn fired(due: &mut bool, signal: Pin<&mut WaitForCancellationFuture<'_>>, shared
 enum Phase {
     /// Reading, running handlers, writing.
     Serving,
+    /// The connection no longer serves the other side's requests
+    /// ([`PeerHandle::stop_serving`]) but stays open for ours: new ones are
+    /// refused, running ones are answered so when `grace` runs out.
+    NotServing { grace: Option<Pin<Box<tokio::time::Sleep>>> },
     /// The daemon is shutting down: new requests are refused, what runs
     /// finishes (`swept`: what the peer sent before is read, see `Sweep`).
     Draining { swept: bool },
@@ -291,7 +295,12 @@ impl<S: Send + Sync + 'static> Driver<S> {
             return Poll::Ready(Err(CloseReason::Closed));
         }
         self.work.publish_answered();
-        let draining = !matches!(self.phase, Phase::Serving);
+        if let Some(grace) = self.handle.shared.stop_serving_asked()
+            && matches!(self.phase, Phase::Serving)
+        {
+            return Poll::Ready(self.on_stop_serving(grace));
+        }
+        let draining = matches!(self.phase, Phase::Draining { .. } | Phase::Sweeping(_));
         if draining && !self.abandoned && signals.daemon_moved_on() {
             return Poll::Ready(self.on_grace_over());
         }
@@ -300,6 +309,7 @@ impl<S: Send + Sync + 'static> Driver<S> {
         }
         self.work.start_waiting();
         source!(self.poll_write(cx));
+        source!(self.poll_serving_grace(cx));
         source!(self.poll_handlers(cx));
         source!(self.poll_notifications(cx));
         source!(self.poll_keepalive(cx));
@@ -335,8 +345,23 @@ impl<S: Send + Sync + 'static> Driver<S> {
     /// Shutdown began: requests that have not started are answered now.
     fn on_drain_begun(&mut self) -> Result<(), CloseReason> {
         self.phase = Phase::Draining { swept: false };
-        self.work.draining = true;
-        self.work.refuse_waiting()
+        self.work.refuse_from_now(Refusing::ShuttingDown)
+    }
+
+    /// The connection is to serve no more requests: those that have not
+    /// started are answered now, running ones get `grace`.
+    fn on_stop_serving(&mut self, grace: Duration) -> Result<(), CloseReason> {
+        self.phase = Phase::NotServing { grace: Some(Box::pin(tokio::time::sleep(grace))) };
+        self.work.refuse_from_now(Refusing::StoppedServing)
+    }
+
+    /// The grace after [`PeerHandle::stop_serving`] ran out: what still runs
+    /// is answered and dropped.
+    fn poll_serving_grace(&mut self, cx: &mut Context<'_>) -> Turn {
+        let Phase::NotServing { grace: Some(grace) } = &mut self.phase else { return Poll::Pending };
+        ready!(grace.as_mut().poll(cx));
+        self.phase = Phase::NotServing { grace: None };
+        Poll::Ready(self.work.abandon_all())
     }
 
     /// The grace period is over (the drain began before it): whatever still

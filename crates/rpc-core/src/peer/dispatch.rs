@@ -36,8 +36,8 @@ pub(crate) struct Dispatch<S> {
     /// when nothing is queued ahead of them.
     pub drain: Drain,
     pub incoming: Incoming,
-    /// Shutdown began: new requests are refused.
-    pub draining: bool,
+    /// Whether new requests are refused, and why.
+    pub refusing: Refusing,
     /// Where a `method_now` handler writes its response, kept from one to
     /// the next while the connection is busy (up to `KEEP_REPLY` bytes).
     reply: Vec<u8>,
@@ -63,7 +63,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             drain,
             handle,
             router,
-            draining: false,
+            refusing: Refusing::No,
             reply: Vec::new(),
             last_route: LastRoute::default(),
         }
@@ -200,19 +200,25 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         Ok(())
     }
 
-    /// Shutdown began: requests that have not started are answered now.
-    pub fn refuse_waiting(&mut self) -> Result<(), CloseReason> {
+    /// From now on new requests are refused (`why`), and those that have
+    /// not started are answered so now.
+    pub fn refuse_from_now(&mut self, why: Refusing) -> Result<(), CloseReason> {
+        self.refusing = why;
         for waiting in self.incoming.take_waiting(&self.handle.shared.counters) {
-            self.answer_owed(waiting.owed, &shutting_down())?;
+            self.answer_owed(waiting.owed, &why.error())?;
         }
         Ok(())
     }
 
-    /// The grace period is over: everything still owed is answered and dropped.
+    /// The grace period is over: everything still owed is answered (as new
+    /// requests are) and dropped.
     pub fn abandon_all(&mut self) -> Result<(), CloseReason> {
-        self.refuse_waiting()?;
+        let error = self.refusing.error();
+        for waiting in self.incoming.take_waiting(&self.handle.shared.counters) {
+            self.answer_owed(waiting.owed, &error)?;
+        }
         for owed in self.incoming.abandon(&self.handle.shared.counters) {
-            self.answer_owed(owed, &shutting_down())?;
+            self.answer_owed(owed, &error)?;
         }
         Ok(())
     }
@@ -401,10 +407,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         Ok(())
     }
 
-    /// Refuses a request while draining, or when its id is already in flight.
+    /// Refuses a request while refusing all, or when its id is already in flight.
     fn admit(&self, id: &Id) -> Result<(), RpcError> {
-        if self.draining {
-            return Err(shutting_down());
+        if self.refusing != Refusing::No {
+            return Err(self.refusing.error());
         }
         if self.incoming.is_in_flight(id) {
             return Err(RpcError::invalid_request(format!(
@@ -578,8 +584,34 @@ fn overloaded() -> RpcError {
         .with_data(serde_json::json!({"reason": "overloaded"}))
 }
 
-fn shutting_down() -> RpcError {
-    RpcError::internal("server is shutting down").with_data(serde_json::json!({"reason": "shutting_down"}))
+/// What a connection that stopped serving ([`PeerHandle::stop_serving`])
+/// answers a request: for a daemon's own gate, to answer the requests it
+/// holds the same way.
+pub fn not_serving() -> RpcError {
+    Refusing::StoppedServing.error()
+}
+
+/// Why a connection refuses new requests (and, at the end of a grace
+/// period, answers those still running), if it does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusing {
+    No,
+    /// The daemon is shutting down.
+    ShuttingDown,
+    /// This connection no longer serves requests ([`PeerHandle::stop_serving`]).
+    StoppedServing,
+}
+
+impl Refusing {
+    /// -32603 with `data.reason: "shutting_down"`, either way: to the other
+    /// side the connection is going away.
+    fn error(self) -> RpcError {
+        let message = match self {
+            Refusing::StoppedServing => "no longer serving requests: this connection is being closed",
+            Refusing::No | Refusing::ShuttingDown => "server is shutting down",
+        };
+        RpcError::internal(message).with_data(serde_json::json!({"reason": "shutting_down"}))
+    }
 }
 
 /// A request whose handler has to wait: it runs in `running` (or waits in the backlog).

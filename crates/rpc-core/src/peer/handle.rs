@@ -119,6 +119,19 @@ pub(crate) struct Shared {
     /// ([`PeerHandle::all_answered`], counted in `answer_waiters`).
     pub answered: Notify,
     pub answer_waiters: AtomicUsize,
+    /// [`PeerHandle::stop_serving`] was called: its grace in milliseconds,
+    /// plus one (0 while the connection serves).
+    pub stop_serving: AtomicU64,
+}
+
+impl Shared {
+    /// The grace asked for by [`PeerHandle::stop_serving`], once it was called.
+    pub fn stop_serving_asked(&self) -> Option<Duration> {
+        match self.stop_serving.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms - 1)),
+        }
+    }
 }
 
 /// The waker of the signals the connection's task watches: notes that one
@@ -164,6 +177,7 @@ impl PeerHandle {
             config,
             answered: Notify::new(),
             answer_waiters: AtomicUsize::new(0),
+            stop_serving: AtomicU64::new(0),
         };
         PeerHandle { shared: Arc::new(shared) }
     }
@@ -209,6 +223,28 @@ impl PeerHandle {
                 () = self.closed() => return,
             }
         }
+    }
+
+    /// Stops serving the other side's requests, the connection staying open
+    /// for ours: new requests and those waiting for a handler slot are
+    /// answered -32603 `data.reason: "shutting_down"` at once, running ones
+    /// get `grace` to finish and then the same answer. Resolves once every
+    /// request read has its answer queued (or the connection has closed), so
+    /// what is sent next goes out behind them: for a child the daemon opened
+    /// itself, which should hear every answer before its goodbye. The daemon's
+    /// shutdown does this to every connection tied to it, then closes them.
+    pub async fn stop_serving(&self, grace: Duration) {
+        let ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX - 1).min(u64::MAX - 1);
+        // The first call's grace holds.
+        let _ = self.shared.stop_serving.compare_exchange(0, ms + 1, Ordering::Relaxed, Ordering::Relaxed);
+        self.shared.outbox.wake_connection();
+        self.all_answered().await;
+    }
+
+    /// Whether the connection still serves the other side's requests (see
+    /// [`PeerHandle::stop_serving`]).
+    pub fn is_serving(&self) -> bool {
+        self.shared.stop_serving.load(Ordering::Relaxed) == 0 && !self.is_closed()
     }
 
     /// A token cancelled when the connection closes.

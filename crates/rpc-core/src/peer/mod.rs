@@ -42,5 +42,6 @@ mod tokens;
 pub use config::{DEFAULT_BACKLOG, DEFAULT_BACKLOG_BYTES, DEFAULT_WRITE_BUDGET, PeerConfig};
 pub use connection::Connection;
 pub use ctx::{Abandoned, ConnCtx, Ctx};
+pub use dispatch::not_serving;
 pub use handle::{CancelNotice, CloseReason, Closed, PeerHandle, PeerStats, ReplyRoom};
 pub use outgoing::{CallError, Reply};

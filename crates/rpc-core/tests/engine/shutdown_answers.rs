@@ -196,6 +196,65 @@ async fn our_call_in_flight_gets_the_grace_and_its_answer() {
     tokio::time::timeout(Duration::from_secs(2), waiter).await.expect("wait did not return").unwrap();
 }
 
+/// `PeerHandle::stop_serving` on one connection, the daemon still running:
+/// a queued request and a new one are answered `shutting_down` at once, the
+/// running one when the grace is over, and the call resolves only after
+/// those answers are queued. The connection stays open: what the server
+/// sends next arrives behind them, and its own call still gets its answer.
+#[tokio::test]
+async fn a_connection_that_stops_serving_answers_every_request_and_stays_open_for_ours() {
+    let shutdown = Shutdown::new();
+    let probe = Arc::new(Probe::default());
+    let addr = serve(PeerConfig { max_concurrent: 2, ..PeerConfig::default() }, &shutdown, probe.clone());
+    let mut c = Line::connect(addr).await;
+    c.send(request("register", json!({}), json!(1))).await;
+    assert_eq!(c.recv(Duration::from_secs(1)).await["result"], "registered");
+    let server_side = probe.peer.lock().clone().expect("registered");
+    // Two run (one short, one past the grace), one waits for a slot.
+    c.send(request("sleep", json!([100]), json!("short"))).await;
+    c.send(request("sleep", json!([10_000]), json!("long"))).await;
+    c.send(request("sleep", json!([50]), json!("queued"))).await;
+    mark(&mut c, &probe).await;
+
+    let begun = Instant::now();
+    let stopping = server_side.clone();
+    let stopped = tokio::spawn(async move {
+        stopping.stop_serving(Duration::from_millis(400)).await;
+        let resolved = begun.elapsed();
+        stopping.notify("goodbye", ()).await.unwrap();
+        resolved
+    });
+    let queued = c.recv(Duration::from_secs(1)).await;
+    assert_eq!(queued["id"], "queued", "{queued}");
+    assert_shutting_down(&queued);
+    assert!(begun.elapsed() < Duration::from_millis(80), "the queued one waited {:?}", begun.elapsed());
+    assert!(!server_side.is_serving());
+    c.send(request("echo", json!(["late"]), json!("late"))).await;
+    let late = c.recv(Duration::from_secs(1)).await;
+    assert_eq!(late["id"], "late", "{late}");
+    assert_shutting_down(&late);
+    // The short one finishes within the grace with its real result.
+    assert_eq!(c.recv(Duration::from_secs(1)).await, json!({"jsonrpc": "2.0", "id": "short", "result": 100}));
+    let long = c.recv(Duration::from_secs(2)).await;
+    let took = begun.elapsed();
+    assert_eq!(long["id"], "long", "{long}");
+    assert_shutting_down(&long);
+    assert!(took >= Duration::from_millis(390), "answered before the grace was over: {took:?}");
+    let goodbye = c.recv(Duration::from_secs(1)).await;
+    assert_eq!(goodbye["method"], "goodbye", "the goodbye comes after every answer: {goodbye}");
+    let resolved = stopped.await.unwrap();
+    assert!(resolved >= Duration::from_millis(390), "resolved before the last answer: {resolved:?}");
+
+    // Still open for the server's own calls.
+    let call = tokio::spawn(async move {
+        server_side.request_raw("confirm", &json!([21]), Some(Duration::from_secs(5))).await.map(|raw| raw.to_string())
+    });
+    let asked = c.recv(Duration::from_secs(1)).await;
+    assert_eq!(asked["method"], "confirm", "{asked}");
+    c.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": 42})).await;
+    assert_eq!(call.await.unwrap(), Ok("42".to_owned()));
+}
+
 /// Sends `mark` and waits until the server handled it (and so read everything before it).
 async fn mark(line: &mut Line, probe: &Probe) {
     line.send(json!({"jsonrpc": "2.0", "method": "mark"})).await;
