@@ -103,9 +103,11 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     /// budget, so they count towards the flood limit like refused requests.
     fn write_error(&mut self, id: &Id, error: &RpcError) -> Result<(), CloseReason> {
         let full = self.outbox().is_full();
-        self.write(Kind::Response, message::response_err(id, error))?;
+        let answer = message::response_err(id, error);
+        let bytes = answer.len();
+        self.write(Kind::Response, answer)?;
         if full {
-            self.incoming.refuse(self.handle.conn_id(), &self.handle.shared.config)?;
+            self.incoming.refuse(self.handle.conn_id(), &self.handle.shared.config, bytes)?;
         }
         Ok(())
     }
@@ -325,7 +327,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 if !self.incoming.has_room(size, &self.handle.shared.config) {
                     let conn = self.handle.conn_id();
                     self.incoming.dropped_notification(conn, &self.handle.shared.counters);
-                    self.incoming.refuse(conn, &self.handle.shared.config)?;
+                    self.incoming.refuse(conn, &self.handle.shared.config, 0)?;
                     return Ok(());
                 }
                 match self.router.dispatch(self.ctx(None), &method, params) {
@@ -423,8 +425,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     /// Answers `overloaded` at once, and cuts off a peer that keeps at it.
     fn refuse_overloaded(&mut self, id: &Id) -> Result<(), CloseReason> {
         self.handle.shared.counters.refused.fetch_add(1, Ordering::Relaxed);
-        self.write(Kind::Response, message::response_err(id, &overloaded()))?;
-        Ok(self.incoming.refuse(self.handle.conn_id(), &self.handle.shared.config)?)
+        let answer = message::response_err(id, &overloaded());
+        let bytes = answer.len();
+        self.write(Kind::Response, answer)?;
+        Ok(self.incoming.refuse(self.handle.conn_id(), &self.handle.shared.config, bytes)?)
     }
 
     /// Whether an unreadable message is really a malformed answer to one of
@@ -540,8 +544,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 Ok(Message::Notification { .. }) => {}
             }
         }
-        self.write(Kind::Response, message::batch(&replies))?;
-        Ok(self.incoming.refuse(self.handle.conn_id(), &self.handle.shared.config)?)
+        let answer = message::batch(&replies);
+        let bytes = answer.len();
+        self.write(Kind::Response, answer)?;
+        Ok(self.incoming.refuse(self.handle.conn_id(), &self.handle.shared.config, bytes)?)
     }
 }
 

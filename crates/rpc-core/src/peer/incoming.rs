@@ -84,9 +84,13 @@ pub(crate) struct Incoming {
     /// bounded by the config's `backlog` and `backlog_bytes`.
     len: usize,
     bytes: usize,
-    /// Messages refused since the backlog last took one: a peer past the
-    /// config's `flood_limit` is disconnected.
-    refused_in_a_row: usize,
+    /// Messages refused since the backlog last took one, and the bytes of
+    /// the errors they were answered with (which go out past the write
+    /// budget while it is full): a peer past the config's `flood_limit`, or
+    /// whose refusals came to more than the write budget, is disconnected.
+    /// (Two `u32`s where one `usize` was: every connection's task holds them.)
+    refused_in_a_row: u32,
+    refused_bytes_in_a_row: u32,
     /// Notifications dropped since the last warning, and when that was.
     dropped_unreported: u64,
     last_warning: Option<Instant>,
@@ -111,6 +115,7 @@ impl Incoming {
             len: 0,
             bytes: 0,
             refused_in_a_row: 0,
+            refused_bytes_in_a_row: 0,
             dropped_unreported: 0,
             last_warning: None,
             in_flight: IdSet::default(),
@@ -276,16 +281,24 @@ impl Incoming {
         }
     }
 
-    /// Counts a refused message; `Err` once the peer is flooding.
-    pub fn refuse(&mut self, conn: u64, config: &PeerConfig) -> Result<(), Flooding> {
-        self.refused_in_a_row += 1;
-        if self.refused_in_a_row > config.flood_limit.max(1) {
+    /// Counts a refused message, answered with `answer_bytes` (0 for a
+    /// dropped notification); `Err` once the peer is flooding. A peer that
+    /// does not read its replies is still read from while it owes answers to
+    /// our calls, and each refusal echoes its request's id: counted in bytes
+    /// too, a flood of huge ids cannot queue more than the write budget again.
+    pub fn refuse(&mut self, conn: u64, config: &PeerConfig, answer_bytes: usize) -> Result<(), Flooding> {
+        self.refused_in_a_row = self.refused_in_a_row.saturating_add(1);
+        let bytes = u32::try_from(answer_bytes).unwrap_or(u32::MAX);
+        self.refused_bytes_in_a_row = self.refused_bytes_in_a_row.saturating_add(bytes);
+        let (count, bytes) = (self.refused_in_a_row as usize, self.refused_bytes_in_a_row as usize);
+        if count > config.flood_limit.max(1) || bytes > config.write_budget {
             tracing::warn!(
                 conn,
-                refused = self.refused_in_a_row,
+                refused = count,
+                bytes,
                 "the peer keeps sending past the incoming backlog; disconnecting it"
             );
-            return Err(Flooding(format!("flooding: {} messages refused in a row", self.refused_in_a_row)));
+            return Err(Flooding(format!("flooding: {count} messages refused in a row ({bytes} bytes of errors)")));
         }
         Ok(())
     }
@@ -306,6 +319,7 @@ impl Incoming {
         self.len += 1;
         self.bytes += size;
         self.refused_in_a_row = 0;
+        self.refused_bytes_in_a_row = 0;
         self.publish(counters);
     }
 

@@ -1062,3 +1062,55 @@ async fn garbage_read_while_a_call_is_pending_does_not_grow_the_outbox_past_its_
     assert!(matches!(reason, CloseReason::Failed(ref why) if why.contains("flooding")), "{reason:?}");
     drop(writer);
 }
+
+/// The same with requests whose ids are huge: each refusal echoes its id,
+/// so a count of refusals alone let 4 096 of them queue gigabytes (a
+/// browser that stopped reading, with a call of ours pending, flooding
+/// `ping`s with 1 MB ids: 2.1 GB). Refusals are counted in bytes too: the
+/// outbox holds at most about twice its budget and the peer is cut off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_with_huge_ids_read_while_a_call_is_pending_are_cut_off_at_the_write_budget() {
+    let _serial = serial().await;
+    const ID: usize = 256 * 1024;
+    const REQUESTS: usize = 400;
+    let config = PeerConfig {
+        write_budget: MIB,
+        backlog_bytes: MIB,
+        write_stall: Duration::from_secs(30),
+        ..PeerConfig::default()
+    };
+    let (client, server, run) = socket_server(sleep_router(), (), config.clone()).await;
+    let _pending = {
+        let server = server.clone();
+        tokio::spawn(async move { server.request_raw("never", &[0], None).await })
+    };
+    let (_unread, mut write) = client.into_split();
+    let writer = tokio::spawn(async move {
+        let id = "7".repeat(ID);
+        for _ in 0..REQUESTS {
+            let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":\"{id}\",\"method\":\"ping\"}}\n");
+            if write.write_all(line.as_bytes()).await.is_err() {
+                break;
+            }
+        }
+        write
+    });
+    let mut max_queued = 0;
+    let reason = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            max_queued = max_queued.max(server.stats().queued_bytes);
+            if run.is_finished() {
+                return run.await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("not cut off; {} B queued", server.stats().queued_bytes));
+    eprintln!("huge ids while a call is pending: max queued {max_queued} B, budget {} B", config.write_budget);
+    assert!(matches!(reason, CloseReason::Failed(ref why) if why.contains("flooding")), "{reason:?}");
+    // The budget, the refusals' budget past it, and one refusal more.
+    let bound = 2 * config.write_budget + 2 * ID;
+    assert!(max_queued <= bound, "the outbox grew to {max_queued} bytes (bound {bound})");
+    drop(writer);
+}
