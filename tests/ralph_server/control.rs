@@ -212,3 +212,36 @@ fn prompts_injected_from_many_clients_at_once_are_all_saved() {
     assert!(!daemon.stderr().contains("cannot save"), "{}", daemon.stderr());
     daemon.terminate();
 }
+
+/// A batch of large `get_status` replies and a `stop`: the replies reach the
+/// connection's write budget, and the members after that are answered
+/// `overloaded` ("send the rest again"). Such a refused `stop` must not
+/// have stopped anything: a handler runs only in its turn (it once ran as
+/// the batch was read, so the loop stopped though the client was told no).
+#[test]
+fn a_stop_refused_in_a_batch_past_the_write_budget_stops_nothing() {
+    let task = Task::new("refused", 2);
+    task.mode("wide 200");
+    std::fs::write(task.dir().join("gate"), "").unwrap();
+    let mut daemon = task.run(&[]);
+    let mut client = task.connect(&daemon);
+    client.call("subscribe", json!({"events": ["output"]}));
+    client.until_line(|l| l == "waiting at the gate").expect("the agent's lines");
+    let mut batch: Vec<_> = (0..100).map(|id| json!({"jsonrpc": "2.0", "id": id, "method": "get_status"})).collect();
+    batch.push(json!({"jsonrpc": "2.0", "id": "stop", "method": "stop"}));
+    client.send(&json!(batch));
+    let replies = loop {
+        let message = client.recv().expect("the batch's reply");
+        if message.is_array() {
+            break message;
+        }
+    };
+    let replies = replies.as_array().unwrap();
+    let statuses = replies.iter().filter(|r| r["result"]["recent_output"].is_array()).count();
+    assert!(statuses < 100, "the replies did not reach the budget: {statuses} statuses");
+    let stop = replies.iter().find(|r| r["id"] == "stop").expect("the stop's answer");
+    assert_eq!(stop["error"]["data"]["reason"], "overloaded", "{stop}");
+    std::fs::remove_file(task.dir().join("gate")).unwrap();
+    assert_eq!(daemon.wait_exit(Duration::from_secs(30)).code(), Some(0), "the loop ran to its end");
+    assert!(!task.read("prd.json").contains("\"passes\": false"), "every story done");
+}

@@ -20,6 +20,7 @@
 #   interactive  ask for a line on its terminal, echo it, then pass
 #   gate         print "waiting at the gate", wait while $RALPH_TASK_DIR/gate
 #                exists, then pass
+#   wide N       print N lines of 8000 bytes, then as gate
 #   stubborn     ignore SIGTERM (only SIGKILL ends it) and print a line every 0.1 s
 #   careful      print a line every 0.1 s; on SIGTERM, say "saving my work" and
 #                take 1 s to exit, as an agent saving its state would
@@ -100,6 +101,13 @@ case "$mode" in
         printf 'your input: '
         read -r line
         echo "agent got: $line"
+        pass ;;
+    wide)
+        i=0
+        pad=$(printf '%07990d' 0)
+        while [ "$i" -lt "${count:-200}" ]; do echo "wide $i $pad"; i=$((i + 1)); done
+        echo "waiting at the gate"
+        while [ -f "$RALPH_TASK_DIR/gate" ]; do sleep 0.02; done
         pass ;;
     gate)
         echo "waiting at the gate"

@@ -410,6 +410,14 @@ impl<S: Send + Sync + 'static> Router<S> {
 impl<S: Send + Sync + 'static> RouterBuilder<S> {
     /// Registers a method. The handler receives the connection context and the
     /// params deserialised as `P` (use [`NoParams`] for none).
+    ///
+    /// `f` itself is called when the request is read, even when the request
+    /// then waits its turn (behind `max_concurrent` others, in a batch, at a
+    /// gate) or is refused before it runs (a batch past the write budget,
+    /// shutdown): it should only take what the future needs, and the work,
+    /// above all anything with an effect or a large result, belongs in the
+    /// future it returns. A handler that answers without waiting is a
+    /// [`method_now`](Self::method_now) one, which runs only in its turn.
     pub fn method<P, R, F, Fut>(self, name: &str, f: F) -> Self
     where
         F: Fn(Ctx<S>, P) -> Fut + Send + Sync + 'static,
@@ -423,7 +431,8 @@ impl<S: Send + Sync + 'static> RouterBuilder<S> {
     /// Registers a method that answers without waiting (or says when it
     /// must, with [`Answer::Later`]): it gets the connection's [`ConnCtx`]
     /// rather than a call's [`Ctx`], and the read loop runs it inline, so
-    /// the call costs no future and no context (see the module doc).
+    /// the call costs no future and no context (see the module doc). A call
+    /// that cannot start at once runs `f` only when its turn comes.
     pub fn method_now<P, R, F>(self, name: &str, f: F) -> Self
     where
         F: Fn(&ConnCtx<S>, P) -> Answer<R> + Send + Sync + 'static,

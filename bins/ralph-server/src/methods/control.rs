@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use rpc_core::{Ctx, NoParams, RpcError};
+use rpc_core::router::Answer;
+use rpc_core::{ConnCtx, Ctx, NoParams, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -24,23 +25,26 @@ pub struct Requested {
     status: &'static str,
 }
 
+/// Takes effect in its turn (`method_now`): a stop in a batch refused past
+/// the write budget, or queued and refused at shutdown, never happened.
 pub fn stop(
     session: Arc<Session>,
-) -> impl Fn(Ctx<Client>, StopParams) -> std::future::Ready<Result<Requested, RpcError>> + Send + Sync + 'static {
+) -> impl Fn(&ConnCtx<Client>, StopParams) -> Answer<Requested> + Send + Sync + 'static {
     move |_, params: StopParams| {
         tracing::info!(force = params.force, "stop requested");
         session.request(|r| r.stop = Some(r.stop.unwrap_or(false) || params.force));
-        std::future::ready(Ok(Requested { status: "stop_requested" }))
+        Answer::Now(Ok(Requested { status: "stop_requested" }))
     }
 }
 
+/// In its turn, as [`stop`].
 pub fn checkpoint(
     session: Arc<Session>,
-) -> impl Fn(Ctx<Client>, NoParams) -> std::future::Ready<Result<Requested, RpcError>> + Send + Sync + 'static {
+) -> impl Fn(&ConnCtx<Client>, NoParams) -> Answer<Requested> + Send + Sync + 'static {
     move |_, _| {
         tracing::info!("checkpoint requested");
         session.request(|r| r.checkpoint = true);
-        std::future::ready(Ok(Requested { status: "checkpoint_requested" }))
+        Answer::Now(Ok(Requested { status: "checkpoint_requested" }))
     }
 }
 

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use rpc_core::{Ctx, RpcError};
+use rpc_core::router::Answer;
+use rpc_core::{ConnCtx, Ctx, RpcError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -24,12 +25,13 @@ pub struct ModeParams {
     enabled: bool,
 }
 
+/// In its turn (`method_now`), as `stop`.
 pub fn set_interactive_mode(
     session: Arc<Session>,
-) -> impl Fn(Ctx<Client>, ModeParams) -> std::future::Ready<Result<Value, RpcError>> + Send + Sync + 'static {
+) -> impl Fn(&ConnCtx<Client>, ModeParams) -> Answer<Value> + Send + Sync + 'static {
     move |_, params: ModeParams| {
         session.change(|f| f.interactive_mode = params.enabled);
-        std::future::ready(Ok(json!({"interactive_mode": params.enabled})))
+        Answer::Now(Ok(json!({"interactive_mode": params.enabled})))
     }
 }
 

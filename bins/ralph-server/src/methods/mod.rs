@@ -18,12 +18,12 @@ use crate::state::Session;
 pub fn router(session: Arc<Session>) -> Result<Arc<Router<Client>>, DuplicateMethods> {
     let s = || session.clone();
     Router::new()
-        .method("get_status", status::get_status(s()))
+        .method_now("get_status", status::get_status(s()))
         .method("get_server_status", status::get_server_status)
-        .method("stop", control::stop(s()))
-        .method("checkpoint", control::checkpoint(s()))
+        .method_now("stop", control::stop(s()))
+        .method_now("checkpoint", control::checkpoint(s()))
         .method("inject_prompt", control::inject_prompt(s()))
-        .method("set_interactive_mode", interactive::set_interactive_mode(s()))
+        .method_now("set_interactive_mode", interactive::set_interactive_mode(s()))
         .method("write_pty", interactive::write_pty(s()))
         .method("subscribe", events::subscribe(s()))
         .method("unsubscribe", events::unsubscribe())

@@ -3,15 +3,19 @@
 
 use std::sync::Arc;
 
-use rpc_core::{Ctx, NoParams, RpcError};
+use rpc_core::router::Answer;
+use rpc_core::{ConnCtx, Ctx, NoParams, RpcError};
 
 use super::events::Client;
 use crate::state::{Session, StatusReply};
 
+/// Answered in its turn (`method_now`): a snapshot can be large (the last
+/// lines of output), and a batch or a queue of them is built one at a time,
+/// as each is sent, never all at once when they are read.
 pub fn get_status(
     session: Arc<Session>,
-) -> impl Fn(Ctx<Client>, NoParams) -> std::future::Ready<Result<StatusReply, RpcError>> + Send + Sync + 'static {
-    move |_, _| std::future::ready(Ok(session.snapshot()))
+) -> impl Fn(&ConnCtx<Client>, NoParams) -> Answer<StatusReply> + Send + Sync + 'static {
+    move |_, _| Answer::Now(Ok(session.snapshot()))
 }
 
 /// The daemon's own health: not the loop's (that is `get_status`, whose
