@@ -81,6 +81,14 @@ pub trait FrameWrite: Sink<Outbound, Error = io::Error> + Send {
     fn start_send_json(self: Pin<&mut Self>, kind: Kind, json: &[u8]) -> io::Result<()> {
         self.start_send(Outbound::message(kind, Bytes::copy_from_slice(json)))
     }
+
+    /// Bytes this sink holds that the transport has not taken yet, where it
+    /// knows (0 where it does not). A large message is written a piece at a
+    /// time as the peer reads: the write-stall rule counts this going down
+    /// as progress, so a slow reader is never taken for one that stopped.
+    fn unwritten(&self) -> usize {
+        0
+    }
 }
 
 /// A byte-stream framing that frames a message given by reference: what
@@ -101,6 +109,10 @@ where
         // In place: taking the buffer out and putting it back cost a
         // stalled reload of it per reply (4 % of a bridge's ping, perf).
         C::encode_json(json, self.get_mut().write_buffer_mut())
+    }
+
+    fn unwritten(&self) -> usize {
+        self.write_buffer().len()
     }
 }
 

@@ -284,11 +284,14 @@ impl Incoming {
     /// Counts a refused message, answered with `answer_bytes` (0 for a
     /// dropped notification); `Err` once the peer is flooding. A peer that
     /// does not read its replies is still read from while it owes answers to
-    /// our calls, and each refusal echoes its request's id: counted in bytes
-    /// too, a flood of huge ids cannot queue more than the write budget again.
+    /// our calls, and each refusal echoes its request's id. The count bounds
+    /// ordinary refusals (`flood_limit` of them, a kilobyte each at most);
+    /// what answers past a kilobyte bring (huge ids) is counted in bytes, and
+    /// cannot queue more than the write budget again.
     pub fn refuse(&mut self, conn: u64, config: &PeerConfig, answer_bytes: usize) -> Result<(), Flooding> {
+        const ORDINARY: usize = 1024;
         self.refused_in_a_row = self.refused_in_a_row.saturating_add(1);
-        let bytes = u32::try_from(answer_bytes).unwrap_or(u32::MAX);
+        let bytes = u32::try_from(answer_bytes.saturating_sub(ORDINARY)).unwrap_or(u32::MAX);
         self.refused_bytes_in_a_row = self.refused_bytes_in_a_row.saturating_add(bytes);
         let (count, bytes) = (self.refused_in_a_row as usize, self.refused_bytes_in_a_row as usize);
         if count > config.flood_limit.max(1) || bytes > config.write_budget {
@@ -298,7 +301,9 @@ impl Incoming {
                 bytes,
                 "the peer keeps sending past the incoming backlog; disconnecting it"
             );
-            return Err(Flooding(format!("flooding: {count} messages refused in a row ({bytes} bytes of errors)")));
+            return Err(Flooding(format!(
+                "flooding: {count} messages refused in a row ({bytes} bytes of large errors)"
+            )));
         }
         Ok(())
     }

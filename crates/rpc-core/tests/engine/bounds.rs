@@ -1109,8 +1109,46 @@ async fn requests_with_huge_ids_read_while_a_call_is_pending_are_cut_off_at_the_
     .unwrap_or_else(|_| panic!("not cut off; {} B queued", server.stats().queued_bytes));
     eprintln!("huge ids while a call is pending: max queued {max_queued} B, budget {} B", config.write_budget);
     assert!(matches!(reason, CloseReason::Failed(ref why) if why.contains("flooding")), "{reason:?}");
-    // The budget, the refusals' budget past it, and one refusal more.
-    let bound = 2 * config.write_budget + 2 * ID;
+    // The budget, the refusals' budget past it and one refusal more, and the
+    // kilobyte of each refusal that is not counted in bytes.
+    let bound = 2 * config.write_budget + 2 * ID + 64 * 1024;
     assert!(max_queued <= bound, "the outbox grew to {max_queued} bytes (bound {bound})");
     drop(writer);
+}
+
+/// One reply larger than the socket takes, read slowly but steadily: the
+/// peer is reading, so the write-stall rule must not cut it off, however
+/// long the whole reply takes. (Only whole messages handed to the sink
+/// counted as progress, so a 3 MiB reply read at 640 KiB/s was cut off at
+/// the stall limit, part-way through.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_reply_read_slowly_is_written_to_its_end() {
+    let _serial = serial().await;
+    const REPLY: usize = 3 * MIB;
+    let router = Router::<()>::new().method("big", |_, _: NoParams| async { Ok("x".repeat(REPLY)) }).build().unwrap();
+    let config = PeerConfig { write_budget: 8 * MIB, write_stall: Duration::from_millis(500), ..PeerConfig::default() };
+    let (client, _server, run) = socket_server(router, (), config).await;
+    let (mut read, mut write) = client.into_split();
+    write.write_all(request_line(1, "big", json!([])).as_bytes()).await.unwrap();
+    let started = Instant::now();
+    let mut got = Vec::new();
+    let mut chunk = vec![0; 64 * 1024];
+    use tokio::io::AsyncReadExt;
+    while !got.ends_with(b"\n") {
+        // 64 KiB every 100 ms: the whole reply takes about 5 s, ten stall limits.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let n = read.read(&mut chunk).await.unwrap();
+        assert!(
+            n > 0,
+            "closed after {} of {REPLY} bytes, {:?} in: {:?}",
+            got.len(),
+            started.elapsed(),
+            run.is_finished()
+        );
+        got.extend_from_slice(&chunk[..n]);
+    }
+    let reply: Value = serde_json::from_slice(&got).unwrap();
+    assert_eq!(reply["result"].as_str().map(str::len), Some(REPLY));
+    eprintln!("a {REPLY}-byte reply read at 640 KiB/s in {:?}, stall limit 500 ms", started.elapsed());
+    assert!(!run.is_finished(), "the connection is still open");
 }

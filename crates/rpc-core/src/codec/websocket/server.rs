@@ -267,6 +267,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> FrameWrite for Direct<S> {
     fn start_send_json(self: Pin<&mut Self>, _: Kind, json: &[u8]) -> io::Result<()> {
         self.send_text(json)
     }
+
+    fn unwritten(&self) -> usize {
+        self.shared.state.lock().io.out.len()
+    }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Direct<S> {

@@ -325,6 +325,10 @@ pub(crate) struct Drain {
     handed_bytes: u64,
     /// A close was handed to the sink: flush it, shut the sink, write nothing more.
     closing: bool,
+    /// What the sink held unwritten when writes last blocked (see
+    /// `FrameWrite::unwritten`), saturated: less now is progress. A `u32`
+    /// beside the flags, where it takes no room of its own.
+    unwritten: u32,
     /// How long writes may make no progress while replies are owed.
     stall_limit: Duration,
     /// Armed while the sink refuses data and replies are owed; fires at the
@@ -348,6 +352,7 @@ impl Drain {
             unflushed_direct: 0,
             handed_bytes: 0,
             closing: false,
+            unwritten: 0,
             stall_limit,
             stall: None,
             broken: None,
@@ -546,6 +551,15 @@ impl Drain {
             return Poll::Pending;
         }
         let limit = self.stall_limit;
+        // Part of a large message went out since writes last blocked: the
+        // peer reads, slowly. The clock starts again.
+        let unwritten = u32::try_from(self.sink.unwritten()).unwrap_or(u32::MAX);
+        if unwritten < self.unwritten
+            && let Some(timer) = &mut self.stall
+        {
+            timer.as_mut().reset(tokio::time::Instant::now() + limit);
+        }
+        self.unwritten = unwritten;
         let timer = self.stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
         match timer.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(Ok(Drained::Stalled)),
