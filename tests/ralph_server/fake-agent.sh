@@ -20,7 +20,7 @@
 #   interactive  ask for a line on its terminal, echo it, then pass
 #   gate         print "waiting at the gate", wait while $RALPH_TASK_DIR/gate
 #                exists, then pass
-#   wide N       print N lines of 8000 bytes, then as gate
+#   wide N       print N lines of 8000 bytes (paced: 50 every 20 ms), then as gate
 #   stubborn     ignore SIGTERM (only SIGKILL ends it) and print a line every 0.1 s
 #   careful      print a line every 0.1 s; on SIGTERM, say "saving my work" and
 #                take 1 s to exit, as an agent saving its state would
@@ -105,7 +105,12 @@ case "$mode" in
     wide)
         i=0
         pad=$(printf '%07990d' 0)
-        while [ "$i" -lt "${count:-200}" ]; do echo "wide $i $pad"; i=$((i + 1)); done
+        while [ "$i" -lt "${count:-200}" ]; do
+            echo "wide $i $pad"
+            i=$((i + 1))
+            # Paced (under the ring's flood rate), so every reader is sent every line.
+            [ $((i % 50)) -eq 0 ] && sleep 0.02
+        done
         echo "waiting at the gate"
         while [ -f "$RALPH_TASK_DIR/gate" ]; do sleep 0.02; done
         pass ;;

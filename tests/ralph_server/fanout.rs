@@ -228,3 +228,42 @@ fn many_subscribers_of_a_flood_account_for_every_event_and_the_daemon_stays_smal
     task.connect(&daemon).call("stop", json!({"force": true}));
     assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(3));
 }
+
+/// Subscribers that never read hold what a pump takes at a time, not a
+/// write budget each: the events wait in the ring, once for all. (Each held
+/// up to its 8 MiB budget; events are shared, so the cost shows when they
+/// joined at different times, each holding other events: the reviewer's
+/// subscriber every 0.7 s took the daemon up 8.5 MB apiece.)
+#[test]
+fn subscribers_that_never_read_do_not_each_hold_a_write_budget() {
+    const SUBSCRIBERS: usize = 10;
+    const MIB: u64 = 1024 * 1024;
+    let task = Task::new("unread", 2);
+    // 10 000 lines of 8 KB, about 2 500 a second: 80 MB over 4 s.
+    std::fs::write(task.dir().join("fake-mode-US-001"), "wide 10000\n").unwrap();
+    quiet_after_the_first_story(&task);
+    std::fs::write(task.dir().join("gate"), "").unwrap();
+    task.hold();
+    let mut daemon = task.start(&task.dir(), &format!("{} {{PROMPT_FILE}}", fake_agent()), &[]);
+    let mut watcher = task.connect(&daemon);
+    watcher.call("subscribe", json!({"events": ["output"]}));
+    let before = integration_tests::rss_bytes(daemon.pid());
+    task.release();
+    // One joins every 0.35 s, each while another 8 MiB of lines goes by.
+    let stalled: Vec<_> = (0..SUBSCRIBERS)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(350));
+            let mut client = task.connect(&daemon);
+            client.call("subscribe", json!({"events": ["output"]}));
+            client
+        })
+        .collect();
+    watcher.until_line(|l| l == "waiting at the gate").expect("the agent's lines");
+    let after = integration_tests::rss_bytes(daemon.pid());
+    eprintln!("RSS: {} MiB before, {} MiB with {SUBSCRIBERS} unread subscribers", before / MIB, after / MIB);
+    assert!(after < before + 24 * MIB, "RSS grew from {before} to {after} bytes");
+    drop(stalled);
+    std::fs::remove_file(task.dir().join("gate")).unwrap();
+    watcher.call("stop", json!({"force": true}));
+    assert_eq!(daemon.wait_exit(Duration::from_secs(20)).code(), Some(3));
+}

@@ -362,7 +362,10 @@ impl std::fmt::Debug for SharedTopics {
 
 /// How much a [`pump`] takes from the ring at a time: what it holds while it
 /// waits for room in its connection's outbox (events before a gap, which the
-/// subscriber still gets).
+/// subscriber still gets). It also takes no more while its connection's
+/// outbox holds more than this: the events wait in the ring, kept once for
+/// every subscriber, rather than in each one's outbox (a subscriber that
+/// never reads held its whole write budget, 8 MiB, there).
 pub const PUMP_BATCH_BYTES: usize = 64 * 1024;
 
 /// Forwards a reader's events, from `cursor` on, to a connection until either
@@ -407,6 +410,9 @@ pub async fn pump(
         }
         if flooding {
             lost += ring.skip(&mut cursor, mask, FLOOD_KEEP);
+        }
+        if peer.shared.outbox.wait_until_at_most(PUMP_BATCH_BYTES).await.is_err() {
+            return;
         }
         let read = ring.read(&mut cursor, mask, PUMP_BATCH_BYTES, &mut batch);
         lost += read.missed;

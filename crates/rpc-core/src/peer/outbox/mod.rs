@@ -164,6 +164,22 @@ impl Outbox {
         .await
     }
 
+    /// Waits until the queue holds at most `bytes` (at once when it does), or
+    /// fails once it closed: for a producer that should not fill the whole
+    /// budget, a subscriber's pump, whose events wait in a shared ring.
+    pub async fn wait_until_at_most(&self, bytes: usize) -> Result<(), PushError> {
+        if self.bytes() <= bytes {
+            return Ok(());
+        }
+        let low = || {
+            if self.queue.lock().closed {
+                return Err(PushError::Closed);
+            }
+            Ok((self.bytes() <= bytes).then_some(()))
+        };
+        Box::pin(self.wait_for_room(None, low)).await
+    }
+
     /// Room for `bytes` of a reply a handler is about to make (at most the
     /// budget, so one of any size fits an empty queue), counted as queued
     /// until [`unreserve`](Self::unreserve). Waits while the queue is full,
