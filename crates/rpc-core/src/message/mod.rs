@@ -28,7 +28,9 @@ pub use error::RpcError;
 pub use id::Id;
 pub(crate) use id::{IdMap, IdSet};
 pub use parse::{Invalid, JSONRPC_VERSION, Message, Outcome, Parsed, parse, parse_text};
-pub(crate) use parse::{check_id_kept, check_leading, check_scanner, invalid_object, parse_leading, parse_object};
+pub(crate) use parse::{
+    MISSING_METHOD, check_id_kept, check_leading, check_scanner, invalid_object, parse_leading, parse_object,
+};
 pub use scan::{empty_object, object_members};
 pub use text::write_json_str;
 pub use write::{Kind, WriteJson, batch, request, response_err, response_into, response_ok, response_with};

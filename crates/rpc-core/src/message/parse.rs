@@ -37,6 +37,9 @@ pub enum Outcome<'a> {
     Malformed(String),
 }
 
+/// Why an object with an id but neither `method` nor an outcome is refused.
+pub(crate) const MISSING_METHOD: &str = "missing method";
+
 /// A message that cannot be processed, and the error to answer it with.
 #[derive(Debug)]
 pub struct Invalid {
@@ -46,10 +49,11 @@ pub struct Invalid {
     /// is as large as an `RpcError` (its `data` a `serde_json::Value`, which
     /// grows with serde_json's features) would make every parse result larger.
     pub error: Box<RpcError>,
-    /// It had an id but neither `method` nor `result`/`error`: a request
-    /// without a method, or a response without an outcome. The peer decides
-    /// which by whether the id is one of its own calls.
-    pub lacks_outcome: bool,
+    /// It had an id and no `method`: a request without a method, or a
+    /// malformed answer (no outcome, no or a wrong `jsonrpc`). The peer
+    /// decides which by whether the id is one of its own calls, and fails
+    /// that call at once rather than answer an answer.
+    pub answer_like: bool,
 }
 
 /// A whole frame: one message or a batch.
@@ -224,7 +228,7 @@ pub(super) fn message_from<'a>(raw: Members<'a>) -> Result<Message<'a>, Invalid>
     let invalid = |id: Option<Id>, detail: &str| Invalid {
         id: id.unwrap_or(Id::Null),
         error: Box::new(RpcError::invalid_request(detail)),
-        lacks_outcome: false,
+        answer_like: false,
     };
 
     // A string the scanner read has no escapes: its content is its text.
@@ -243,10 +247,11 @@ pub(super) fn message_from<'a>(raw: Members<'a>) -> Result<Message<'a>, Invalid>
             None => return Err(invalid(None, "id must be a string, a number or null")),
         },
     };
+    let answer_like = id.is_some() && raw.method.is_none();
     match raw.jsonrpc {
         Some(v) if string(v).as_deref() == Some(JSONRPC_VERSION) => {}
-        Some(_) => return Err(invalid(id, "jsonrpc must be exactly \"2.0\"")),
-        None => return Err(invalid(id, "missing jsonrpc member")),
+        Some(_) => return Err(Invalid { answer_like, ..invalid(id, "jsonrpc must be exactly \"2.0\"") }),
+        None => return Err(Invalid { answer_like, ..invalid(id, "missing jsonrpc member") }),
     }
 
     if let Some(method) = raw.method {
@@ -284,8 +289,7 @@ pub(super) fn message_from<'a>(raw: Members<'a>) -> Result<Message<'a>, Invalid>
         return Ok(Message::Response { id, outcome });
     }
 
-    let lacks_outcome = id.is_some();
-    Err(Invalid { lacks_outcome, ..invalid(id, "missing method") })
+    Err(Invalid { answer_like, ..invalid(id, MISSING_METHOD) })
 }
 
 /// Tells a syntax error (-32700) from valid JSON of the wrong shape (-32600).
@@ -297,9 +301,9 @@ pub(super) fn message_from<'a>(raw: Members<'a>) -> Result<Message<'a>, Invalid>
 pub(super) fn refused_object(text: &str, e: serde_json::Error) -> Invalid {
     let error = classify(text, e);
     let invalid =
-        |id, message: String| Invalid { id, error: Box::new(RpcError::invalid_request(message)), lacks_outcome: false };
+        |id, message: String| Invalid { id, error: Box::new(RpcError::invalid_request(message)), answer_like: false };
     if error.code != RpcError::INVALID_REQUEST {
-        return Invalid { id: Id::Null, error: Box::new(error), lacks_outcome: false };
+        return Invalid { id: Id::Null, error: Box::new(error), answer_like: false };
     }
     if !text.trim_start().starts_with('{') {
         return invalid(Id::Null, "a message must be an object".into());

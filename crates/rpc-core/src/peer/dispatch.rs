@@ -301,7 +301,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             Parsed::Rejected(error) => self.write_error(&Id::Null, &error),
             Parsed::Single(Ok(message)) => self.on_single(message, size, cx),
             Parsed::Single(Err(invalid)) if self.is_our_call(&invalid) => {
-                self.fail_malformed_answer(invalid.id);
+                self.fail_malformed_answer(invalid);
                 Ok(())
             }
             Parsed::Single(Err(invalid)) => match self.router.rewrite_invalid(bytes) {
@@ -432,17 +432,21 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     }
 
     /// Whether an unreadable message is really a malformed answer to one of
-    /// our calls (an id, no method, no outcome): then it fails that call at
-    /// once instead of being bounced back as an invalid request while the
-    /// caller waits for its timeout.
+    /// our calls (its id, no method; no outcome, or no or a wrong
+    /// `jsonrpc`): then it fails that call at once instead of being bounced
+    /// back as an invalid request while the caller waits for its timeout.
     fn is_our_call(&self, invalid: &Invalid) -> bool {
-        invalid.lacks_outcome && self.handle.shared.calls.contains(&invalid.id)
+        invalid.answer_like && self.handle.shared.calls.contains(&invalid.id)
     }
 
-    fn fail_malformed_answer(&self, id: Id) {
-        let problem = "the answer has neither result nor error".to_owned();
-        tracing::debug!(conn = self.handle.conn_id(), %id, "malformed answer to our call");
-        self.handle.shared.calls.complete(&id, Err(CallError::Malformed(problem)));
+    fn fail_malformed_answer(&self, invalid: Invalid) {
+        let message = invalid.error.message.as_str();
+        let problem = match message.strip_prefix("Invalid Request: ").unwrap_or(message) {
+            message::MISSING_METHOD => "the answer has neither result nor error".to_owned(),
+            why => format!("the answer is not JSON-RPC 2.0: {why}"),
+        };
+        tracing::debug!(conn = self.handle.conn_id(), id = %invalid.id, %problem, "malformed answer to our call");
+        self.handle.shared.calls.complete(&invalid.id, Err(CallError::Malformed(problem)));
     }
 
     fn on_response(&self, id: Id, outcome: Outcome<'_>) {
@@ -478,7 +482,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         let mut ids = Vec::new();
         for item in items {
             match item {
-                Err(invalid) if self.is_our_call(&invalid) => self.fail_malformed_answer(invalid.id),
+                Err(invalid) if self.is_our_call(&invalid) => self.fail_malformed_answer(invalid),
                 Err(invalid) => ready.push(message::response_err(&invalid.id, &invalid.error)),
                 Ok(Message::Request { id, method, params }) => {
                     let admitted = self.admit(&id).and_then(|()| {

@@ -385,6 +385,48 @@ async fn response_with_both_result_and_error_follows_the_policy() {
     }
 }
 
+/// An answer to our call that is not JSON-RPC 2.0 (no `jsonrpc`, another
+/// version, or no outcome) fails that call at once, naming why, and is
+/// never answered itself: the caller does not wait for its timeout, and the
+/// other side is not sent an error about its own answer.
+#[tokio::test]
+async fn a_malformed_answer_to_our_call_fails_it_at_once_and_gets_no_reply() {
+    let answers = [
+        (json!({"result": "ok"}), "missing jsonrpc"),
+        (json!({"jsonrpc": "1.0", "result": "ok"}), "exactly"),
+        (json!({"jsonrpc": "2.0"}), "neither result nor error"),
+    ];
+    for (answer, why) in answers {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let (r, w) = tokio::io::split(a);
+        let (peer, conn) = Connection::new(
+            Transport::ndjson(r, w, 1 << 20),
+            Router::<()>::empty(),
+            Arc::new(()),
+            PeerConfig::default(),
+        );
+        tokio::spawn(conn.run());
+        let mut reply = answer.clone();
+        let other_side = tokio::spawn(async move {
+            let (r, mut w) = tokio::io::split(b);
+            let mut lines = BufReader::new(r).lines();
+            let request: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+            reply["id"] = request["id"].clone();
+            w.write_all(format!("{reply}\n").as_bytes()).await.unwrap();
+            // Whatever the peer says next (it should say nothing).
+            tokio::time::timeout(Duration::from_millis(300), lines.next_line()).await.ok().map(|line| line.unwrap())
+        });
+        let started = std::time::Instant::now();
+        let result = peer.request_raw("tools/call", &json!({}), Some(Duration::from_secs(10))).await;
+        match &result {
+            Err(CallError::Malformed(problem)) => assert!(problem.contains(why), "{problem}"),
+            other => panic!("{answer}: {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(2), "waited {:?}", started.elapsed());
+        assert_eq!(other_side.await.unwrap(), None, "the answer {answer} was answered");
+    }
+}
+
 #[derive(serde::Serialize)]
 struct NoParamsValue;
 
