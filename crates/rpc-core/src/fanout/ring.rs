@@ -234,17 +234,24 @@ impl Ring {
         turn
     }
 
-    /// Moves `cursor` on until at most `keep` events are left before the
-    /// head; returns how many events of the topics in `mask` it passed,
-    /// those it had fallen behind the ring by included.
+    /// Moves `cursor` on until at most `keep` events of the topics in `mask`
+    /// are left before the head (a subscriber to a quiet topic keeps its
+    /// events through another topic's flood); returns how many of them it
+    /// passed, those it had fallen behind the ring by included.
     pub fn skip(&self, cursor: &mut Cursor, mask: u8, keep: u64) -> u64 {
         let state = self.state.lock();
         let mut missed = catch_up(&state, cursor, mask, self.topics.len());
-        let head = state.first + state.events.len() as u64;
-        while cursor.next + keep < head {
+        let is_taken = |topic: u8| mask & (1 << topic) != 0;
+        let start = (cursor.next - state.first) as usize;
+        let taken = state.events.range(start..).filter(|(topic, _)| is_taken(*topic)).count() as u64;
+        let mut to_pass = taken.saturating_sub(keep);
+        while to_pass > 0 {
             let topic = state.events[(cursor.next - state.first) as usize].0;
             cursor.before[usize::from(topic)] += 1;
-            missed += u64::from(mask & (1 << topic) != 0);
+            if is_taken(topic) {
+                missed += 1;
+                to_pass -= 1;
+            }
             cursor.next += 1;
         }
         missed
@@ -452,6 +459,29 @@ mod tests {
         events.iter().map(|e| std::str::from_utf8(e).unwrap().parse().unwrap()).collect()
     }
 
+    /// A flood of one topic skips that topic's events, not a quiet one's: a
+    /// subscriber to state changes alone keeps every one of them through an
+    /// output flood (the newest `keep` of each subscriber's own topics are kept).
+    #[test]
+    fn a_flood_skips_only_the_events_of_the_subscribers_own_topics_past_the_newest() {
+        let ring = Ring::new(&["output", "state"], 1000, 1 << 20);
+        let (output, state) = (ring.topic("output").unwrap(), ring.topic("state").unwrap());
+        let (mut only_state, mut both) = (ring.cursor(), ring.cursor());
+        for n in 0..300 {
+            let topic = if n % 100 == 50 { state } else { output };
+            ring.publish(topic, [ev(n)]);
+        }
+        assert_eq!(ring.skip(&mut only_state, ring.mask(&Topics::only(["state"])), 16), 0);
+        let mut got = Vec::new();
+        ring.read(&mut only_state, ring.mask(&Topics::only(["state"])), usize::MAX, &mut got);
+        assert_eq!(numbers(&got), [50, 150, 250], "every state change, none skipped");
+        // Both topics: all but the newest 16 events passed, and counted.
+        assert_eq!(ring.skip(&mut both, ring.mask(&Topics::all()), 16), 284);
+        got.clear();
+        ring.read(&mut both, ring.mask(&Topics::all()), usize::MAX, &mut got);
+        assert_eq!(numbers(&got), (284..300).collect::<Vec<_>>());
+    }
+
     #[test]
     fn every_reader_gets_each_event_of_its_topics_in_order() {
         let ring = Ring::new(&["output", "state"], 100, 1 << 20);
@@ -575,11 +605,12 @@ mod tests {
         for n in 0..200 {
             ring.publish((n % 2) as u8, [ev(n)]);
         }
-        // 100 fell out of the ring (50 a's), then 84 are passed (42 a's).
-        assert_eq!(ring.skip(&mut cursor, 1, 16), 92);
+        // 100 fell out of the ring (50 a's), then 34 a's are passed, leaving
+        // the newest 16 a's.
+        assert_eq!(ring.skip(&mut cursor, 1, 16), 84);
         let mut got = Vec::new();
         let read = ring.read(&mut cursor, 1, usize::MAX, &mut got);
-        assert_eq!((read.missed, numbers(&got)), (0, vec![184, 186, 188, 190, 192, 194, 196, 198]));
+        assert_eq!((read.missed, numbers(&got)), (0, (168..200).step_by(2).collect()));
         // At the head, nothing is passed.
         assert_eq!(ring.skip(&mut cursor, 3, 16), 0);
     }
