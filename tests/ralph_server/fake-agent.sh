@@ -24,6 +24,7 @@
 #   careful      print a line every 0.1 s; on SIGTERM, say "saving my work" and
 #                take 1 s to exit, as an agent saving its state would
 #   fds          print "fd N -> TARGET" for each descriptor it holds, then pass
+#   fifo         replace prd.json by a FIFO nobody writes, then exit 0
 #   fail         exit 1
 # While $RALPH_TASK_DIR/hold exists, it waits before doing anything.
 # Stories are marked passing with sed: prd.json must keep each story on one line.
@@ -116,5 +117,6 @@ case "$mode" in
     fds)
         for fd in /proc/$$/fd/*; do echo "fd ${fd##*/} -> $(readlink "$fd")"; done
         pass ;;
+    fifo) rm -f "$prd"; mkfifo "$prd"; echo "prd.json is a FIFO now" ;;
     fail) echo "something broke"; exit 1 ;;
 esac
