@@ -1,9 +1,12 @@
 //! The task's files as an agent, a user or `git clean` may leave them: a
-//! FIFO or a device where a file should be.
+//! FIFO or a device where a file should be, `.ralph` removed while the loop
+//! runs.
 
 use std::time::Duration;
 
-use crate::support::Task;
+use serde_json::json;
+
+use crate::support::{Task, fake_agent};
 
 #[test]
 fn run_refuses_a_prd_json_or_injected_prompts_that_are_not_regular_files_at_once() {
@@ -35,4 +38,36 @@ fn a_prd_json_the_agent_turns_into_a_fifo_fails_the_next_iterations_instead_of_h
     let progress = task.read("progress.txt");
     assert!(progress.contains("prd.json: cannot read: not a regular file"), "{progress}");
     assert_eq!(task.state()["reason"], "max_failures");
+}
+
+#[test]
+fn removing_dot_ralph_while_the_loop_runs_keeps_the_directory_locked_and_injections_on_disk() {
+    let task = Task::new("cleaned", 2);
+    task.mode("gate");
+    std::fs::write(task.dir().join("gate"), "").unwrap();
+    task.hold();
+    let mut daemon = task.run(&[]);
+    let mut client = task.connect(&daemon);
+    client.call("subscribe", json!({"events": ["output"]}));
+    task.release();
+    assert!(client.until_line(|l| l.contains("waiting at the gate")).is_some(), "{}", daemon.stderr());
+    let reply = client.call("inject_prompt", json!({"prompt": "BEFORE"}));
+    assert_eq!(reply["result"]["status"], "prompt_injected", "{reply}");
+
+    // `git clean -fdx` in the project, while the agent works.
+    std::fs::remove_dir_all(task.dir().join(".ralph")).unwrap();
+    let reply = client.call("inject_prompt", json!({"prompt": "AFTER"}));
+    assert_eq!(reply["result"]["status"], "prompt_injected", "{reply}");
+    // Acknowledged means on disk, at the path, with the one before it.
+    assert_eq!(task.injected(), ["BEFORE", "AFTER"]);
+
+    // The directory is still the first loop's, whatever the name.
+    let mut second = task.start(&task.dir(), &fake_agent(), &["--name", "other"]);
+    assert_eq!(second.wait_exit(Duration::from_secs(20)).code(), Some(2), "{}", second.stderr());
+    assert!(second.stderr().contains(&format!("{} is already running", task.dir().display())), "{}", second.stderr());
+
+    std::fs::remove_file(task.dir().join("gate")).unwrap();
+    assert!(daemon.wait_exit(Duration::from_secs(30)).success(), "{}", daemon.stderr());
+    let prompt = task.read("prompt-seen-2");
+    assert!(prompt.starts_with("BEFORE\n\nAFTER\n\n---"), "{prompt}");
 }

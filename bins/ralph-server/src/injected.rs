@@ -7,12 +7,16 @@
 //! 30 MB on every call). A restart, after a crash too, finds them in the file.
 //! The next iteration takes them all and empties the file.
 //!
-//! Read back, the file is bounded: only a regular file, each line at most
-//! what the longest prompt makes, and all of it at most [`max_file`].
+//! The file may go while the loop runs (`git clean -fdx` removes `.ralph`):
+//! an injection then writes every prompt waiting, its own too, to a new file
+//! at the path before it is acknowledged, never to the open descriptor of
+//! the removed one. Read back, the file is bounded: only a regular file,
+//! each line at most what the longest prompt makes, and all of it at most
+//! [`max_file`].
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -173,6 +177,14 @@ impl PendingPrompts {
     }
 
     fn empty(&mut self) -> io::Result<()> {
+        if fs::symlink_metadata(&self.path).is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
+            // Gone (`git clean`): nothing left to empty.
+            self.file = None;
+            return Ok(());
+        }
+        if !self.holds_the_prompts()? {
+            return self.rewrite();
+        }
         let (file, len) = match &mut self.file {
             Some(open) => open,
             None => self.file.insert(open_for_append(&self.path)?),
@@ -198,6 +210,15 @@ impl PendingPrompts {
     }
 
     fn append(&mut self, prompt: &str) -> io::Result<()> {
+        if !self.holds_the_prompts()? {
+            // The file went (`git clean` removed .ralph) or was replaced: a
+            // line appended to the open one would be lost. Every prompt
+            // waiting is written again at the path, with this one.
+            self.prompts.push(prompt.to_owned());
+            let written = self.rewrite();
+            self.prompts.pop();
+            return written;
+        }
         let mut line = serde_json::to_vec(&Line { prompt: prompt.into() }).map_err(io::Error::other)?;
         line.push(b'\n');
         let (file, len) = match &mut self.file {
@@ -217,6 +238,23 @@ impl PendingPrompts {
         }
     }
 
+    /// Whether the file at the path is the one holding the prompts waiting:
+    /// the one open, or, with none open, whatever is there when nothing waits.
+    fn holds_the_prompts(&self) -> io::Result<bool> {
+        let there = match fs::symlink_metadata(&self.path) {
+            Ok(there) => there,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(self.file.is_none() && self.prompts.is_empty()),
+            Err(e) => return Err(e),
+        };
+        match &self.file {
+            Some((file, _)) => {
+                let ours = file.metadata()?;
+                Ok(there.dev() == ours.dev() && there.ino() == ours.ino())
+            }
+            None => Ok(true),
+        }
+    }
+
     /// Writes the file anew ([`files::replace`]): a crash leaves the old file or the new.
     fn rewrite(&mut self) -> io::Result<()> {
         self.file = None;
@@ -233,7 +271,7 @@ impl PendingPrompts {
 /// had to create is made durable with a sync of its directory.
 fn open_for_append(path: &Path) -> io::Result<(File, u64)> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir)?;
+    files::make_dir(dir)?;
     let existed = path.exists();
     // Not through a symbolic link: prompts are appended to whatever file it names.
     let file =
@@ -332,5 +370,28 @@ mod tests {
         fs::write(&path, lines).unwrap();
         let err = PendingPrompts::load(dir.path(), tiny, None).unwrap_err().to_string();
         assert!(err.contains(&format!("larger than {} bytes", max_file(tiny))), "{err}");
+    }
+
+    #[test]
+    fn an_injection_after_the_file_was_removed_is_written_at_the_path_with_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut pending = PendingPrompts::load(dir.path(), ROOMY, None).unwrap();
+        pending.push("before").unwrap();
+        // `git clean -fdx` in the project.
+        fs::remove_dir_all(dir.path().join(".ralph")).unwrap();
+        pending.push("after").unwrap();
+        let on_disk = || PendingPrompts::load(dir.path(), ROOMY, None).unwrap().prompts;
+        assert_eq!(on_disk(), ["before", "after"]);
+        pending.push("third").unwrap();
+        assert_eq!(on_disk(), ["before", "after", "third"]);
+        // Taken, then gone again: emptying does not make the file again.
+        assert_eq!(pending.take().len(), 3);
+        fs::remove_dir_all(dir.path().join(".ralph")).unwrap();
+        assert!(pending.take().is_empty());
+        pending.push("fourth").unwrap();
+        assert_eq!(pending.take(), ["fourth"]);
+        fs::remove_dir_all(dir.path().join(".ralph")).unwrap();
+        assert_eq!(pending.take(), Vec::<String>::new());
+        assert!(!dir.path().join(".ralph").exists());
     }
 }
