@@ -1,8 +1,8 @@
 //! The task's files as an agent, a user or `git clean` may leave them: a
 //! FIFO or a device where a file should be, `.ralph` removed while the loop
-//! runs.
+//! runs, a flood of completion claims against a large prd.json.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -70,4 +70,26 @@ fn removing_dot_ralph_while_the_loop_runs_keeps_the_directory_locked_and_injecti
     assert!(daemon.wait_exit(Duration::from_secs(30)).success(), "{}", daemon.stderr());
     let prompt = task.read("prompt-seen-2");
     assert!(prompt.starts_with("BEFORE\n\nAFTER\n\n---"), "{prompt}");
+}
+
+#[test]
+fn a_flood_of_completion_claims_does_not_slow_the_agent_down() {
+    let task = Task::new("claims", 1);
+    // A large PRD (2 MB), whose every read and parse costs milliseconds.
+    let pad = "d".repeat(2_000_000);
+    let prd =
+        format!(r#"{{"userStories": [{{"id": "US-001", "priority": 1, "passes": false, "description": "{pad}"}}]}}"#);
+    std::fs::write(task.dir().join("prd.json"), prd).unwrap();
+    task.mode("claims 5000");
+    let started = Instant::now();
+    let mut daemon = task.run(&["--max-iterations", "1"]);
+    assert_eq!(daemon.wait_exit(Duration::from_secs(120)).code(), Some(3), "{}", daemon.stderr());
+    let ns: u64 = task.read("claims-ns").trim().parse().unwrap();
+    let took = Duration::from_nanos(ns);
+    eprintln!("5000 claims printed in {took:?} (run: {:?})", started.elapsed());
+    // Read on each claim, the file held the agent for 10 s and more; read
+    // once per change, well under a second (a loaded machine allowed for).
+    assert!(took < Duration::from_secs(3), "the agent took {took:?} to print its claims");
+    let progress = task.read("progress.txt");
+    assert!(progress.contains("WARNING - US-001"), "{progress}");
 }
