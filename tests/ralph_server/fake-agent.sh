@@ -25,6 +25,10 @@
 #   careful      print a line every 0.1 s; on SIGTERM, say "saving my work" and
 #                take 1 s to exit, as an agent saving its state would
 #   fds          print "fd N -> TARGET" for each descriptor it holds, then pass
+#   fifo         replace prd.json by a FIFO nobody writes, then exit 0
+#   claims N     print N lines holding the completion marker as fast as it
+#                can, without marking anything; how long that took (ns) is
+#                saved in $RALPH_TASK_DIR/claims-ns
 #   fail         exit 1
 # While $RALPH_TASK_DIR/hold exists, it waits before doing anything.
 # Stories are marked passing with sed: prd.json must keep each story on one line.
@@ -129,5 +133,11 @@ case "$mode" in
     fds)
         for fd in /proc/$$/fd/*; do echo "fd ${fd##*/} -> $(readlink "$fd")"; done
         pass ;;
+    fifo) rm -f "$prd"; mkfifo "$prd"; echo "prd.json is a FIFO now" ;;
+    claims)
+        start=$(date +%s%N)
+        seq "${count:-1000}" | sed 's|^|<promise>COMPLETE</promise> |'
+        end=$(date +%s%N)
+        echo $((end - start)) > "$RALPH_TASK_DIR/claims-ns" ;;
     fail) echo "something broke"; exit 1 ;;
 esac

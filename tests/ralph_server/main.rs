@@ -11,4 +11,5 @@ mod run;
 mod shutdown;
 mod socket;
 mod support;
+mod task_files;
 mod terminal;

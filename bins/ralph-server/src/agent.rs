@@ -19,8 +19,10 @@ use crate::output::{LineSplitter, OutputWatch, Piece, plain};
 use crate::state::Session;
 use crate::terminal::TerminalWriter;
 
+mod claim;
 mod command;
 
+use claim::ClaimCheck;
 use command::Delivery;
 pub use command::{AgentCommand, PRESETS};
 
@@ -156,6 +158,7 @@ async fn stream(
                 let Some(interrupt) = interrupt else { continue };
                 run.stop(interrupt);
             }
+            confirmed = run.claim.verdict() => run.judged(confirmed),
         }
     }
     run.finish();
@@ -165,7 +168,8 @@ async fn stream(
     };
     // Its own lines (the prompt's echo not counted), for a surprising iteration.
     let findings = &run.watch.findings;
-    tracing::info!(%exit, lines = findings.own_lines, claimed = findings.claimed, "agent exited");
+    let prd_reads = run.claim.reads();
+    tracing::info!(%exit, lines = findings.own_lines, claimed = findings.claimed, prd_reads, "agent exited");
     RunReport { exit, stopped_by_us: run.stopped_by_us }
 }
 
@@ -182,6 +186,8 @@ struct Streaming<'a> {
     /// What is still to be typed is abandoned once the agent exits or is stopped.
     writer: &'a TerminalWriter,
     watch: &'a mut OutputWatch,
+    /// Claims of completion, checked against prd.json off this path.
+    claim: ClaimCheck,
     lines: LineSplitter,
     pieces: Vec<Piece>,
     exit: Option<Exit>,
@@ -209,6 +215,7 @@ impl<'a> Streaming<'a> {
             child,
             writer,
             watch,
+            claim: ClaimCheck::new(session.task_dir.clone()),
             lines: LineSplitter::default(),
             pieces: Vec::new(),
             exit: None,
@@ -224,10 +231,17 @@ impl<'a> Streaming<'a> {
     /// [`PARTIAL_AFTER`] of quiet.
     fn read(&mut self, bytes: &[u8]) {
         self.lines.feed(bytes, &mut self.pieces);
-        if publish(self.session, &mut self.pieces, self.watch) && self.complete_deadline.is_none() {
-            self.complete_deadline = Some(Instant::now() + EXIT_AFTER_COMPLETE);
+        if publish(self.session, &mut self.pieces, self.watch) {
+            self.claim.claimed();
         }
         self.partial_at = Instant::now() + PARTIAL_AFTER;
+    }
+
+    /// A claim was checked: confirmed, the agent gets [`EXIT_AFTER_COMPLETE`] to exit.
+    fn judged(&mut self, confirmed: bool) {
+        if confirmed && self.complete_deadline.is_none() {
+            self.complete_deadline = Some(Instant::now() + EXIT_AFTER_COMPLETE);
+        }
     }
 
     fn exited(&mut self, status: Exit) {
@@ -266,16 +280,14 @@ impl<'a> Streaming<'a> {
 
 /// Publishes the pieces read, as one batch (one wake-up of the subscribers
 /// a read, however many lines it held); returns whether one of them claimed
-/// completion and the PRD confirms it (every story passes).
+/// completion (to be checked against prd.json, not here: see [`ClaimCheck`]).
 fn publish(session: &Arc<Session>, pieces: &mut Vec<Piece>, watch: &mut OutputWatch) -> bool {
-    let mut confirmed = false;
+    let mut claimed = false;
     for piece in pieces.iter() {
         if let Piece::Line { whole, .. } | Piece::Cut { whole, .. } = piece {
             let plain = plain(whole);
             session.remember_line(&plain);
-            if watch.line(&plain, session.interactive()) {
-                confirmed |= crate::prd::Prd::load(&session.task_dir).is_ok_and(|prd| prd.all_pass());
-            }
+            claimed |= watch.line(&plain, session.interactive());
         }
     }
     session.publish_output(pieces.iter().map(|piece| match piece {
@@ -283,7 +295,7 @@ fn publish(session: &Arc<Session>, pieces: &mut Vec<Piece>, watch: &mut OutputWa
         Piece::Line { text, .. } => (text.as_str(), false),
     }));
     pieces.clear();
-    confirmed
+    claimed
 }
 
 /// A new pseudo-terminal, its master side non-blocking for the reactor.

@@ -1,15 +1,20 @@
-//! The task's two locks, flock'd for as long as the loop runs:
+//! The task's locks, flock'd for as long as the loop runs:
 //!
-//! - `TASK_DIR/.ralph/lock`, the directory's own: one loop per task
-//!   directory, whatever `--name` it runs under and however its path is
-//!   spelled (a symlink, `..`): every spelling reaches the same file. It
-//!   holds the pid and the task name of the loop that runs it.
+//! - the task directory itself: one loop per task directory, whatever
+//!   `--name` it runs under and however its path is spelled (a symlink,
+//!   `..`): every spelling opens the same directory. A lock on a file inside
+//!   it would not do: `git clean -fdx` in the project removes `.ralph`, and
+//!   a second `run` would lock a new file of the same name.
+//! - `TASK_DIR/.ralph/lock`, naming the loop (its pid and task name) for the
+//!   message refusing a second one; flock'd too, as versions before the
+//!   directory's lock did, so they and this one refuse each other.
 //! - `<socket dir>/<task>.lock`, holding the pid: one loop per task name, so
 //!   two directories of the same name never fight over one socket.
 //!
 //! A second `run` is refused with a message naming the one that runs. The
 //! kernel drops a lock when its process dies, however it dies; the files are
-//! removed on a normal exit.
+//! removed on a normal exit, each only if it is still the one this loop
+//! locked (never a file someone made at the path since, and may hold).
 //!
 //! Neither is opened through a symbolic link (the lock file is truncated and
 //! written: a link planted there would have its target overwritten), and a
@@ -26,8 +31,8 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    #[error("task directory {dir} is already running as task {task:?} (pid {pid}); its lock is {path}")]
-    Directory { dir: PathBuf, task: String, pid: String, path: PathBuf },
+    #[error("task directory {dir} is already running {running}")]
+    Directory { dir: PathBuf, running: String },
     #[error("task {task:?} is already running (pid {pid}); its lock is {path}")]
     Held { task: String, pid: String, path: PathBuf },
     #[error("{path} is a symbolic link; a lock file is never opened through one (remove it)")]
@@ -48,10 +53,12 @@ struct Holder {
     task: String,
 }
 
+/// Dropped in this order: the files are removed while the directory is still locked.
 #[derive(Debug)]
 pub struct TaskLock {
     _name: LockFile,
-    _directory: LockFile,
+    _holder: LockFile,
+    _directory: Flock<File>,
 }
 
 impl TaskLock {
@@ -60,15 +67,13 @@ impl TaskLock {
     pub fn acquire(task_dir: &Path, socket_dir: &Path, task: &str) -> Result<TaskLock, LockError> {
         let pid = std::process::id();
         let path = task_dir.join(".ralph/lock");
+        let refused =
+            |said: Option<String>| LockError::Directory { dir: task_dir.to_owned(), running: running(said, &path) };
+        let directory = lock_directory(task_dir)?.ok_or_else(|| refused(read_holder(&path)))?;
         let holder = serde_json::to_string(&Holder { pid, task: task.to_owned() }).unwrap_or_default();
-        let directory = match LockFile::take(&path, &holder)? {
+        let holder = match LockFile::take(&path, &holder)? {
             Taken::Ours(lock) => lock,
-            Taken::Held(said) => {
-                // An unreadable holder (a file from another version) still refuses.
-                let holder: Holder = serde_json::from_str(&said).unwrap_or_default();
-                let pid = if holder.pid == 0 { "unknown".to_owned() } else { holder.pid.to_string() };
-                return Err(LockError::Directory { dir: task_dir.to_owned(), task: holder.task, pid, path });
-            }
+            Taken::Held(said) => return Err(refused(Some(said))),
         };
         if !socket_dir.exists() {
             fs::DirBuilder::new()
@@ -86,7 +91,39 @@ impl TaskLock {
                 return Err(LockError::Held { task: task.to_owned(), pid, path });
             }
         };
-        Ok(TaskLock { _name: name, _directory: directory })
+        Ok(TaskLock { _name: name, _holder: holder, _directory: directory })
+    }
+}
+
+/// The task directory, flock'd; `None` when another process holds it.
+fn lock_directory(task_dir: &Path) -> Result<Option<Flock<File>>, LockError> {
+    let io = |source| LockError::Io { path: task_dir.to_owned(), source };
+    let dir = OpenOptions::new().read(true).custom_flags(nix::libc::O_DIRECTORY).open(task_dir).map_err(io)?;
+    match Flock::lock(dir, FlockArg::LockExclusiveNonblock) {
+        Ok(locked) => Ok(Some(locked)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, errno)) => Err(io(errno.into())),
+    }
+}
+
+/// What `.ralph/lock` says of the loop holding the directory, if it can be
+/// read (it is gone when `.ralph` was removed under that loop).
+fn read_holder(path: &Path) -> Option<String> {
+    let bytes = rpc_core::files::read_regular(path, HOLDER_MAX).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The most of a lock file that is read: a pid and a task name.
+const HOLDER_MAX: usize = 4096;
+
+/// "as task "x" (pid 1234)", from what the directory's lock file said.
+fn running(said: Option<String>, path: &Path) -> String {
+    // An unreadable holder (a file from another version) still refuses.
+    let holder: Holder = said.as_deref().and_then(|said| serde_json::from_str(said).ok()).unwrap_or_default();
+    match (said, holder.pid) {
+        (None, _) => format!("(its pid is not known: {}, which names it, was removed)", path.display()),
+        (Some(_), 0) => format!("as task {:?} (pid unknown)", holder.task),
+        (Some(_), pid) => format!("as task {:?} (pid {pid})", holder.task),
     }
 }
 
@@ -128,18 +165,22 @@ impl LockFile {
                 .create(true)
                 .truncate(false)
                 .mode(0o600)
-                .custom_flags(nix::libc::O_NOFOLLOW)
+                // Non-blocking: a FIFO put there must not hold the open.
+                .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
                 .open(path)
                 .map_err(|e| match e.raw_os_error() {
                     Some(nix::libc::ELOOP) => LockError::Symlink { path: path.to_owned() },
                     _ => io(e),
                 })?;
+            if !file.metadata().map_err(io)?.is_file() {
+                return Err(io(rpc_core::files::Refused::NotRegular.into()));
+            }
             let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(locked) => locked,
-                Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
-                    let mut said = String::new();
-                    let _ = file.read_to_string(&mut said);
-                    return Ok(Taken::Held(said));
+                Err((file, nix::errno::Errno::EWOULDBLOCK)) => {
+                    let mut said = Vec::new();
+                    let _ = file.take(HOLDER_MAX as u64).read_to_end(&mut said);
+                    return Ok(Taken::Held(String::from_utf8_lossy(&said).into_owned()));
                 }
                 Err((_, errno)) => return Err(io(errno.into())),
             };
@@ -163,8 +204,17 @@ impl LockFile {
 impl Drop for LockFile {
     fn drop(&mut self) {
         // Removed while still locked, so no one can lock the old file and
-        // believe it owns the task.
-        let _ = fs::remove_file(&self.path);
+        // believe it owns the task; and only if it is still ours: removed
+        // under us (`git clean`, a user), the path may now name another
+        // process's lock.
+        let ours = self._file.metadata().ok();
+        let there = fs::symlink_metadata(&self.path).ok();
+        if let (Some(ours), Some(there)) = (ours, there)
+            && ours.dev() == there.dev()
+            && ours.ino() == there.ino()
+        {
+            let _ = fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -176,6 +226,8 @@ mod tests {
     fn a_second_lock_on_the_same_task_name_is_refused_with_the_pid() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b, sockets) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("sockets"));
+        fs::create_dir(&a).unwrap();
+        fs::create_dir(&b).unwrap();
         let first = TaskLock::acquire(&a, &sockets, "t").unwrap();
         let err = TaskLock::acquire(&b, &sockets, "t").unwrap_err();
         assert!(matches!(err, LockError::Held { .. }), "{err}");
@@ -194,8 +246,8 @@ mod tests {
         std::os::unix::fs::symlink(&task, dir.path().join("alias")).unwrap();
         let _first = TaskLock::acquire(&task, &sockets, "one").unwrap();
         let err = TaskLock::acquire(&dir.path().join("alias"), &sockets, "two").unwrap_err();
-        let LockError::Directory { task: running, pid, .. } = &err else { panic!("{err}") };
-        assert_eq!((running.as_str(), pid.clone()), ("one", std::process::id().to_string()));
+        let LockError::Directory { running, .. } = &err else { panic!("{err}") };
+        assert_eq!(running, &format!("as task \"one\" (pid {})", std::process::id()));
         // The name's lock was not taken by the refused one.
         assert!(!sockets.join("two.lock").exists());
     }
@@ -222,6 +274,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let (task, sockets) = (dir.path().join("task"), dir.path().join("sockets"));
+        fs::create_dir(&task).unwrap();
         fs::create_dir(&sockets).unwrap();
         fs::set_permissions(&sockets, fs::Permissions::from_mode(0o777)).unwrap();
         let err = TaskLock::acquire(&task, &sockets, "t").unwrap_err();
@@ -229,5 +282,26 @@ mod tests {
         assert!(!sockets.join("t.lock").exists());
         fs::set_permissions(&sockets, fs::Permissions::from_mode(0o1777)).unwrap();
         TaskLock::acquire(&task, &sockets, "t").unwrap();
+    }
+
+    #[test]
+    fn the_directory_stays_locked_when_dot_ralph_is_removed_and_its_exit_spares_a_new_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let (task, sockets) = (dir.path().join("task"), dir.path().join("sockets"));
+        fs::create_dir(&task).unwrap();
+        let first = TaskLock::acquire(&task, &sockets, "one").unwrap();
+        // `git clean -fdx` in the project.
+        fs::remove_dir_all(task.join(".ralph")).unwrap();
+        let err = TaskLock::acquire(&task, &sockets, "two").unwrap_err();
+        assert!(matches!(err, LockError::Directory { .. }), "{err}");
+        assert!(err.to_string().contains("is already running (its pid is not known"), "{err}");
+        // Someone else's file at a lock's path since: the first's exit leaves it.
+        fs::create_dir(task.join(".ralph")).unwrap();
+        fs::write(task.join(".ralph/lock"), "another's").unwrap();
+        fs::remove_file(sockets.join("one.lock")).unwrap();
+        fs::write(sockets.join("one.lock"), "another's").unwrap();
+        drop(first);
+        assert_eq!(fs::read_to_string(task.join(".ralph/lock")).unwrap(), "another's");
+        assert_eq!(fs::read_to_string(sockets.join("one.lock")).unwrap(), "another's");
     }
 }

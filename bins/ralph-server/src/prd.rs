@@ -55,6 +55,11 @@ pub struct Story {
     pub other: Map<String, Value>,
 }
 
+/// The most of `prd.json` that is read: four times the 2 MiB that `mcp`
+/// serves, far beyond any plan of stories; past it the file is refused
+/// like an invalid one.
+pub const MAX_PRD: usize = 8 * 1024 * 1024;
+
 impl Prd {
     pub fn path(task_dir: &Path) -> PathBuf {
         task_dir.join("prd.json")
@@ -62,7 +67,10 @@ impl Prd {
 
     pub fn load(task_dir: &Path) -> Result<Prd, PrdError> {
         let path = Prd::path(task_dir);
-        let text = std::fs::read(&path).map_err(|source| PrdError::Read { path: path.clone(), source })?;
+        // Only a regular file: the agent may leave a FIFO there, whose read
+        // would hold the loop, and its signals, for good.
+        let text = rpc_core::files::read_regular(&path, MAX_PRD)
+            .map_err(|source| PrdError::Read { path: path.clone(), source })?;
         Prd::parse(&text).map_err(|detail| PrdError::Invalid { path, detail })
     }
 
@@ -147,6 +155,20 @@ mod tests {
         assert!(err.contains(r#"userStories[1]: story id "B\u00001" holds a NUL byte"#), "{err}");
         let dir = tempfile::tempdir().unwrap();
         assert!(Prd::load(dir.path()).unwrap_err().to_string().contains("cannot read"));
+    }
+
+    #[test]
+    fn a_fifo_or_a_file_past_the_limit_is_refused_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Prd::path(dir.path());
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let err = Prd::load(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("prd.json: cannot read: not a regular file"), "{err}");
+        std::fs::remove_file(&path).unwrap();
+        let big = format!(r#"{{"userStories": [], "pad": "{}"}}"#, "x".repeat(MAX_PRD));
+        std::fs::write(&path, big).unwrap();
+        let err = Prd::load(dir.path()).unwrap_err().to_string();
+        assert!(err.contains(&format!("prd.json: cannot read: larger than {MAX_PRD} bytes")), "{err}");
     }
 
     #[test]

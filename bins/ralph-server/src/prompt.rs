@@ -29,6 +29,9 @@ pub struct Vars<'a> {
     pub iteration: u32,
 }
 
+/// The most of a template that is read: a prompt is instructions, not data.
+pub const MAX_TEMPLATE: usize = 1024 * 1024;
+
 /// Where the template came from, and its text.
 #[derive(Debug)]
 pub struct Template {
@@ -41,7 +44,12 @@ impl Template {
     pub fn find(task_dir: &Path) -> std::io::Result<Template> {
         let candidates = [Some(task_dir.join("prompt.md")), dirs::config_dir().map(|d| d.join("ralph/prompt.md"))];
         for path in candidates.into_iter().flatten() {
-            match std::fs::read_to_string(&path) {
+            // Only a regular file, and within the limit: a FIFO would hold the loop.
+            let text = rpc_core::files::read_regular(&path, MAX_TEMPLATE).and_then(|bytes| {
+                String::from_utf8(bytes)
+                    .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+            });
+            match text {
                 Ok(text) => return Ok(Template { source: Some(path), text }),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
@@ -128,5 +136,18 @@ mod tests {
         let t = Template::find(dir.path()).unwrap();
         assert_eq!(t.source.as_deref(), Some(dir.path().join("prompt.md").as_path()));
         assert_eq!(t.render(&vars(dir.path()), &[]), "mine US-1");
+    }
+
+    #[test]
+    fn a_template_that_is_a_fifo_or_too_long_is_an_error_not_a_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("prompt.md");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let err = Template::find(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("prompt.md: not a regular file"), "{err}");
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, "x".repeat(MAX_TEMPLATE + 1)).unwrap();
+        let err = Template::find(dir.path()).unwrap_err().to_string();
+        assert!(err.contains(&format!("prompt.md: larger than {MAX_TEMPLATE} bytes")), "{err}");
     }
 }

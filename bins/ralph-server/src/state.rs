@@ -15,7 +15,6 @@
 //! the last event, how the loop ended, before the server lets any connection
 //! close.
 
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -100,6 +99,9 @@ pub struct SavedState {
     pub consecutive_failures: u32,
 }
 
+/// The most of `state.json` that is read.
+pub const MAX_STATE: usize = 16 * 1024 * 1024;
+
 impl SavedState {
     pub fn path(task_dir: &Path) -> PathBuf {
         task_dir.join(".ralph/state.json")
@@ -108,7 +110,9 @@ impl SavedState {
     /// The saved state, `None` when there is none; an unreadable one is an error.
     pub fn load(task_dir: &Path) -> io::Result<Option<SavedState>> {
         let path = SavedState::path(task_dir);
-        match fs::read(&path) {
+        // Only a regular file, and within the limit (state.json is a few
+        // hundred bytes; an older version's pending prompt made it larger).
+        match rpc_core::files::read_regular(&path, MAX_STATE) {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))),
@@ -430,7 +434,7 @@ mod tests {
         assert!(back.resumable());
         assert!(!SavedState { status: Some(Status::Completed), ..Default::default() }.resumable());
         // No temporary file is left behind.
-        assert_eq!(fs::read_dir(dir.path().join(".ralph")).unwrap().count(), 1);
+        assert_eq!(std::fs::read_dir(dir.path().join(".ralph")).unwrap().count(), 1);
     }
 
     #[test]

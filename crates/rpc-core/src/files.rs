@@ -1,4 +1,12 @@
-//! Writing a file whole by replacing it: a new file beside it, written and
+//! Files a daemon reads and writes whole.
+//!
+//! Reading ([`read_regular`], [`open_regular`]): only a regular file, and at
+//! most a limit of bytes. A path someone else controls may name a FIFO (whose
+//! open and read wait for a writer forever, on whatever thread does them), a
+//! device (`/dev/zero` never ends) or a file far larger than anything the
+//! daemon means to hold.
+//!
+//! Writing ([`replace`]): a new file beside the old one, written and
 //! synced, renamed over the old one, and the directory synced, so that a
 //! crash or a full disk leaves the old file or the new one, never a part.
 //!
@@ -8,9 +16,70 @@
 //! and overwrite whatever that points to. A write that fails leaves no
 //! temporary file behind.
 
-use std::io::{self, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+
+/// Why [`read_regular`] or [`open_regular`] refused a file: the error inside
+/// the [`io::Error`] they return ([`Refused::of`] finds it). Its text does
+/// not name the file, as the standard library's errors do not: the caller
+/// says which file it was reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("not a regular file (a device, a FIFO or a directory is never read)")]
+    NotRegular,
+    #[error("larger than {max_bytes} bytes, the most that is read of it")]
+    TooLarge { max_bytes: u64 },
+}
+
+impl Refused {
+    /// The refusal an error from [`read_regular`] or [`open_regular`] carries, if it is one.
+    pub fn of(error: &io::Error) -> Option<Refused> {
+        error.get_ref()?.downcast_ref::<Refused>().copied()
+    }
+}
+
+impl From<Refused> for io::Error {
+    fn from(refused: Refused) -> io::Error {
+        let kind = match refused {
+            Refused::NotRegular => io::ErrorKind::InvalidInput,
+            Refused::TooLarge { .. } => io::ErrorKind::FileTooLarge,
+        };
+        io::Error::new(kind, refused)
+    }
+}
+
+/// The regular file at `path`, open for reading. Checked before it is
+/// opened, so a device is never opened; opened non-blocking, so a FIFO put
+/// there in between does not wait for a writer; and checked again on what
+/// was opened. A symbolic link is followed to what it names, which is
+/// checked the same way. A missing file is the open's own error (`NotFound`).
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(Refused::NotRegular.into());
+    }
+    let flags = nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOCTTY;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags.bits()).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(Refused::NotRegular.into());
+    }
+    Ok(file)
+}
+
+/// The bytes of the regular file at `path` ([`open_regular`]), at most
+/// `max_bytes`: past them, [`Refused::TooLarge`]. The size the file claims
+/// is not trusted: reading stops at the limit plus one byte, so a file that
+/// grows as it is read costs no more than the limit either.
+pub fn read_regular(path: &Path, max_bytes: usize) -> io::Result<Vec<u8>> {
+    let file = open_regular(path)?;
+    let mut bytes = Vec::new();
+    file.take(max_bytes as u64 + 1).read_to_end(&mut bytes)?;
+    if bytes.len() > max_bytes {
+        return Err(Refused::TooLarge { max_bytes: max_bytes as u64 }.into());
+    }
+    Ok(bytes)
+}
 
 /// The permissions the replacement gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +119,43 @@ pub fn replace(path: &Path, bytes: &[u8], mode: Mode) -> io::Result<()> {
 mod tests {
     use super::*;
     use std::fs;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_regular_file_is_read_up_to_its_limit_and_refused_past_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("prd.json");
+        fs::write(&path, b"12345").unwrap();
+        assert_eq!(read_regular(&path, 5).unwrap(), b"12345");
+        let err = read_regular(&path, 4).unwrap_err();
+        assert_eq!(Refused::of(&err), Some(Refused::TooLarge { max_bytes: 4 }));
+        assert_eq!(err.kind(), io::ErrorKind::FileTooLarge);
+        assert_eq!(err.to_string(), "larger than 4 bytes, the most that is read of it");
+        // A link to a regular file is read; a missing file is the usual NotFound.
+        std::os::unix::fs::symlink(&path, dir.path().join("link")).unwrap();
+        assert_eq!(read_regular(&dir.path().join("link"), 5).unwrap(), b"12345");
+        let err = read_regular(&dir.path().join("missing"), 5).unwrap_err();
+        assert_eq!((err.kind(), Refused::of(&err)), (io::ErrorKind::NotFound, None));
+    }
+
+    #[test]
+    fn a_fifo_a_device_or_a_directory_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let zero = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let started = Instant::now();
+        for path in [&fifo, &zero, &dir.path().to_owned()] {
+            let err = read_regular(path, 1 << 20).unwrap_err();
+            assert_eq!(Refused::of(&err), Some(Refused::NotRegular), "{path:?}: {err}");
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+            assert!(err.to_string().starts_with("not a regular file"), "{err}");
+            assert!(open_regular(path).is_err());
+        }
+        // No writer ever opens the FIFO: a blocking open or read would hang here.
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
 
     fn mode_of(path: &Path) -> u32 {
         fs::metadata(path).unwrap().permissions().mode() & 0o7777

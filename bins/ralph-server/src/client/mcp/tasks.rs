@@ -312,8 +312,9 @@ pub async fn read(dir: &Path, file: &str) -> Result<String, String> {
     use tokio::io::{AsyncReadExt, AsyncSeekExt};
     let path = dir.join(file);
     let describe = |e: std::io::Error| format!("{}: {e}", path.display());
-    let mut handle = match tokio::fs::File::open(&path).await {
-        Ok(handle) => handle,
+    // Only a regular file: a FIFO put there would hold the read for good.
+    let mut handle = match rpc_core::files::open_regular(&path) {
+        Ok(handle) => tokio::fs::File::from_std(handle),
         // The loop creates it at its first block.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && file == "progress.txt" => return Ok(String::new()),
         Err(e) => return Err(describe(e)),
