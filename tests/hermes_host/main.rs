@@ -10,6 +10,7 @@ mod hostile;
 mod mcp;
 mod memory;
 mod node;
+mod saving;
 mod stopping;
 mod support;
 mod web;
