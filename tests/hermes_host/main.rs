@@ -7,6 +7,7 @@
 mod browser;
 mod hl7_text;
 mod hostile;
+mod large_work;
 mod mcp;
 mod memory;
 mod node;

@@ -25,9 +25,10 @@ use crate::hl7::tree::{self, Format};
 use crate::hl7::{Bounds, Exceeded, Hl7Message, InvalidMessage};
 use rpc_core::RpcError;
 
+mod edits;
 mod file;
 
-use file::{not_found, read_regular_file, write_atomically};
+use file::{not_found, write_atomically};
 
 /// What changed the message, for events.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,6 +139,9 @@ pub struct Document {
     changes: watch::Sender<(u64, Option<Change>)>,
     /// What every message held stays within, however it came.
     bounds: Bounds,
+    /// Whose turn it is to change the message: one change at a time, in the
+    /// order they came ([`edits`]).
+    turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The result of `editor/patchMessage`.
@@ -159,7 +163,12 @@ pub struct PatchFailure {
 
 impl Document {
     pub fn new(bounds: Bounds) -> Document {
-        Document { held: Mutex::default(), changes: watch::channel((0, None)).0, bounds }
+        Document {
+            held: Mutex::default(),
+            changes: watch::channel((0, None)).0,
+            bounds,
+            turn: Arc::new(tokio::sync::Mutex::new(())),
+        }
     }
 
     pub fn changes(&self) -> watch::Receiver<(u64, Option<Change>)> {
@@ -200,9 +209,10 @@ impl Document {
     }
 
     /// Replaces the message (opening one if none was); -32004 when the text
-    /// is not a message in `format` or the message is past the bounds.
-    pub fn set(&self, text: String, format: Format, by: &str) -> Result<(), RpcError> {
-        let message = self.read(text, format)?;
+    /// is not a message in `format` or the message is past the bounds. In
+    /// its turn ([`edits`]), as every change of the message held.
+    fn set_now(&self, text: String, format: Format, by: &str) -> Result<(), RpcError> {
+        let message = read(&self.bounds, text, format)?;
         let mut held = self.held.lock();
         held.message = Some(HeldMessage::new(message));
         held.dirty = true;
@@ -213,8 +223,8 @@ impl Document {
 
     /// Applies patches in order; each bad one is reported and the rest still
     /// apply, and so is one that would take the message past its bounds.
-    /// -32003 when no message is open.
-    pub fn patch(&self, patches: &[Patch], by: &str) -> Result<PatchOutcome, RpcError> {
+    /// -32003 when no message is open. In its turn ([`edits`]).
+    fn patch_now(&self, patches: &[Patch], by: &str) -> Result<PatchOutcome, RpcError> {
         let mut outcome = PatchOutcome { success: true, patches_applied: 0, errors: Vec::new() };
         self.edit(|message| {
             for (index, p) in patches.iter().enumerate() {
@@ -243,12 +253,19 @@ impl Document {
     /// if `edit` says it changed: all or nothing. A panic in `edit` (which
     /// the engine answers -32603) leaves the message held as it was, and the
     /// lock (parking_lot's: never poisoned) free. -32003 when none is open.
+    ///
+    /// The lock is held only to take the message and to put the copy back,
+    /// not while `edit` runs (seconds, for a large batch of patches): readers
+    /// on the runtime's thread never wait for an edit. Two edits at once
+    /// would each lose the other's, so every change of the message runs in
+    /// its turn ([`edits`]).
     fn edit(&self, edit: impl FnOnce(&mut Hl7Message) -> bool) -> Result<bool, RpcError> {
-        // Held throughout: two edits at once would each lose the other's.
-        let mut held = self.held.lock();
-        let mut message = Hl7Message::clone(held.message.as_ref().ok_or_else(errors::no_message)?);
+        let taken = self.held.lock().message.clone().ok_or_else(errors::no_message)?;
+        let mut message = Hl7Message::clone(&taken);
+        drop(taken);
         let changed = edit(&mut message);
         if changed {
+            let mut held = self.held.lock();
             held.message = Some(HeldMessage::new(message));
             held.dirty = true;
         }
@@ -258,32 +275,16 @@ impl Document {
     /// Starts a new message, not saved to any file yet: a bare header, or
     /// `content` (text in a format). -32004 when the content is not a
     /// message or is past the bounds; the message held before is then kept.
-    pub fn new_message(&self, content: Option<(String, Format)>) -> Result<(), RpcError> {
+    /// In its turn ([`edits`]).
+    fn new_message_now(&self, content: Option<(String, Format)>) -> Result<(), RpcError> {
         let dirty = content.is_some();
         let message = match content {
-            Some((text, format)) => self.read(text, format)?,
+            Some((text, format)) => read(&self.bounds, text, format)?,
             None => Hl7Message::new_empty(),
         };
         self.replace(message, None, dirty);
         self.changed(Change::Opened { file: None, is_new: true });
         Ok(())
-    }
-
-    /// Opens a file: -32006 when it cannot be read or is not a regular file,
-    /// -32004 when it is not a message or is past the bounds.
-    pub async fn open(&self, path: &Path) -> Result<PathBuf, RpcError> {
-        let path = std::path::absolute(path).map_err(|e| not_found(path, e))?;
-        let max_bytes = self.bounds.max_bytes;
-        let reading = path.clone();
-        let bytes = tokio::task::spawn_blocking(move || read_regular_file(&reading, max_bytes))
-            .await
-            .map_err(|e| RpcError::internal(e.to_string()))??;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| RpcError::new(errors::INVALID_MESSAGE, format!("{}: not UTF-8 text", path.display())))?;
-        let message = self.read(text, Format::Hl7)?;
-        self.replace(message, Some(path.clone()), false);
-        self.changed(Change::Opened { file: Some(path.clone()), is_new: false });
-        Ok(path)
     }
 
     /// Holds another message in the place of the one held, if any: a new
@@ -292,27 +293,6 @@ impl Document {
         let mut held = self.held.lock();
         let generation = held.generation + 1;
         *held = Held { message: Some(HeldMessage::new(message)), file, dirty, generation };
-    }
-
-    /// Reads a message in `format` and holds it to the bounds.
-    fn read(&self, text: String, format: Format) -> Result<Hl7Message, RpcError> {
-        let most = self.bounds.max_elements / TREE_SHARE;
-        if format != Format::Hl7 && tree_values(&text) > most {
-            return Err(RpcError::new(
-                errors::INVALID_MESSAGE,
-                format!(
-                    "invalid message: a {} tree is read with at most {most} values (an eighth of \
-                     HERMES_HOST_MAX_ELEMENTS, --max-elements; every `,` `:` `=` `[` `{{` and line break counts \
-                     one), as its reader holds them all at once; give a message this large as hl7",
-                    format.as_str()
-                ),
-            ));
-        }
-        let message = tree::read_owned(text, format).map_err(invalid)?;
-        self.bounds.check(message.len(), message.elements()).map_err(|exceeded| {
-            RpcError::new(errors::INVALID_MESSAGE, format!("invalid message: it has {}", over(exceeded)))
-        })?;
-        Ok(message)
     }
 
     /// Writes the message to `path` (default: its own file) atomically.
@@ -382,6 +362,27 @@ fn refuse_all_but_regular_files(path: &Path) -> Result<(), RpcError> {
         )),
         _ => Ok(()),
     }
+}
+
+/// Reads a message in `format` and holds it to the bounds.
+fn read(bounds: &Bounds, text: String, format: Format) -> Result<Hl7Message, RpcError> {
+    let most = bounds.max_elements / TREE_SHARE;
+    if format != Format::Hl7 && tree_values(&text) > most {
+        return Err(RpcError::new(
+            errors::INVALID_MESSAGE,
+            format!(
+                "invalid message: a {} tree is read with at most {most} values (an eighth of \
+                 HERMES_HOST_MAX_ELEMENTS, --max-elements; every `,` `:` `=` `[` `{{` and line break counts \
+                 one), as its reader holds them all at once; give a message this large as hl7",
+                format.as_str()
+            ),
+        ));
+    }
+    let message = tree::read_owned(text, format).map_err(invalid)?;
+    bounds.check(message.len(), message.elements()).map_err(|exceeded| {
+        RpcError::new(errors::INVALID_MESSAGE, format!("invalid message: it has {}", over(exceeded)))
+    })?;
+    Ok(message)
 }
 
 /// What is past which bound, and the setting that moves it.

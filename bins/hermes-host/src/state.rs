@@ -41,7 +41,7 @@ pub const TOPICS: [&str; 4] = [TOPIC_EXTENSION_STATE, TOPIC_LOG, TOPIC_MESSAGE_C
 /// The daemon's shared state: one per process, behind an `Arc` in every
 /// connection's session and every extension's supervisor.
 pub struct Host {
-    pub document: Document,
+    pub document: Arc<Document>,
     pub dialogs: DialogRoute,
     pub events: Fanout<Bytes>,
     pub data_dir: PathBuf,
@@ -101,11 +101,11 @@ impl Drop for ControlSession {
 impl Host {
     pub fn new(config: &Config, extension_router: Arc<Router<ExtensionSession>>) -> Arc<Host> {
         Arc::new(Host {
-            document: Document::new(Bounds {
+            document: Arc::new(Document::new(Bounds {
                 // A message is addressed with four-byte offsets.
                 max_bytes: config.max_message.min(Bounds::NONE.max_bytes),
                 max_elements: config.max_elements,
-            }),
+            })),
             dialogs: DialogRoute::new(config.file.ui.clone()),
             events: Fanout::new(rpc_core::fanout::DEFAULT_QUEUE, rpc_core::fanout::DEFAULT_QUEUE_BYTES),
             data_dir: config.data_dir.clone(),

@@ -10,8 +10,8 @@ fn held(doc: &Document) -> String {
 /// leaves the message as it was, and the next edit goes through.
 #[test]
 fn a_panic_during_an_edit_leaves_the_message_whole() {
-    let doc = Document::new(Bounds { max_bytes: 1 << 20, max_elements: 1000 });
-    doc.set("MSH|^~\\&|APP\rPID|1||2".into(), Format::Hl7, "test").unwrap();
+    let doc = Arc::new(Document::new(Bounds { max_bytes: 1 << 20, max_elements: 1000 }));
+    doc.set_now("MSH|^~\\&|APP\rPID|1||2".into(), Format::Hl7, "test").unwrap();
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         doc.edit(|message| {
             let patch = Patch { path: "PID.5".into(), value: Some("DOE".into()), remove: None, create: None };
@@ -23,7 +23,7 @@ fn a_panic_during_an_edit_leaves_the_message_whole() {
     assert!(panicked.is_err());
     assert_eq!(held(&doc), "MSH|^~\\&|APP\rPID|1||2");
     let patch = Patch { path: "PID.3".into(), value: Some("3".into()), remove: None, create: None };
-    assert_eq!(doc.patch(&[patch], "test").unwrap().patches_applied, 1);
+    assert_eq!(doc.patch_now(&[patch], "test").unwrap().patches_applied, 1);
     assert_eq!(held(&doc), "MSH|^~\\&|APP\rPID|1||3");
 }
 
@@ -31,24 +31,24 @@ fn a_panic_during_an_edit_leaves_the_message_whole() {
 /// leaves the one held before.
 #[tokio::test]
 async fn messages_past_the_bounds_are_refused_and_the_held_one_stays() {
-    let doc = Document::new(Bounds { max_bytes: 200, max_elements: 20 });
-    doc.set("MSH|^~\\&|A".into(), Format::Hl7, "test").unwrap();
+    let doc = Arc::new(Document::new(Bounds { max_bytes: 200, max_elements: 20 }));
+    doc.set_now("MSH|^~\\&|A".into(), Format::Hl7, "test").unwrap();
     let many = format!("MSH|^~\\&{}", "\rNTE|1".repeat(10));
-    let e = doc.set(many.clone(), Format::Hl7, "test").unwrap_err();
+    let e = doc.set_now(many.clone(), Format::Hl7, "test").unwrap_err();
     assert_eq!(e.code, errors::INVALID_MESSAGE);
     assert!(e.message.contains("25 elements") && e.message.contains("HERMES_HOST_MAX_ELEMENTS"), "{}", e.message);
     let long = format!("MSH|^~\\&|{}", "x".repeat(300));
-    let e = doc.new_message(Some((long, Format::Hl7))).unwrap_err();
+    let e = doc.new_message_now(Some((long, Format::Hl7))).unwrap_err();
     assert!(e.message.contains("309 bytes") && e.message.contains("HERMES_HOST_MAX_MESSAGE"), "{}", e.message);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("many.hl7");
     std::fs::write(&file, &many).unwrap();
     assert_eq!(doc.open(&file).await.unwrap_err().code, errors::INVALID_MESSAGE);
     let tree = tree::render(&Hl7Message::parse(&many).unwrap(), Format::Json).unwrap();
-    let e = doc.set(tree, Format::Json, "test").unwrap_err();
+    let e = doc.set_now(tree, Format::Json, "test").unwrap_err();
     assert!(e.message.contains("json tree is read with at most 2 values"), "{}", e.message);
     let grow = Patch { path: "NTE[10]".into(), value: None, remove: None, create: Some(true) };
-    let outcome = doc.patch(&[grow], "test").unwrap();
+    let outcome = doc.patch_now(&[grow], "test").unwrap();
     assert_eq!(outcome.patches_applied, 0);
     assert!(outcome.errors[0].message.contains("over the limit of 20"), "{:?}", outcome.errors);
     assert_eq!(held(&doc), "MSH|^~\\&|A");
@@ -59,8 +59,8 @@ async fn messages_past_the_bounds_are_refused_and_the_held_one_stays() {
 /// message held stays.
 #[tokio::test]
 async fn only_regular_files_are_opened() {
-    let doc = Document::new(Bounds { max_bytes: 1 << 20, max_elements: 1000 });
-    doc.set("MSH|^~\\&|A".into(), Format::Hl7, "test").unwrap();
+    let doc = Arc::new(Document::new(Bounds { max_bytes: 1 << 20, max_elements: 1000 }));
+    doc.set_now("MSH|^~\\&|A".into(), Format::Hl7, "test").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR).unwrap();
@@ -76,7 +76,7 @@ async fn only_regular_files_are_opened() {
 /// A file is read up to the limit and one byte more, whatever it is.
 #[tokio::test]
 async fn a_file_past_the_limit_is_refused() {
-    let doc = Document::new(Bounds { max_bytes: 100, max_elements: 1000 });
+    let doc = Arc::new(Document::new(Bounds { max_bytes: 100, max_elements: 1000 }));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("long.hl7");
     std::fs::write(&path, format!("MSH|^~\\&|{}", "x".repeat(91))).unwrap();
@@ -94,10 +94,10 @@ async fn save_replaces_the_file_whole_and_keeps_its_mode() {
     let path = dir.path().join("a.hl7");
     std::fs::write(&path, "MSH|^~\\&|OLD\r").unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let doc = Document::new(Bounds { max_bytes: 1 << 20, max_elements: 1000 });
+    let doc = Arc::new(Document::new(Bounds { max_bytes: 1 << 20, max_elements: 1000 }));
     assert_eq!(doc.save(None).await.unwrap_err().code, errors::NO_MESSAGE);
     doc.open(&path).await.unwrap();
-    doc.set("MSH|^~\\&|NEW".into(), Format::Hl7, "test").unwrap();
+    doc.set_now("MSH|^~\\&|NEW".into(), Format::Hl7, "test").unwrap();
     assert_eq!(doc.save(None).await.unwrap(), path);
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "MSH|^~\\&|NEW");
     assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
