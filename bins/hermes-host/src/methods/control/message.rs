@@ -52,8 +52,19 @@ pub struct Snapshot {
     dirty: bool,
 }
 
+/// The reply's room in the connection's outbox is taken before it is made
+/// (the message's size, more for a tree): pipelined gets from a client that
+/// does not read then wait for it one budget at a time, instead of 32 at
+/// once each holding a copy of the message.
 pub async fn get(ctx: Ctx<ControlSession>, params: GetParams) -> Result<Snapshot, RpcError> {
     let document = &ctx.state.host.document;
+    let size = document.current().map_or(0, |(message, _)| message.len());
+    let reply = match params.format {
+        // Escaped as JSON: a segment's `\r` becomes two bytes.
+        Format::Hl7 => size + size / 8,
+        _ => size.saturating_mul(4),
+    };
+    let _room = ctx.peer.reserve_reply(reply + 1024).await.map_err(|_| RpcError::internal("the connection closed"))?;
     let dirty = document.is_dirty();
     let (message, file) = document.render(params.format).await?;
     Ok(Snapshot { message: Message { message, has_file: file.is_some(), file_path: file }, dirty })
