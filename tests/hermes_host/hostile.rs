@@ -203,3 +203,40 @@ fn an_extension_that_closes_its_output_is_restarted_as_after_a_crash() {
     let failed = restarted_after_a_failure(&host, "mute", old_pid);
     assert!(failed["reason"].as_str().unwrap_or_default().contains("closed its output"), "{failed}");
 }
+
+/// An extension that stopped reading while its outbox is full (events of a
+/// large message it asked for): `command/execute` for it is answered -32603
+/// naming it within the write-stall time, not never, and it is restarted
+/// as a hung one.
+#[test]
+fn command_execute_for_an_extension_that_stopped_reading_is_answered() {
+    if !require_tool("python3") {
+        return;
+    }
+    let config =
+        py_extension("deaf", &[("EXT_COMMANDS", "test/stop-reading,test/ping"), ("EXT_EVENTS", "message/changed+hl7")]);
+    let host = Host::start_with(&config, &["--max-message", "4194304", "--write-stall", "2"]);
+    host.wait_state("deaf", "running", LONG);
+    let big = format!("MSH|^~\\&|BIG\r{}", format!("OBX|1|TX|NOTE||{}\r", "x".repeat(1000)).repeat(3500));
+    host.result("message/set", json!({"message": big}));
+    host.result("command/execute", json!({"command": "test/stop-reading"}));
+    host.wait_log("deaf", "STOPPED READING", 0, LONG);
+    // Each change past the debounce is a 3.5 MiB event: five fill its 8 MiB outbox.
+    for i in 0..5 {
+        host.result("message/patch", json!({"patches": [{"path": "OBX.3", "value": format!("edit {i}")}]}));
+        std::thread::sleep(Duration::from_millis(650));
+    }
+    let started = Instant::now();
+    let mut client = host.client();
+    client.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "command/execute", "params": {"command": "test/ping"}}));
+    let answer = client.recv_within(Duration::from_secs(15));
+    let answer = answer.unwrap_or_else(|| panic!("no answer in {:?}", started.elapsed()));
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    assert_eq!(answer["error"]["data"]["reason"], "not_reading", "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("deaf is not reading its input"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(8), "answered after {:?}", started.elapsed());
+    let restarted = eventually(LONG, || host.extension("deaf")["restarts"] == 1);
+    assert!(restarted, "not restarted: {}", host.extension("deaf"));
+    host.wait_state("deaf", "running", LONG);
+    assert!(host.call("command/execute", json!({"command": "test/ping"})).get("error").is_none());
+}

@@ -7,9 +7,11 @@
 mod browser;
 mod hl7_text;
 mod hostile;
+mod large_work;
 mod mcp;
 mod memory;
 mod node;
+mod saving;
 mod stopping;
 mod support;
 mod web;

@@ -304,3 +304,37 @@ fn past_the_element_bound_an_extension_edit_is_refused() {
     assert_eq!(now, ADT.replace("DOE^JOHN", "ROE^JOHN"));
     assert_eq!(host.extension("py")["state"], "running");
 }
+
+/// Ten control clients each pipeline 60 `message/get` of a 2.3 MB message
+/// and never read: each holds about one write budget (8 MiB) and a reply,
+/// not 128 MiB (twice the largest message) and 32 replies being made. A
+/// client that reads still gets the message whole.
+#[test]
+fn clients_that_never_read_their_replies_hold_about_one_budget_each() {
+    let host = Host::start("");
+    let segment = format!("\rOBX|1|ST|X||{}", "v".repeat(40));
+    let big = format!("MSH|^~\\&|A{}", segment.repeat(40_000));
+    host.result("message/set", json!({"message": big}));
+    let pid = host.daemon.pid();
+    let before = integration_tests::rss_bytes(pid);
+    let request =
+        |id: usize| format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"message/get\",\"params\":{{}}}}\n");
+    let mut deaf = Vec::new();
+    for _ in 0..10 {
+        let mut stream = UnixStream::connect(&host.socket).unwrap();
+        let pipelined: String = (0..60).map(request).collect();
+        stream.write_all(pipelined.as_bytes()).unwrap();
+        deaf.push(stream);
+    }
+    let mut peak = before;
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(200));
+        peak = peak.max(integration_tests::rss_bytes(pid));
+    }
+    let grown = peak.saturating_sub(before);
+    eprintln!("10 clients x 60 unread message/get of {} bytes: +{} MiB at the peak", big.len(), grown / MIB);
+    assert!(grown < 320 * MIB, "grew by {} MiB", grown / MIB);
+    let got = host.result("message/get", json!({}));
+    assert_eq!(got["message"].as_str().unwrap().len(), big.len());
+    drop(deaf);
+}

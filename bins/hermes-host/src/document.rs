@@ -25,9 +25,10 @@ use crate::hl7::tree::{self, Format};
 use crate::hl7::{Bounds, Exceeded, Hl7Message, InvalidMessage};
 use rpc_core::RpcError;
 
+mod edits;
 mod file;
 
-use file::{not_found, read_regular_file, write_atomically};
+use file::{not_found, write_atomically};
 
 /// What changed the message, for events.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +51,10 @@ struct Held {
     /// Edited since it was opened or saved (a new message given content is
     /// dirty too: it is in no file yet).
     dirty: bool,
+    /// Which message this is: counted up each time one is opened or created,
+    /// kept by its edits. A save that ends after another message took this
+    /// one's place must leave that one alone (its file, its dirty state).
+    generation: u64,
 }
 
 /// The message as text in some format: in hl7, the held message's own
@@ -134,6 +139,9 @@ pub struct Document {
     changes: watch::Sender<(u64, Option<Change>)>,
     /// What every message held stays within, however it came.
     bounds: Bounds,
+    /// Whose turn it is to change the message: one change at a time, in the
+    /// order they came ([`edits`]).
+    turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The result of `editor/patchMessage`.
@@ -155,7 +163,12 @@ pub struct PatchFailure {
 
 impl Document {
     pub fn new(bounds: Bounds) -> Document {
-        Document { held: Mutex::default(), changes: watch::channel((0, None)).0, bounds }
+        Document {
+            held: Mutex::default(),
+            changes: watch::channel((0, None)).0,
+            bounds,
+            turn: Arc::new(tokio::sync::Mutex::new(())),
+        }
     }
 
     pub fn changes(&self) -> watch::Receiver<(u64, Option<Change>)> {
@@ -196,9 +209,10 @@ impl Document {
     }
 
     /// Replaces the message (opening one if none was); -32004 when the text
-    /// is not a message in `format` or the message is past the bounds.
-    pub fn set(&self, text: String, format: Format, by: &str) -> Result<(), RpcError> {
-        let message = self.read(text, format)?;
+    /// is not a message in `format` or the message is past the bounds. In
+    /// its turn ([`edits`]), as every change of the message held.
+    fn set_now(&self, text: String, format: Format, by: &str) -> Result<(), RpcError> {
+        let message = read(&self.bounds, text, format)?;
         let mut held = self.held.lock();
         held.message = Some(HeldMessage::new(message));
         held.dirty = true;
@@ -209,8 +223,8 @@ impl Document {
 
     /// Applies patches in order; each bad one is reported and the rest still
     /// apply, and so is one that would take the message past its bounds.
-    /// -32003 when no message is open.
-    pub fn patch(&self, patches: &[Patch], by: &str) -> Result<PatchOutcome, RpcError> {
+    /// -32003 when no message is open. In its turn ([`edits`]).
+    fn patch_now(&self, patches: &[Patch], by: &str) -> Result<PatchOutcome, RpcError> {
         let mut outcome = PatchOutcome { success: true, patches_applied: 0, errors: Vec::new() };
         self.edit(|message| {
             for (index, p) in patches.iter().enumerate() {
@@ -239,12 +253,19 @@ impl Document {
     /// if `edit` says it changed: all or nothing. A panic in `edit` (which
     /// the engine answers -32603) leaves the message held as it was, and the
     /// lock (parking_lot's: never poisoned) free. -32003 when none is open.
+    ///
+    /// The lock is held only to take the message and to put the copy back,
+    /// not while `edit` runs (seconds, for a large batch of patches): readers
+    /// on the runtime's thread never wait for an edit. Two edits at once
+    /// would each lose the other's, so every change of the message runs in
+    /// its turn ([`edits`]).
     fn edit(&self, edit: impl FnOnce(&mut Hl7Message) -> bool) -> Result<bool, RpcError> {
-        // Held throughout: two edits at once would each lose the other's.
-        let mut held = self.held.lock();
-        let mut message = Hl7Message::clone(held.message.as_ref().ok_or_else(errors::no_message)?);
+        let taken = self.held.lock().message.clone().ok_or_else(errors::no_message)?;
+        let mut message = Hl7Message::clone(&taken);
+        drop(taken);
         let changed = edit(&mut message);
         if changed {
+            let mut held = self.held.lock();
             held.message = Some(HeldMessage::new(message));
             held.dirty = true;
         }
@@ -254,59 +275,42 @@ impl Document {
     /// Starts a new message, not saved to any file yet: a bare header, or
     /// `content` (text in a format). -32004 when the content is not a
     /// message or is past the bounds; the message held before is then kept.
-    pub fn new_message(&self, content: Option<(String, Format)>) -> Result<(), RpcError> {
+    /// In its turn ([`edits`]).
+    fn new_message_now(&self, content: Option<(String, Format)>) -> Result<(), RpcError> {
         let dirty = content.is_some();
         let message = match content {
-            Some((text, format)) => self.read(text, format)?,
+            Some((text, format)) => read(&self.bounds, text, format)?,
             None => Hl7Message::new_empty(),
         };
-        *self.held.lock() = Held { message: Some(HeldMessage::new(message)), file: None, dirty };
+        self.replace(message, None, dirty);
         self.changed(Change::Opened { file: None, is_new: true });
         Ok(())
     }
 
-    /// Opens a file: -32006 when it cannot be read or is not a regular file,
-    /// -32004 when it is not a message or is past the bounds.
-    pub async fn open(&self, path: &Path) -> Result<PathBuf, RpcError> {
-        let path = std::path::absolute(path).map_err(|e| not_found(path, e))?;
-        let max_bytes = self.bounds.max_bytes;
-        let reading = path.clone();
-        let bytes = tokio::task::spawn_blocking(move || read_regular_file(&reading, max_bytes))
-            .await
-            .map_err(|e| RpcError::internal(e.to_string()))??;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| RpcError::new(errors::INVALID_MESSAGE, format!("{}: not UTF-8 text", path.display())))?;
-        let message = self.read(text, Format::Hl7)?;
-        *self.held.lock() = Held { message: Some(HeldMessage::new(message)), file: Some(path.clone()), dirty: false };
-        self.changed(Change::Opened { file: Some(path.clone()), is_new: false });
-        Ok(path)
-    }
-
-    /// Reads a message in `format` and holds it to the bounds.
-    fn read(&self, text: String, format: Format) -> Result<Hl7Message, RpcError> {
-        let most = self.bounds.max_elements / TREE_SHARE;
-        if format != Format::Hl7 && tree_values(&text) > most {
-            return Err(RpcError::new(
-                errors::INVALID_MESSAGE,
-                format!(
-                    "invalid message: a {} tree is read with at most {most} values (an eighth of \
-                     HERMES_HOST_MAX_ELEMENTS, --max-elements; every `,` `:` `=` `[` `{{` and line break counts \
-                     one), as its reader holds them all at once; give a message this large as hl7",
-                    format.as_str()
-                ),
-            ));
-        }
-        let message = tree::read_owned(text, format).map_err(invalid)?;
-        self.bounds.check(message.len(), message.elements()).map_err(|exceeded| {
-            RpcError::new(errors::INVALID_MESSAGE, format!("invalid message: it has {}", over(exceeded)))
-        })?;
-        Ok(message)
+    /// Holds another message in the place of the one held, if any: a new
+    /// generation, so that a save of the old one still running leaves it be.
+    fn replace(&self, message: Hl7Message, file: Option<PathBuf>, dirty: bool) {
+        let mut held = self.held.lock();
+        let generation = held.generation + 1;
+        *held = Held { message: Some(HeldMessage::new(message)), file, dirty, generation };
     }
 
     /// Writes the message to `path` (default: its own file) atomically.
-    /// -32003 when nothing is open; -32005 when there is no path to save to.
+    /// -32003 when nothing is open; -32005 when there is no path to save to;
+    /// -32006 when something other than a regular file (a FIFO, a socket, a
+    /// device, a directory) is at the path: it is never replaced. A symbolic
+    /// link is replaced by the file, never followed.
+    ///
+    /// The message saved is the one held when the save starts. If another is
+    /// opened or created while it is written, the file holds the one saved
+    /// and the answer says so, but the message now held keeps its own file
+    /// and dirty state, and no `saved` event tells of it.
     pub async fn save(&self, path: Option<&Path>) -> Result<PathBuf, RpcError> {
-        let (message, current) = self.current().ok_or_else(errors::no_message)?;
+        let (message, current, generation) = {
+            let held = self.held.lock();
+            let message = held.message.clone().ok_or_else(errors::no_message)?;
+            (message, held.file.clone(), held.generation)
+        };
         let target = match (path, &current) {
             (Some(path), _) => std::path::absolute(path).map_err(|e| not_found(path, e))?,
             (None, Some(file)) => file.clone(),
@@ -315,12 +319,23 @@ impl Document {
             }
         };
         let (write_to, written) = (target.clone(), message.clone());
-        tokio::task::spawn_blocking(move || write_atomically(&write_to, written.as_str().as_bytes()))
-            .await
-            .map_err(|e| RpcError::internal(e.to_string()))?
-            .map_err(|e| RpcError::new(errors::GENERAL, format!("{}: {e}", target.display())))?;
+        tokio::task::spawn_blocking(move || {
+            refuse_all_but_regular_files(&write_to)?;
+            write_atomically(&write_to, written.as_str().as_bytes())
+                .map_err(|e| RpcError::new(errors::GENERAL, format!("{}: {e}", write_to.display())))
+        })
+        .await
+        .map_err(|e| RpcError::internal(e.to_string()))??;
         let save_as = current.as_deref() != Some(target.as_path());
         let mut held = self.held.lock();
+        if held.generation != generation {
+            drop(held);
+            tracing::info!(
+                file = %target.display(),
+                "saved a message that another one replaced meanwhile; the one held now keeps its own file"
+            );
+            return Ok(target);
+        }
         held.file = Some(target.clone());
         // An edit made while the file was written is not in it.
         held.dirty = !held.message.as_ref().is_some_and(|m| Arc::ptr_eq(m, &message));
@@ -328,6 +343,46 @@ impl Document {
         self.changed(Change::Saved { file: target.clone(), save_as });
         Ok(target)
     }
+}
+
+/// -32006 when something is at `path` that a save must not replace: only a
+/// regular file, a symbolic link (the link is replaced, what it points to
+/// untouched) or nothing may be there. Checked just before the write; a
+/// FIFO, a socket (the host's own control socket) or a device put there
+/// after the check would still be replaced, by its renaming, never written
+/// into.
+fn refuse_all_but_regular_files(path: &Path) -> Result<(), RpcError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if !meta.is_file() && !meta.file_type().is_symlink() => Err(RpcError::new(
+            errors::PATH_NOT_FOUND,
+            format!(
+                "{}: not a regular file (a FIFO, a socket, a device or a directory is never replaced by a save)",
+                path.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Reads a message in `format` and holds it to the bounds.
+fn read(bounds: &Bounds, text: String, format: Format) -> Result<Hl7Message, RpcError> {
+    let most = bounds.max_elements / TREE_SHARE;
+    if format != Format::Hl7 && tree_values(&text) > most {
+        return Err(RpcError::new(
+            errors::INVALID_MESSAGE,
+            format!(
+                "invalid message: a {} tree is read with at most {most} values (an eighth of \
+                 HERMES_HOST_MAX_ELEMENTS, --max-elements; every `,` `:` `=` `[` `{{` and line break counts \
+                 one), as its reader holds them all at once; give a message this large as hl7",
+                format.as_str()
+            ),
+        ));
+    }
+    let message = tree::read_owned(text, format).map_err(invalid)?;
+    bounds.check(message.len(), message.elements()).map_err(|exceeded| {
+        RpcError::new(errors::INVALID_MESSAGE, format!("invalid message: it has {}", over(exceeded)))
+    })?;
+    Ok(message)
 }
 
 /// What is past which bound, and the setting that moves it.
@@ -348,109 +403,4 @@ fn invalid(e: InvalidMessage) -> RpcError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn held(doc: &Document) -> String {
-        doc.get(Format::Hl7).unwrap().0.to_string()
-    }
-
-    /// A panic in the middle of an edit (the engine answers it -32603)
-    /// leaves the message as it was, and the next edit goes through.
-    #[test]
-    fn a_panic_during_an_edit_leaves_the_message_whole() {
-        let doc = Document::new(Bounds { max_bytes: 1 << 20, max_elements: 1000 });
-        doc.set("MSH|^~\\&|APP\rPID|1||2".into(), Format::Hl7, "test").unwrap();
-        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            doc.edit(|message| {
-                let patch = Patch { path: "PID.5".into(), value: Some("DOE".into()), remove: None, create: None };
-                patch::apply(message, &patch).unwrap();
-                assert!(message.as_str().ends_with("DOE"));
-                panic!("a bug half-way through a batch of patches");
-            })
-        }));
-        assert!(panicked.is_err());
-        assert_eq!(held(&doc), "MSH|^~\\&|APP\rPID|1||2");
-        let patch = Patch { path: "PID.3".into(), value: Some("3".into()), remove: None, create: None };
-        assert_eq!(doc.patch(&[patch], "test").unwrap().patches_applied, 1);
-        assert_eq!(held(&doc), "MSH|^~\\&|APP\rPID|1||3");
-    }
-
-    /// Every way in holds a message to the bounds, and a refused message
-    /// leaves the one held before.
-    #[tokio::test]
-    async fn messages_past_the_bounds_are_refused_and_the_held_one_stays() {
-        let doc = Document::new(Bounds { max_bytes: 200, max_elements: 20 });
-        doc.set("MSH|^~\\&|A".into(), Format::Hl7, "test").unwrap();
-        let many = format!("MSH|^~\\&{}", "\rNTE|1".repeat(10));
-        let e = doc.set(many.clone(), Format::Hl7, "test").unwrap_err();
-        assert_eq!(e.code, errors::INVALID_MESSAGE);
-        assert!(e.message.contains("25 elements") && e.message.contains("HERMES_HOST_MAX_ELEMENTS"), "{}", e.message);
-        let long = format!("MSH|^~\\&|{}", "x".repeat(300));
-        let e = doc.new_message(Some((long, Format::Hl7))).unwrap_err();
-        assert!(e.message.contains("309 bytes") && e.message.contains("HERMES_HOST_MAX_MESSAGE"), "{}", e.message);
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("many.hl7");
-        std::fs::write(&file, &many).unwrap();
-        assert_eq!(doc.open(&file).await.unwrap_err().code, errors::INVALID_MESSAGE);
-        let tree = tree::render(&Hl7Message::parse(&many).unwrap(), Format::Json).unwrap();
-        let e = doc.set(tree, Format::Json, "test").unwrap_err();
-        assert!(e.message.contains("json tree is read with at most 2 values"), "{}", e.message);
-        let grow = Patch { path: "NTE[10]".into(), value: None, remove: None, create: Some(true) };
-        let outcome = doc.patch(&[grow], "test").unwrap();
-        assert_eq!(outcome.patches_applied, 0);
-        assert!(outcome.errors[0].message.contains("over the limit of 20"), "{:?}", outcome.errors);
-        assert_eq!(held(&doc), "MSH|^~\\&|A");
-    }
-
-    /// A device or a FIFO is refused -32006 at once, without a read (a FIFO
-    /// with no writer would block its open; /dev/zero never ends), and the
-    /// message held stays.
-    #[tokio::test]
-    async fn only_regular_files_are_opened() {
-        let doc = Document::new(Bounds { max_bytes: 1 << 20, max_elements: 1000 });
-        doc.set("MSH|^~\\&|A".into(), Format::Hl7, "test").unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("fifo");
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR).unwrap();
-        for path in [Path::new("/dev/zero"), Path::new("/dev/urandom"), &fifo, dir.path()] {
-            let opened = tokio::time::timeout(std::time::Duration::from_secs(5), doc.open(path)).await;
-            let e = opened.unwrap_or_else(|_| panic!("{}: no answer", path.display())).unwrap_err();
-            assert_eq!(e.code, errors::PATH_NOT_FOUND, "{}: {}", path.display(), e.message);
-            assert!(e.message.contains("not a regular file"), "{}", e.message);
-        }
-        assert_eq!(held(&doc), "MSH|^~\\&|A");
-    }
-
-    /// A file is read up to the limit and one byte more, whatever it is.
-    #[tokio::test]
-    async fn a_file_past_the_limit_is_refused() {
-        let doc = Document::new(Bounds { max_bytes: 100, max_elements: 1000 });
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("long.hl7");
-        std::fs::write(&path, format!("MSH|^~\\&|{}", "x".repeat(91))).unwrap();
-        doc.open(&path).await.unwrap();
-        std::fs::write(&path, format!("MSH|^~\\&|{}", "x".repeat(92))).unwrap();
-        let e = doc.open(&path).await.unwrap_err();
-        assert_eq!(e.code, errors::INVALID_MESSAGE);
-        assert!(e.message.contains("HERMES_HOST_MAX_MESSAGE"), "{}", e.message);
-    }
-
-    #[tokio::test]
-    async fn save_replaces_the_file_whole_and_keeps_its_mode() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a.hl7");
-        std::fs::write(&path, "MSH|^~\\&|OLD\r").unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let doc = Document::new(Bounds { max_bytes: 1 << 20, max_elements: 1000 });
-        assert_eq!(doc.save(None).await.unwrap_err().code, errors::NO_MESSAGE);
-        doc.open(&path).await.unwrap();
-        doc.set("MSH|^~\\&|NEW".into(), Format::Hl7, "test").unwrap();
-        assert_eq!(doc.save(None).await.unwrap(), path);
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "MSH|^~\\&|NEW");
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
-        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert_eq!(names.len(), 1, "no temporary file left: {names:?}");
-    }
-}
+mod tests;

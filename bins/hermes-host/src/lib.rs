@@ -61,6 +61,7 @@ fn serve(args: ServeArgs, log: &LogArgs) -> ExitCode {
     // One thread: an extension's request, its handler and its reply then run
     // on the thread that read it, with no wake-up of another (editor/getMessage
     // from one extension: 447k/s on two workers, 462k/s on one). Saving files
-    // goes to the blocking pool.
+    // goes to the blocking pool, and large work on the message to a thread of
+    // its own (document/edits.rs), so no request holds up the others.
     cli::run_daemon("hermes-host", Threads::One, settings, server::run)
 }

@@ -98,8 +98,12 @@ fn reload_on_hangup(daemon: &mut Daemon, host: &Arc<Host>) -> Result<(), StartEr
     Ok(())
 }
 
-/// A control request may carry a whole message (`message/set`), and a reply
-/// may be one: each connection's budgets hold two.
+/// A control request may carry a whole message (`message/set`): the backlog
+/// holds two. Replies wait in the engine's default budget (8 MiB), not one
+/// sized by the message: a client (or a page) that sends requests and never
+/// reads holds that budget and about one reply more, as a large reply
+/// (`message/get`) reserves its room before it is made. A reply larger than
+/// the budget still goes out whole to a client that reads.
 fn control_limits(config: &Config) -> NdjsonLimits {
     NdjsonLimits {
         max_message: config.max_message,
@@ -107,7 +111,7 @@ fn control_limits(config: &Config) -> NdjsonLimits {
         handshake_share: None,
         peer: PeerConfig {
             backlog_bytes: (2 * config.max_message).max(rpc_core::peer::DEFAULT_BACKLOG_BYTES),
-            write_budget: (2 * config.max_message).max(rpc_core::peer::DEFAULT_WRITE_BUDGET),
+            write_budget: rpc_core::peer::DEFAULT_WRITE_BUDGET,
             write_stall: config.write_stall,
             ..PeerConfig::default()
         },

@@ -41,7 +41,7 @@ pub const TOPICS: [&str; 4] = [TOPIC_EXTENSION_STATE, TOPIC_LOG, TOPIC_MESSAGE_C
 /// The daemon's shared state: one per process, behind an `Arc` in every
 /// connection's session and every extension's supervisor.
 pub struct Host {
-    pub document: Document,
+    pub document: Arc<Document>,
     pub dialogs: DialogRoute,
     pub events: Fanout<Bytes>,
     pub data_dir: PathBuf,
@@ -101,11 +101,11 @@ impl Drop for ControlSession {
 impl Host {
     pub fn new(config: &Config, extension_router: Arc<Router<ExtensionSession>>) -> Arc<Host> {
         Arc::new(Host {
-            document: Document::new(Bounds {
+            document: Arc::new(Document::new(Bounds {
                 // A message is addressed with four-byte offsets.
                 max_bytes: config.max_message.min(Bounds::NONE.max_bytes),
                 max_elements: config.max_elements,
-            }),
+            })),
             dialogs: DialogRoute::new(config.file.ui.clone()),
             events: Fanout::new(rpc_core::fanout::DEFAULT_QUEUE, rpc_core::fanout::DEFAULT_QUEUE_BYTES),
             data_dir: config.data_dir.clone(),
@@ -245,6 +245,13 @@ impl Host {
     }
 
     /// Sends `command/execute` to the extension that handles `command`.
+    ///
+    /// The notification waits for room in the extension's outbox, which an
+    /// extension that stopped reading never makes: after `write_stall` with
+    /// none the caller gets -32603 naming it, and the extension is cut off
+    /// and restarted as a hung one (as the engine cuts off one that owes
+    /// replies), so no caller, the page's buttons and MCP's `run_command`
+    /// included, waits on it without end.
     pub async fn execute(&self, command: &str) -> Result<String, RpcError> {
         let owner = self
             .command_owner(command)
@@ -252,10 +259,24 @@ impl Host {
         let peer = owner
             .running_peer()
             .ok_or_else(|| RpcError::new(errors::COMMAND_NOT_FOUND, "the extension is not running"))?;
-        peer.notify("command/execute", json!({"command": command}))
-            .await
-            .map_err(|_| RpcError::new(errors::GENERAL, format!("{} is gone", owner.name())))?;
-        Ok(owner.name().to_owned())
+        let sent = peer.notify("command/execute", json!({"command": command}));
+        match tokio::time::timeout(self.write_stall, sent).await {
+            Ok(Ok(())) => Ok(owner.name().to_owned()),
+            Ok(Err(_)) => Err(RpcError::new(errors::GENERAL, format!("{} is gone", owner.name()))),
+            Err(_) => {
+                let why = format!(
+                    "{} is not reading its input: command/execute could not be sent to it in {} s \
+                     (HERMES_HOST_WRITE_STALL); it is restarted",
+                    owner.name(),
+                    self.write_stall.as_secs_f64()
+                );
+                tracing::warn!(extension = owner.name(), command, "{why}");
+                owner.log.note(&format!("it did not read its input for {} s; cut off", self.write_stall.as_secs_f64()));
+                peer.close(1011, "not reading its input");
+                Err(RpcError::new(RpcError::INTERNAL_ERROR, why)
+                    .with_data(json!({"reason": "not_reading", "extension": owner.name()})))
+            }
+        }
     }
 
     /// Every extension's `schema`, merged in config order: later ones

@@ -30,7 +30,7 @@ pub struct NewParams {
 }
 
 pub async fn new(ctx: Ctx<ControlSession>, params: NewParams) -> Result<Opened, RpcError> {
-    ctx.state.host.document.new_message(params.message.map(|text| (text, params.format)))?;
+    ctx.state.host.document.new_message(params.message.map(|text| (text, params.format))).await?;
     Ok(Opened { has_file: false, file_path: None })
 }
 
@@ -52,10 +52,22 @@ pub struct Snapshot {
     dirty: bool,
 }
 
+/// The reply's room in the connection's outbox is taken before it is made
+/// (the message's size, more for a tree): pipelined gets from a client that
+/// does not read then wait for it one budget at a time, instead of 32 at
+/// once each holding a copy of the message.
 pub async fn get(ctx: Ctx<ControlSession>, params: GetParams) -> Result<Snapshot, RpcError> {
     let document = &ctx.state.host.document;
+    let size = document.current().map_or(0, |(message, _)| message.len());
+    let reply = match params.format {
+        // Escaped as JSON: a segment's `\r` becomes two bytes.
+        Format::Hl7 => size + size / 8,
+        _ => size.saturating_mul(4),
+    };
+    let _room = ctx.peer.reserve_reply(reply + 1024).await.map_err(|_| RpcError::internal("the connection closed"))?;
     let dirty = document.is_dirty();
-    Ok(Snapshot { message: editor::message_in(document, params)?, dirty })
+    let (message, file) = document.render(params.format).await?;
+    Ok(Snapshot { message: Message { message, has_file: file.is_some(), file_path: file }, dirty })
 }
 
 #[derive(Deserialize)]
@@ -71,14 +83,14 @@ pub struct Done {
 }
 
 pub async fn set(ctx: Ctx<ControlSession>, params: SetParams) -> Result<Done, RpcError> {
-    ctx.state.host.document.set(params.message, params.format, "control")?;
+    ctx.state.host.document.set(params.message, params.format, "control").await?;
     Ok(Done { success: true })
 }
 
 /// `message/patch {patches}`: what `editor/patchMessage` does for an
 /// extension, for a control client; the change is reported as by `control`.
 pub async fn patch(ctx: Ctx<ControlSession>, params: PatchParams) -> Result<PatchOutcome, RpcError> {
-    ctx.state.host.document.patch(&params.patches, "control")
+    ctx.state.host.document.patch(params.patches, "control").await
 }
 
 #[derive(Deserialize)]

@@ -15,7 +15,7 @@ use crate::state::ExtensionSession;
 #[derive(Deserialize)]
 pub struct GetParams {
     #[serde(default = "hl7")]
-    format: Format,
+    pub format: Format,
 }
 
 pub(crate) fn hl7() -> Format {
@@ -60,7 +60,7 @@ pub struct PatchParams {
 }
 
 pub async fn patch_message(ctx: Ctx<ExtensionSession>, params: PatchParams) -> Result<PatchOutcome, RpcError> {
-    ctx.state.host.document.patch(&params.patches, ctx.state.extension.name())
+    ctx.state.host.document.patch(params.patches, ctx.state.extension.name()).await
 }
 
 #[derive(Deserialize)]
@@ -78,6 +78,6 @@ pub struct SetOutcome {
 /// Unparsable input is -32004 (the spec's choice over Hermes'
 /// `{success: false, error}`), so `success` is always true here.
 pub async fn set_message(ctx: Ctx<ExtensionSession>, params: SetParams) -> Result<SetOutcome, RpcError> {
-    ctx.state.host.document.set(params.message, params.format, ctx.state.extension.name())?;
+    ctx.state.host.document.set(params.message, params.format, ctx.state.extension.name()).await?;
     Ok(SetOutcome { success: true })
 }
