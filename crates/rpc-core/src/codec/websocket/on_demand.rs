@@ -29,8 +29,13 @@ pub struct ReadOnDemand<S> {
     /// How much of the frame being read is still to be handed over; 0
     /// between frames.
     frame_left: u64,
-    /// Frames to write, in order: every write goes out behind them.
-    pub(super) out: Vec<u8>,
+    /// Frames to write, in order, from `written` on: every write goes out
+    /// behind them. What a partial write took is only skipped, and moved out
+    /// once it is most of the buffer: taking it off the front at each write
+    /// moved the rest every time, gigabytes for a 64 MiB message written to
+    /// a slow reader in socket-sized pieces.
+    out: Vec<u8>,
+    written: usize,
 }
 
 /// [`READ_CHUNK`] bytes in one allocation, the bounds included. `data` is
@@ -90,7 +95,18 @@ fn frame_end(input: &[u8]) -> FrameEnd {
 
 impl<S> ReadOnDemand<S> {
     pub fn new(io: S) -> Self {
-        ReadOnDemand { io, chunk: None, frame_left: 0, out: Vec::new() }
+        ReadOnDemand { io, chunk: None, frame_left: 0, out: Vec::new(), written: 0 }
+    }
+
+    /// The socket (for tests).
+    #[cfg(test)]
+    pub(super) fn socket(&self) -> &S {
+        &self.io
+    }
+
+    /// Bytes queued to write and not written yet.
+    pub(super) fn queued(&self) -> usize {
+        self.out.len() - self.written
     }
 
     /// Whether a read buffer is held (input read from the socket and not yet taken).
@@ -124,13 +140,26 @@ impl<S: AsyncWrite + Unpin> ReadOnDemand<S> {
 
     /// Writes out what is queued.
     pub(super) fn poll_write_queued(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while !self.out.is_empty() {
-            let written = ready!(Pin::new(&mut self.io).poll_write(cx, &self.out))?;
+        while self.written < self.out.len() {
+            let written = match Pin::new(&mut self.io).poll_write(cx, &self.out[self.written..]) {
+                Poll::Ready(written) => written?,
+                Poll::Pending => {
+                    // Most of the buffer is written: the rest moves to the
+                    // front, once, and new frames go behind it.
+                    if self.written > self.out.len() / 2 {
+                        self.out.drain(..self.written);
+                        self.written = 0;
+                    }
+                    return Poll::Pending;
+                }
+            };
             if written == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            self.out.drain(..written);
+            self.written += written;
         }
+        self.out.clear();
+        self.written = 0;
         Poll::Ready(Ok(()))
     }
 }

@@ -187,7 +187,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> DirectState<S> {
             return self.poll(cx, |ws, io| ws.write(io, Message::Frame(frame)));
         }
         self.io.queue_text(json);
-        if self.io.out.len() < WRITE_BUFFER {
+        if self.io.queued() < WRITE_BUFFER {
             return Poll::Ready(Ok(()));
         }
         self.io.poll_write_queued(cx).map_err(WsError::Io)
@@ -269,7 +269,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> FrameWrite for Direct<S> {
     }
 
     fn unwritten(&self) -> usize {
-        self.shared.state.lock().io.out.len()
+        self.shared.state.lock().io.queued()
     }
 }
 
