@@ -52,7 +52,7 @@ pub struct ToolCall {
 }
 
 pub async fn call(app: Arc<App>, cx: Ctx<BridgeConn>, call: ToolCall) -> Result<Box<RawValue>, RpcError> {
-    let cx = ToolContext { app, peer: cx.peer.clone(), workspace: cx.state.workspace() };
+    let cx = ToolContext { app, peer: cx.peer.clone(), conn: cx.state.clone(), workspace: cx.state.workspace() };
     let args = call.arguments.as_deref();
     match call.name.as_str() {
         "ping" => reply(runtime::ping(&cx)),
