@@ -146,3 +146,41 @@ fn pipelined_repl_evaluations_that_are_never_read_stay_within_the_budget() {
     );
     assert!(grown < 250, "grew by {grown} MiB");
 }
+
+#[test]
+fn long_lines_printed_outside_evaluations_are_kept_within_a_byte_bound_and_read_within_the_message_limit() {
+    // A message limit under what the console keeps (4 MiB), so a reply of it all would not fit.
+    let Some(bridge) = Bridge::start_with(&[("SUPEX_MAX_MESSAGE", "2097152")]) else {
+        return;
+    };
+    let mut client = bridge.client();
+    let before = rss_bytes(bridge.daemon.pid());
+    // 3000 lines of 64 KiB (the longest the console keeps whole): 190 MiB,
+    // printed by a thread once the evaluation that started it is over.
+    eval(
+        &mut client,
+        r#"Thread.new { sleep 0.2; 3000.times { |i| STDOUT.puts format("%05d", i) + "c" * 65_000 } }; 1"#,
+    );
+    let mut newest = String::new();
+    let printed = integration_tests::eventually(Duration::from_secs(60), || {
+        newest = ok(&mut client, "console_log", json!({"lines": 1}))["lines"][0].as_str().unwrap_or("")[..5].to_owned();
+        newest == "02999"
+    });
+    assert!(printed, "the console's newest line is {newest}");
+    let grown = rss_growth_mib(bridge.daemon.pid(), before, Duration::from_secs(1), "supex-bridge: 190 MiB printed");
+    // Unbounded, the console keeps all 190 MiB. It keeps 4 MiB.
+    assert!(grown < 60, "grew by {grown} MiB");
+    let line = {
+        client.send(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                            "params": {"name": "console_log", "arguments": {"lines": 10000}}}));
+        client.recv_line().unwrap()
+    };
+    // The lines take at most half of SUPEX_MAX_MESSAGE.
+    assert!(line.len() < MIB as usize + 4096, "a console_log reply of {} bytes", line.len());
+    let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let log = &reply["result"];
+    let lines = log["lines"].as_array().unwrap();
+    assert!(!lines.is_empty() && lines.last().unwrap().as_str().unwrap().starts_with("02999"), "{}", lines.len());
+    assert_eq!(log["truncated"], true);
+    assert!(log["left_out"].as_u64().unwrap() > 0, "{}", log["left_out"]);
+}
