@@ -418,3 +418,28 @@ fn a_name_too_long_is_a_bad_argument_and_console_log_keeps_its_range() {
     }
     assert!(ok(&mut client, "console_log", json!({"lines": 10_000}))["success"] == true);
 }
+
+/// As `realpath` reads them: a path ending in `/` names a directory.
+#[test]
+fn a_path_ending_in_a_slash_must_name_a_directory() {
+    let Some(bridge) = Bridge::start() else {
+        return;
+    };
+    let mut client = bridge.client();
+    std::fs::write(bridge.root.join("a.txt"), "inside").unwrap();
+    std::fs::create_dir(bridge.root.join("sub")).unwrap();
+    for path in ["a.txt/", "a.txt/."] {
+        let reply = tool(&mut client, "read_file", json!({ "path": path }));
+        let err = error(&reply);
+        assert_eq!(err["code"], -32602, "{path}: {reply}");
+        assert!(err["message"].as_str().unwrap().contains("not a directory"), "{path}: {reply}");
+    }
+    let reply = tool(&mut client, "write_file", json!({"path": "newdir/", "content": "x", "create_dirs": true}));
+    assert_eq!(error(&reply)["code"], -32602, "{reply}");
+    assert!(!bridge.root.join("newdir").exists(), "a file or directory named newdir was made");
+    let reply = tool(&mut client, "write_file", json!({"path": "a.txt/", "content": "x"}));
+    assert_eq!(error(&reply)["code"], -32602, "{reply}");
+    assert_eq!(std::fs::read_to_string(bridge.root.join("a.txt")).unwrap(), "inside");
+    assert!(ok(&mut client, "list_dir", json!({"path": "sub/"}))["entries"].is_array());
+    assert_eq!(ok(&mut client, "write_file", json!({"path": "sub/new.txt", "content": "x"}))["bytes_written"], 1);
+}

@@ -274,6 +274,11 @@ pub async fn write_file(cx: &ToolContext, args: WriteArgs) -> Result<WriteResult
         let root = path.open_root().map_err(fail)?;
         let is_dir = |root: &Dir| root.metadata(path.beneath()).is_ok_and(|m| m.is_dir());
         let Some((parent, name)) = path.parent_and_name().filter(|_| !is_dir(&root)) else {
+            if path.names_a_directory() && !is_dir(&root) {
+                return Err(RpcError::invalid_params(format!(
+                    "path: {given} ends in '/' (names a directory), not a file to write"
+                )));
+            }
             return Err(RpcError::invalid_params(format!("path: {shown} is a directory")));
         };
         let parent = match root.open_dir(parent) {
