@@ -76,8 +76,9 @@ const EVAL_REPLY_ROOM: usize = 64 * 1024;
 /// has room for its reply. The engine starts up to 32 handlers a connection;
 /// without the seat each would wait for the runtime and then queue a reply
 /// of up to ~30 MiB for a client that may never read them (839 MB for one
-/// such client); with it that client holds its write budget and one reply.
-/// Calls that do not evaluate never wait for it.
+/// such client); with it that client holds its write budget and a reply or
+/// two (one in the transport's buffer, one queued). Calls that do not
+/// evaluate never wait for it.
 #[derive(Debug, Default)]
 pub struct QueueSeat(tokio::sync::Mutex<()>);
 
