@@ -173,6 +173,29 @@ fn ping_and_other_non_ruby_calls_answer_while_a_long_eval_runs() {
     assert_eq!(done["result"]["result"], "done", "{done}");
 }
 
+/// A connection's evaluations enter the runtime's queue one at a time; its
+/// other calls do not wait for them.
+#[test]
+fn a_connection_with_evaluations_queued_still_answers_its_other_calls_at_once() {
+    let Some(bridge) = Bridge::start() else {
+        return;
+    };
+    let mut busy = bridge.client();
+    std::fs::write(bridge.root.join("note.txt"), "hello").unwrap();
+    start_eval(&bridge, &mut busy, "sleep 2; :first");
+    busy.send(&json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+                      "params": {"name": "eval_ruby", "arguments": {"code": ":second"}}}));
+    let started = Instant::now();
+    assert_eq!(busy.call(7, "ping", json!({}))["result"]["status"], "ok");
+    let read = busy.call(8, "tools/call", json!({"name": "read_file", "arguments": {"path": "note.txt"}}));
+    assert_eq!(read["result"]["content"], "hello", "{read}");
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_millis(1000), "the same connection's calls waited: {elapsed:?}");
+    let replies: Vec<_> = (0..2).map(|_| busy.recv()).collect();
+    assert_eq!(replies[0]["result"]["result"], "first", "{replies:?}");
+    assert_eq!(replies[1]["result"]["result"], "second", "{replies:?}");
+}
+
 #[test]
 fn twenty_clients_evaluating_at_once_all_get_their_own_answers() {
     let Some(bridge) = Bridge::start() else {

@@ -211,6 +211,40 @@ fn a_large_read_is_cut_at_half_the_message_limit_and_says_so() {
     assert_eq!((past["content"].as_str(), past["truncated"].as_bool()), (Some(""), Some(false)));
 }
 
+/// Control characters take six bytes each in JSON: the cap is on the reply
+/// as written, not on the bytes read, and reading on from `offset + length`
+/// still gives the whole file.
+#[test]
+fn a_read_of_control_characters_is_cut_where_the_written_reply_reaches_the_cap() {
+    let Some(bridge) = Bridge::start_with(&[("SUPEX_MAX_MESSAGE", "65536")]) else {
+        return;
+    };
+    let mut client = bridge.client();
+    let text: String = (0..100_000).map(|i| if i % 10 == 0 { 'a' } else { '\u{1}' }).collect();
+    std::fs::write(bridge.root.join("ctl.txt"), &text).unwrap();
+    let mut read = String::new();
+    let mut replies = 0;
+    loop {
+        client.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                            "params": {"name": "read_file", "arguments": {"path": "ctl.txt", "offset": read.len()}}}));
+        let line = client.recv_line().unwrap();
+        // Uncut, 32 KiB read are a 180 KiB reply.
+        assert!(line.len() < 32 * 1024 + 1024, "a reply of {} bytes", line.len());
+        let result = serde_json::from_str::<serde_json::Value>(&line).unwrap()["result"].clone();
+        assert_eq!(result["encoding"], "utf-8");
+        let content = result["content"].as_str().unwrap();
+        assert_eq!(result["length"].as_u64(), Some(content.len() as u64));
+        read.push_str(content);
+        replies += 1;
+        if result["truncated"] == false {
+            break;
+        }
+        assert!(!content.is_empty() && replies < 100, "{result}");
+    }
+    assert!(read == text, "read {} bytes of {}", read.len(), text.len());
+    assert!(replies > 10, "{replies} replies");
+}
+
 #[test]
 fn with_explicit_roots_a_workspace_must_lie_inside_them() {
     if !integration_tests::require_tool("ruby") {
@@ -383,4 +417,29 @@ fn a_name_too_long_is_a_bad_argument_and_console_log_keeps_its_range() {
         assert!(error(&reply)["message"].as_str().unwrap().contains("1 to 10000"), "{reply}");
     }
     assert!(ok(&mut client, "console_log", json!({"lines": 10_000}))["success"] == true);
+}
+
+/// As `realpath` reads them: a path ending in `/` names a directory.
+#[test]
+fn a_path_ending_in_a_slash_must_name_a_directory() {
+    let Some(bridge) = Bridge::start() else {
+        return;
+    };
+    let mut client = bridge.client();
+    std::fs::write(bridge.root.join("a.txt"), "inside").unwrap();
+    std::fs::create_dir(bridge.root.join("sub")).unwrap();
+    for path in ["a.txt/", "a.txt/."] {
+        let reply = tool(&mut client, "read_file", json!({ "path": path }));
+        let err = error(&reply);
+        assert_eq!(err["code"], -32602, "{path}: {reply}");
+        assert!(err["message"].as_str().unwrap().contains("not a directory"), "{path}: {reply}");
+    }
+    let reply = tool(&mut client, "write_file", json!({"path": "newdir/", "content": "x", "create_dirs": true}));
+    assert_eq!(error(&reply)["code"], -32602, "{reply}");
+    assert!(!bridge.root.join("newdir").exists(), "a file or directory named newdir was made");
+    let reply = tool(&mut client, "write_file", json!({"path": "a.txt/", "content": "x"}));
+    assert_eq!(error(&reply)["code"], -32602, "{reply}");
+    assert_eq!(std::fs::read_to_string(bridge.root.join("a.txt")).unwrap(), "inside");
+    assert!(ok(&mut client, "list_dir", json!({"path": "sub/"}))["entries"].is_array());
+    assert_eq!(ok(&mut client, "write_file", json!({"path": "sub/new.txt", "content": "x"}))["bytes_written"], 1);
 }

@@ -12,6 +12,7 @@ mod mcp;
 mod memory;
 mod repl;
 mod repl_terminal;
+mod replies;
 mod service;
 mod shutdown;
 mod support;

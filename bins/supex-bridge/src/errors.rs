@@ -25,11 +25,16 @@ pub const PATH_DENIED: i64 = -32002;
 /// Backtrace lines kept in a -32000 error.
 pub const BACKTRACE_LINES: usize = 20;
 
+/// Bytes of the exception's message repeated in the error's own `message`;
+/// `data.message` has all the driver sent (at most 1 MiB).
+const MESSAGE_SHOWN: usize = 4096;
+
 /// A Ruby exception raised by evaluated code. `output` is what the code printed
 /// before it raised: kept, not lost.
 pub fn ruby_exception(error: &RubyException, output: &str) -> RpcError {
     let backtrace: Vec<&str> = error.backtrace.iter().take(BACKTRACE_LINES).map(String::as_str).collect();
-    RpcError::new(RUBY_ERROR, format!("Ruby error: {}: {}", error.class, error.message)).with_data(json!({
+    let shown = shorten(&error.message, MESSAGE_SHOWN);
+    RpcError::new(RUBY_ERROR, format!("Ruby error: {}: {shown}", error.class)).with_data(json!({
         "reason": "exception",
         "class": error.class,
         "message": error.message,
@@ -38,12 +43,23 @@ pub fn ruby_exception(error: &RubyException, output: &str) -> RpcError {
     }))
 }
 
+/// `text` cut at `max` bytes (on a character boundary), saying so: a long
+/// message is sent once whole, not twice.
+fn shorten(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let cut = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    format!("{}... [{} bytes in all: see data.message]", &text[..cut], text.len()).into()
+}
+
 /// The runtime could not evaluate at all (timeout, crash, no interpreter).
 pub fn runtime(error: &RuntimeError) -> RpcError {
     let (reason, class) = match error {
         RuntimeError::Timeout { .. } => ("timeout", Some("Timeout::Error")),
         RuntimeError::Crashed { .. } => ("crashed", None),
         RuntimeError::Unavailable { .. } => ("unavailable", None),
+        RuntimeError::UnusableReply { .. } => ("unusable_reply", None),
         RuntimeError::Reset => ("reset", None),
         RuntimeError::Stopped => ("shutting_down", None),
     };
@@ -92,5 +108,23 @@ pub fn file_operation(what: &str, given: &str, resolved: &Path, error: &std::io:
         NotFound | NotADirectory | IsADirectory | AlreadyExists | PermissionDenied | InvalidInput
         | DirectoryNotEmpty => RpcError::invalid_params(message).with_data(data),
         _ => RpcError::internal(message).with_data(data),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_exception_message_is_sent_whole_once() {
+        let long = "é".repeat(10_000);
+        let error = RubyException { class: "RuntimeError".into(), message: long.clone(), backtrace: vec![] };
+        let rpc = ruby_exception(&error, "");
+        assert!(rpc.message.len() < MESSAGE_SHOWN + 100, "{}", rpc.message.len());
+        assert!(rpc.message.ends_with("[20000 bytes in all: see data.message]"), "{}", rpc.message);
+        assert_eq!(rpc.data.unwrap()["message"], long);
+        let short =
+            RubyException { class: "ZeroDivisionError".into(), message: "divided by 0".into(), backtrace: vec![] };
+        assert_eq!(ruby_exception(&short, "").message, "Ruby error: ZeroDivisionError: divided by 0");
     }
 }

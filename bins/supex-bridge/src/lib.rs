@@ -3,7 +3,7 @@
 //!
 //! The tree, bottom to top: the domain ([`runtime`]: the Ruby process and
 //! its turns; [`paths`]: where file tools may go), [`errors`] (the daemon's
-//! error codes), [`state`] (what connections share and keep), [`methods`]
+//! error codes), [`json_size`] (what text takes in a reply), [`state`] (what connections share and keep), [`methods`]
 //! (both servers' method tables and the bridge's tools), [`server`] (the
 //! wiring), [`config`] (the command line and settings) and [`client`] (the
 //! client commands). The binary (`main.rs`) and the fuzz targets in `fuzz/`
@@ -13,6 +13,7 @@
 mod client;
 mod config;
 mod errors;
+mod json_size;
 mod methods;
 mod paths;
 mod runtime;

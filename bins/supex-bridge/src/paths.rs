@@ -56,6 +56,8 @@ pub struct AllowedPath {
     resolved: PathBuf,
     root: PathBuf,
     beneath: PathBuf,
+    /// It ends in `/` (or `/.`, `/..`): it can only name a directory.
+    names_a_directory: bool,
 }
 
 impl AllowedPath {
@@ -69,9 +71,19 @@ impl AllowedPath {
         &self.beneath
     }
 
+    /// Whether it ends in `/` (or `/.`, `/..`), so that it names a directory
+    /// or nothing, as the kernel reads it: `newdir/` is never a file.
+    pub fn names_a_directory(&self) -> bool {
+        self.names_a_directory
+    }
+
     /// The directory part of [`AllowedPath::beneath`] and the final name, or
-    /// `None` for the root itself (it names no file).
+    /// `None` for the root itself or a path that names a directory (neither
+    /// names a file).
     pub fn parent_and_name(&self) -> Option<(&Path, &OsStr)> {
+        if self.names_a_directory {
+            return None;
+        }
         let name = self.beneath.file_name()?;
         let parent = self.beneath.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         Some((parent, name))
@@ -152,11 +164,14 @@ impl PathPolicy {
         }
         let base = workspace.unwrap_or(&self.project_root);
         let joined = base.join(given);
-        let resolved = resolve(&joined).map_err(|e| match e.raw_os_error() {
-            // Nothing could be named by it: a bad argument, not a denial.
-            Some(nix::libc::ENAMETOOLONG) => PathRefusal::Invalid(format!("cannot resolve the path: {e}")),
-            _ => PathRefusal::Denied { resolved: None, reason: format!("cannot resolve the path: {e}") },
-        })?;
+        let Resolution { path: resolved, through_a_file } =
+            resolve_all(&joined).map_err(|e| match e.raw_os_error() {
+                // Nothing could be named by it: a bad argument, not a denial.
+                Some(nix::libc::ENAMETOOLONG) => PathRefusal::Invalid(format!("cannot resolve the path: {e}")),
+                _ => PathRefusal::Denied { resolved: None, reason: format!("cannot resolve the path: {e}") },
+            })?;
+        let names_a_directory =
+            given.ends_with('/') || given.ends_with("/.") || given.ends_with("/..") || given == "." || given == "..";
         let root = match &self.roots {
             AllowedRoots::Anywhere => Some(Path::new("/")),
             // The widest root that holds the path: a symlink swapped in later
@@ -168,14 +183,21 @@ impl PathPolicy {
                 .filter(|root| resolved.starts_with(root))
                 .min_by_key(|root| root.as_os_str().len()),
         };
-        match root {
-            Some(root) => {
-                let rest = resolved.strip_prefix(root).unwrap_or(Path::new(""));
-                let beneath = if rest.as_os_str().is_empty() { PathBuf::from(".") } else { rest.to_owned() };
-                Ok(AllowedPath { root: root.to_owned(), beneath, resolved })
-            }
-            None => Err(PathRefusal::Denied { resolved: Some(resolved), reason: "outside the allowed roots".into() }),
+        let Some(root) = root else {
+            return Err(PathRefusal::Denied { resolved: Some(resolved), reason: "outside the allowed roots".into() });
+        };
+        // Only once the path is known to be inside: outside, the difference
+        // would tell a client which files exist there.
+        if let Some(file) = through_a_file {
+            let error = io::Error::from_raw_os_error(nix::libc::ENOTDIR);
+            return Err(PathRefusal::Invalid(format!(
+                "cannot resolve the path: {} is not a directory ({error})",
+                file.display()
+            )));
         }
+        let rest = resolved.strip_prefix(root).unwrap_or(Path::new(""));
+        let beneath = if rest.as_os_str().is_empty() { PathBuf::from(".") } else { rest.to_owned() };
+        Ok(AllowedPath { root: root.to_owned(), beneath, resolved, names_a_directory })
     }
 }
 
@@ -188,7 +210,23 @@ impl PathPolicy {
 ///
 /// `path` must be absolute.
 pub fn resolve(path: &Path) -> io::Result<PathBuf> {
+    resolve_all(path).map(|resolution| resolution.path)
+}
+
+/// What [`resolve`] found.
+struct Resolution {
+    path: PathBuf,
+    /// Something that is not a directory was walked through as one
+    /// (`a.txt/`, `a.txt/.`, `a.txt/..`, `a.txt/b`), which `realpath` refuses
+    /// with `ENOTDIR`: the first such.
+    through_a_file: Option<PathBuf>,
+}
+
+fn resolve_all(path: &Path) -> io::Result<Resolution> {
     let mut resolved = PathBuf::from("/");
+    let mut through_a_file = None;
+    // The last component walked exists and is not a directory.
+    let mut at_a_file = false;
     // Components still to walk; a symlink's target is pushed in front of the rest.
     let mut pending: VecDeque<OsString> = VecDeque::new();
     push_front(&mut pending, path);
@@ -196,6 +234,9 @@ pub fn resolve(path: &Path) -> io::Result<PathBuf> {
     let mut missing = 0usize;
     let mut links = 0usize;
     while let Some(part) = pending.pop_front() {
+        if std::mem::take(&mut at_a_file) && part != "/" {
+            through_a_file.get_or_insert_with(|| resolved.clone());
+        }
         match part.to_str() {
             Some("/") => {
                 resolved = PathBuf::from("/");
@@ -227,7 +268,10 @@ pub fn resolve(path: &Path) -> io::Result<PathBuf> {
                 // `resolved` already is; an absolute one starts again at `/`.
                 push_front(&mut pending, &target);
             }
-            Ok(_) => resolved = next,
+            Ok(meta) => {
+                at_a_file = !meta.is_dir();
+                resolved = next;
+            }
             // Nothing there (or a file where a directory would be): nothing below
             // can exist either, so the rest is appended as it is.
             Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
@@ -237,10 +281,16 @@ pub fn resolve(path: &Path) -> io::Result<PathBuf> {
             Err(e) => return Err(e),
         }
     }
-    Ok(resolved)
+    Ok(Resolution { path: resolved, through_a_file })
 }
 
 fn push_front(pending: &mut VecDeque<OsString>, path: &Path) {
+    // `components()` drops a trailing `/` and `/.`, which make the kernel
+    // require a directory: kept as a `.` of their own.
+    let bytes = path.as_os_str().as_encoded_bytes();
+    if bytes.len() > 1 && (bytes.ends_with(b"/") || bytes.ends_with(b"/.")) {
+        pending.push_front(OsString::from("."));
+    }
     for component in path.components().rev() {
         let part = match component {
             Component::RootDir => OsString::from("/"),
@@ -254,212 +304,4 @@ fn push_front(pending: &mut VecDeque<OsString>, path: &Path) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::symlink;
-
-    struct Fixture {
-        _dir: tempfile::TempDir,
-        /// Canonical temp directory holding `root/`, `rootbad/`, `outside/`.
-        base: PathBuf,
-        root: PathBuf,
-        policy: PathPolicy,
-    }
-
-    fn fixture() -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let base = std::fs::canonicalize(dir.path()).unwrap();
-        for sub in ["root/sub", "rootbad", "outside"] {
-            std::fs::create_dir_all(base.join(sub)).unwrap();
-        }
-        std::fs::write(base.join("root/a.txt"), "a").unwrap();
-        std::fs::write(base.join("outside/secret"), "s").unwrap();
-        let root = base.join("root");
-        let policy = PathPolicy::new(AllowedRoots::Only(vec![]), root.clone());
-        Fixture { _dir: dir, base, root, policy }
-    }
-
-    fn denied(result: Result<AllowedPath, PathRefusal>) -> Option<PathBuf> {
-        match result {
-            Err(PathRefusal::Denied { resolved, .. }) => resolved,
-            other => panic!("expected a denial, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn relative_paths_resolve_against_the_project_root() {
-        let f = fixture();
-        assert_eq!(f.policy.check("a.txt", None).unwrap().resolved(), f.root.join("a.txt"));
-        assert_eq!(f.policy.check("sub/new.txt", None).unwrap().resolved(), f.root.join("sub/new.txt"));
-        assert_eq!(f.policy.check(".", None).unwrap().resolved(), f.root);
-    }
-
-    #[test]
-    fn a_name_too_long_for_the_system_is_a_bad_argument_not_a_denial() {
-        let f = fixture();
-        let long = "n".repeat(300);
-        match f.policy.check(&long, None) {
-            Err(PathRefusal::Invalid(why)) => assert!(why.contains("too long"), "{why}"),
-            other => panic!("expected an invalid path, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn absolute_paths_outside_are_denied_with_the_resolved_path() {
-        let f = fixture();
-        let outside = f.base.join("outside/secret");
-        assert_eq!(denied(f.policy.check(outside.to_str().unwrap(), None)), Some(outside));
-        assert!(denied(f.policy.check("/etc/passwd", None)).is_some());
-    }
-
-    #[test]
-    fn dotdot_inside_a_root_is_fine_and_out_of_it_is_denied() {
-        let f = fixture();
-        assert_eq!(f.policy.check("sub/../a.txt", None).unwrap().resolved(), f.root.join("a.txt"));
-        assert_eq!(f.policy.check("nonexistent/../a.txt", None).unwrap().resolved(), f.root.join("a.txt"));
-        assert_eq!(denied(f.policy.check("../outside/secret", None)), Some(f.base.join("outside/secret")));
-        assert!(denied(f.policy.check("sub/../../outside/new", None)).is_some());
-        assert!(denied(f.policy.check("nothere/../../outside", None)).is_some());
-    }
-
-    #[test]
-    fn a_sibling_with_the_root_as_prefix_is_not_inside() {
-        let f = fixture();
-        let bad = f.base.join("rootbad/x");
-        assert_eq!(denied(f.policy.check(bad.to_str().unwrap(), None)), Some(bad));
-        assert!(denied(f.policy.check("../rootbad", None)).is_some());
-    }
-
-    #[test]
-    fn symlinked_files_are_judged_by_their_target() {
-        let f = fixture();
-        symlink(f.base.join("outside/secret"), f.root.join("leak")).unwrap();
-        symlink(f.root.join("a.txt"), f.root.join("alias")).unwrap();
-        assert_eq!(denied(f.policy.check("leak", None)), Some(f.base.join("outside/secret")));
-        assert_eq!(f.policy.check("alias", None).unwrap().resolved(), f.root.join("a.txt"));
-    }
-
-    #[test]
-    fn a_symlinked_parent_of_a_new_file_cannot_escape() {
-        let f = fixture();
-        symlink(f.base.join("outside"), f.root.join("door")).unwrap();
-        assert_eq!(denied(f.policy.check("door/new.txt", None)), Some(f.base.join("outside/new.txt")));
-        assert!(denied(f.policy.check("door/deeper/new.txt", None)).is_some());
-    }
-
-    #[test]
-    fn dangling_symlinks_are_followed_to_where_a_write_would_land() {
-        let f = fixture();
-        symlink(f.base.join("outside/not-yet"), f.root.join("dangling")).unwrap();
-        symlink(f.base.join("outside/no-dir"), f.root.join("dangling-dir")).unwrap();
-        assert_eq!(denied(f.policy.check("dangling", None)), Some(f.base.join("outside/not-yet")));
-        assert!(denied(f.policy.check("dangling-dir/file", None)).is_some());
-        assert!(denied(f.policy.check("missing/../dangling", None)).is_some());
-    }
-
-    #[test]
-    fn symlink_loops_are_denied_not_followed_forever() {
-        let f = fixture();
-        symlink(f.root.join("loop2"), f.root.join("loop1")).unwrap();
-        symlink(f.root.join("loop1"), f.root.join("loop2")).unwrap();
-        assert!(denied(f.policy.check("loop1/x", None)).is_none());
-    }
-
-    #[test]
-    fn a_symlinked_root_works_once_canonicalised() {
-        let f = fixture();
-        let link = f.base.join("root-link");
-        symlink(&f.root, &link).unwrap();
-        // What config.rs does with a root given through a symlink (macOS /tmp).
-        let policy = PathPolicy::new(AllowedRoots::Only(vec![]), std::fs::canonicalize(&link).unwrap());
-        let through_link = link.join("a.txt");
-        assert_eq!(policy.check(through_link.to_str().unwrap(), None).unwrap().resolved(), f.root.join("a.txt"));
-        assert_eq!(policy.check("new.txt", None).unwrap().resolved(), f.root.join("new.txt"));
-    }
-
-    #[test]
-    fn a_workspace_is_an_extra_root_and_the_base_of_relative_paths() {
-        let f = fixture();
-        let ws = f.base.join("outside");
-        assert_eq!(f.policy.check("secret", Some(&ws)).unwrap().resolved(), ws.join("secret"));
-        let in_root = f.root.join("a.txt");
-        assert_eq!(f.policy.check(in_root.to_str().unwrap(), Some(&ws)).unwrap().resolved(), in_root);
-        assert!(denied(f.policy.check("../rootbad", Some(&ws))).is_some());
-    }
-
-    #[test]
-    fn the_root_itself_and_extra_roots_are_allowed() {
-        let f = fixture();
-        let policy = PathPolicy::new(AllowedRoots::Only(vec![f.base.join("rootbad")]), f.root.clone());
-        assert_eq!(policy.check(f.root.to_str().unwrap(), None).unwrap().resolved(), f.root);
-        assert!(policy.check("../rootbad/new", None).is_ok());
-        assert!(denied(policy.check("../outside", None)).is_some());
-        let anywhere = PathPolicy::new(AllowedRoots::Anywhere, f.root.clone());
-        assert!(anywhere.check("/etc/passwd", None).is_ok());
-    }
-
-    #[test]
-    fn an_allowed_path_carries_its_root_and_the_rest_of_the_way() {
-        let f = fixture();
-        let allowed = f.policy.check("sub/new.txt", None).unwrap();
-        assert_eq!(allowed.beneath(), Path::new("sub/new.txt"));
-        assert_eq!(allowed.parent_and_name(), Some((Path::new("sub"), OsStr::new("new.txt"))));
-        let top = f.policy.check("a.txt", None).unwrap();
-        assert_eq!(top.parent_and_name(), Some((Path::new("."), OsStr::new("a.txt"))));
-        let root = f.policy.check(".", None).unwrap();
-        assert_eq!((root.beneath(), root.parent_and_name()), (Path::new("."), None));
-        let bytes = root.open_root().unwrap().read(top.beneath()).unwrap();
-        assert_eq!(bytes, b"a");
-        // Without a check, the root is `/`.
-        let anywhere = PathPolicy::new(AllowedRoots::Anywhere, f.root.clone());
-        let secret = f.base.join("outside/secret");
-        let allowed = anywhere.check(secret.to_str().unwrap(), None).unwrap();
-        assert_eq!(allowed.open_root().unwrap().read(allowed.beneath()).unwrap(), b"s");
-    }
-
-    #[test]
-    fn a_workspace_is_a_root_only_when_no_roots_were_named() {
-        let f = fixture();
-        assert!(f.policy.workspace_is_a_root());
-        let named = PathPolicy::new(AllowedRoots::Only(vec![f.base.join("rootbad")]), f.root.clone());
-        assert!(!named.workspace_is_a_root());
-        assert!(PathPolicy::new(AllowedRoots::Anywhere, f.root.clone()).workspace_is_a_root());
-    }
-
-    /// The race the handle closes, played out in order: the check passes on a
-    /// real directory, then the directory becomes a symlink to the outside.
-    #[test]
-    fn a_symlink_swapped_in_after_the_check_is_refused_at_the_open() {
-        let f = fixture();
-        std::fs::write(f.root.join("sub/f"), "inside").unwrap();
-        std::fs::write(f.base.join("outside/f"), "SECRET").unwrap();
-        let allowed = f.policy.check("sub/f", None).unwrap();
-        let root = allowed.open_root().unwrap();
-        assert_eq!(root.read(allowed.beneath()).unwrap(), b"inside");
-        std::fs::rename(f.root.join("sub"), f.base.join("moved")).unwrap();
-        symlink(f.base.join("outside"), f.root.join("sub")).unwrap();
-        let error = root.read(allowed.beneath()).unwrap_err();
-        assert!(is_escape(&error), "{error:?}");
-        let error = root.read_dir(Path::new("sub")).unwrap_err();
-        assert!(is_escape(&error), "{error:?}");
-        let error = root.create_dir_all(Path::new("sub/new/deeper")).unwrap_err();
-        assert!(is_escape(&error), "{error:?}");
-        assert!(!f.base.join("outside/new").exists());
-        // A relative symlink that stays inside the root is followed as usual.
-        std::fs::remove_file(f.root.join("sub")).unwrap();
-        symlink("../moved", f.root.join("sub")).unwrap();
-        assert!(is_escape(&root.read(allowed.beneath()).unwrap_err()), "../moved is outside the root");
-        std::fs::rename(f.base.join("moved"), f.root.join("moved")).unwrap();
-        std::fs::remove_file(f.root.join("sub")).unwrap();
-        symlink("moved", f.root.join("sub")).unwrap();
-        assert_eq!(root.read(allowed.beneath()).unwrap(), b"inside");
-        assert!(!is_escape(&root.read("missing").unwrap_err()));
-    }
-
-    #[test]
-    fn empty_and_nul_paths_are_invalid() {
-        let f = fixture();
-        assert!(matches!(f.policy.check("", None), Err(PathRefusal::Invalid(_))));
-        assert!(matches!(f.policy.check("a\0b", None), Err(PathRefusal::Invalid(_))));
-    }
-}
+mod tests;

@@ -1,7 +1,7 @@
 //! The state of the daemon, at the bottom of the tree: what every connection
 //! of both servers shares ([`App`]: the Ruby runtime, the path policy, the
 //! token) and what each connection keeps for itself ([`BridgeConn`],
-//! [`ReplConn`], and the [`Handshake`] both have). No method and no server
+//! [`ReplConn`], and the [`Handshake`] and [`QueueSeat`] both have). No method and no server
 //! code here: the method tables and the wiring import this file, never the
 //! reverse.
 
@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use rpc_core::peer::ReplyRoom;
 use rpc_core::{Ctx, PeerHandle, RpcError};
 
 use crate::errors;
@@ -37,6 +38,7 @@ impl App {
 #[derive(Debug, Default)]
 pub struct BridgeConn {
     pub handshake: Handshake,
+    pub seat: QueueSeat,
     /// The canonical `workspace` given in `hello`: an extra root for this
     /// connection, and the base of its relative paths.
     workspace: Mutex<Option<PathBuf>>,
@@ -56,9 +58,46 @@ impl BridgeConn {
 #[derive(Debug, Default)]
 pub struct ReplConn {
     pub handshake: Handshake,
+    pub seat: QueueSeat,
     /// The session id given in the first successful `hello`; a later hello
     /// on the same connection gets the same one.
     pub session: OnceLock<String>,
+}
+
+/// Room held in the outbox while an evaluation runs: a typical reply. The
+/// largest (a 4 MiB value and 1 MiB of output, up to six times that once
+/// escaped) cannot be held ahead: room for it would fill the outbox for the
+/// whole evaluation, and a connection with a full outbox reads nothing, so
+/// its `ping`s and file tools would wait for the evaluation.
+const EVAL_REPLY_ROOM: usize = 64 * 1024;
+
+/// A connection's one seat in the runtime's queue: its evaluations enter the
+/// queue one at a time, in arrival order, each once the connection's outbox
+/// has room for its reply. The engine starts up to 32 handlers a connection;
+/// without the seat each would wait for the runtime and then queue a reply
+/// of up to ~30 MiB for a client that may never read them (839 MB for one
+/// such client); with it that client holds its write budget and a reply or
+/// two (one in the transport's buffer, one queued). Calls that do not
+/// evaluate never wait for it.
+#[derive(Debug, Default)]
+pub struct QueueSeat(tokio::sync::Mutex<()>);
+
+/// The seat taken, with room held in the outbox; both are given back when
+/// the handler returns, as its reply is queued.
+pub struct Seated<'a> {
+    _seat: tokio::sync::MutexGuard<'a, ()>,
+    _room: ReplyRoom,
+}
+
+impl QueueSeat {
+    /// Waits for this connection's evaluation before (FIFO), then for room
+    /// in its outbox (a client that is not reading gets none).
+    pub async fn take(&self, peer: &PeerHandle) -> Result<Seated<'_>, RpcError> {
+        let seat = self.0.lock().await;
+        let room =
+            peer.reserve_reply(EVAL_REPLY_ROOM).await.map_err(|_| RpcError::internal("the connection closed"))?;
+        Ok(Seated { _seat: seat, _room: room })
+    }
 }
 
 /// Failed `hello`s after which a connection is closed.

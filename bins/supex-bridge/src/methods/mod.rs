@@ -77,7 +77,7 @@ pub fn repl_router(app: Arc<App>) -> Arc<Router<ReplConn>> {
             handshake::owing(&cx.clone(), true, repl::hello(hello_app.clone(), cx, params))
         })
         .method_now("ping", move |conn, _: NoParams| owing_later(conn, ping::ping(&ping_app)))
-        .method("eval", move |cx, params| handshake::owing(&cx, true, repl::eval(eval_app.clone(), params)))
+        .method("eval", move |cx, params| handshake::owing(&cx.clone(), true, repl::eval(eval_app.clone(), cx, params)))
         .method("complete", move |cx, params| handshake::owing(&cx, true, repl::complete(complete_app.clone(), params)))
         .guard_conn(move |cx, method| match method {
             "hello" | "ping" => Ok(()),

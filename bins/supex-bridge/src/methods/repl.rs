@@ -76,7 +76,9 @@ pub struct Evaluated {
     output: String,
 }
 
-pub async fn eval(app: Arc<App>, params: Code) -> Result<Evaluated, RpcError> {
+pub async fn eval(app: Arc<App>, cx: Ctx<ReplConn>, params: Code) -> Result<Evaluated, RpcError> {
+    // One evaluation of this connection in the queue at a time, with room for its reply.
+    let _seated = cx.state.seat.take(&cx.peer).await?;
     let evaluated = app
         .runtime
         .eval(Eval {

@@ -2,18 +2,24 @@
 //! start-up, from background threads, from `at_exit` handlers), plus the
 //! daemon's own markers for starts and exits.
 //!
-//! Kept twice: the last lines in memory for the `console_log` tool, and all of
-//! it appended to `console.log` in the log directory (rotated once at 10 MiB to
-//! `console.log.1`), so it survives the daemon.
+//! Kept twice: the last lines in memory for the `console_log` tool (at most
+//! [`KEPT_LINES`] and [`KEPT_BYTES`]: a background thread printing long lines
+//! must not fill the daemon's memory), and all of it appended to `console.log`
+//! in the log directory (rotated once at 10 MiB to `console.log.1`), so it
+//! survives the daemon.
 
 use parking_lot::Mutex;
+
+use crate::json_size::json_string_len;
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-/// Lines kept in memory.
+/// Lines kept in memory, and the bytes they may take: the oldest go first.
+/// 10 000 lines of [`LONGEST_LINE`] would be 640 MiB.
 const KEPT_LINES: usize = 10_000;
+pub const KEPT_BYTES: usize = 4 * 1024 * 1024;
 /// A line longer than this is cut into pieces (a runaway `print` without newlines).
 const LONGEST_LINE: usize = 64 * 1024;
 /// Size at which `console.log` is rotated.
@@ -31,7 +37,20 @@ pub struct ConsoleLog {
 #[derive(Debug, Default)]
 struct Lines {
     kept: VecDeque<String>,
+    /// The bytes of the kept lines.
+    bytes: usize,
     pushed: u64,
+}
+
+/// The newest lines that fit a reply ([`ConsoleLog::tail_within`]).
+#[derive(Debug, Default, PartialEq)]
+pub struct Tail {
+    /// Oldest first.
+    pub lines: Vec<String>,
+    /// Lines asked for (and kept) that did not fit.
+    pub left_out: usize,
+    /// What `lines` take as a JSON array of strings.
+    pub json_bytes: usize,
 }
 
 #[derive(Debug)]
@@ -64,9 +83,11 @@ impl ConsoleLog {
     pub fn push(&self, line: &str) {
         {
             let mut lines = self.lines.lock();
-            if lines.kept.len() == KEPT_LINES {
-                lines.kept.pop_front();
+            while lines.kept.len() >= KEPT_LINES || (lines.bytes + line.len() > KEPT_BYTES && !lines.kept.is_empty()) {
+                let dropped = lines.kept.pop_front().map_or(0, |l| l.len());
+                lines.bytes -= dropped;
             }
+            lines.bytes += line.len();
             lines.kept.push_back(line.to_owned());
             lines.pushed += 1;
         }
@@ -84,11 +105,36 @@ impl ConsoleLog {
         self.push(&format!("-- supex-bridge: {text}"));
     }
 
-    /// The last `n` lines, oldest first.
+    /// The last `n` lines, oldest first (replies take [`ConsoleLog::tail_within`]).
+    #[cfg(test)]
     pub fn tail(&self, n: usize) -> Vec<String> {
         let lines = self.lines.lock();
         let kept = &lines.kept;
         kept.iter().skip(kept.len().saturating_sub(n)).cloned().collect()
+    }
+
+    /// The last `n` lines, oldest first, as many of the newest as fit in
+    /// `max_bytes` written as a JSON array of strings; the rest are counted
+    /// in [`Tail::left_out`]. Cheap to call twice: once to measure
+    /// (`copy: false`), once to take them.
+    pub fn tail_within(&self, n: usize, max_bytes: usize, copy: bool) -> Tail {
+        let lines = self.lines.lock();
+        let asked = n.min(lines.kept.len());
+        let mut tail = Tail { json_bytes: 2, ..Tail::default() };
+        let mut fitting = 0;
+        for line in lines.kept.iter().rev().take(asked) {
+            let cost = json_string_len(line) + usize::from(fitting > 0);
+            if tail.json_bytes + cost > max_bytes {
+                break;
+            }
+            tail.json_bytes += cost;
+            fitting += 1;
+        }
+        tail.left_out = asked - fitting;
+        if copy {
+            tail.lines = lines.kept.iter().skip(lines.kept.len() - fitting).cloned().collect();
+        }
+        tail
     }
 
     /// A mark to pass to [`ConsoleLog::since`].
@@ -196,5 +242,37 @@ mod tests {
         }
         assert_eq!(console.tail(usize::MAX).len(), KEPT_LINES);
         assert_eq!(console.tail(1), vec![(KEPT_LINES + 4).to_string()]);
+    }
+
+    #[test]
+    fn long_lines_are_kept_within_a_byte_bound_oldest_dropped_first() {
+        let console = ConsoleLog::new(None);
+        let long = "c".repeat(LONGEST_LINE - 4);
+        for i in 0..1000 {
+            console.push(&format!("{i:04}{long}"));
+        }
+        let kept = console.tail(usize::MAX);
+        let bytes: usize = kept.iter().map(String::len).sum();
+        assert!(bytes <= KEPT_BYTES, "{bytes} bytes kept");
+        assert_eq!(kept.len(), KEPT_BYTES / LONGEST_LINE);
+        assert!(kept.last().unwrap().starts_with("0999c"));
+    }
+
+    #[test]
+    fn a_tail_within_a_byte_cap_keeps_the_newest_lines_and_counts_the_rest() {
+        let console = ConsoleLog::new(None);
+        for line in ["old", "\u{1}\u{1}", "new"] {
+            console.push(line);
+        }
+        let all = console.tail_within(10, 1000, true);
+        assert_eq!(
+            all,
+            Tail { lines: vec!["old".into(), "\u{1}\u{1}".into(), "new".into()], left_out: 0, json_bytes: 28 }
+        );
+        assert_eq!(serde_json::to_string(&all.lines).unwrap().len(), all.json_bytes);
+        let cut = console.tail_within(10, 27, true);
+        assert_eq!((cut.lines, cut.left_out), (vec!["\u{1}\u{1}".to_owned(), "new".to_owned()], 1));
+        let measured = console.tail_within(2, 27, false);
+        assert_eq!((measured.lines.len(), measured.left_out, measured.json_bytes), (0, 0, 22));
     }
 }

@@ -45,7 +45,9 @@
 #   {"id":null,"ok":false,"error":{"class":"ProtocolError",...}}   (unreadable request)
 #
 # Every string in a reply is valid UTF-8 (invalid bytes replaced with U+FFFD);
-# `output` is cut at 1 MiB and `value` at 4 MiB, with a note saying so.
+# `output` and an exception's message are cut at 1 MiB, `value` at 4 MiB, a
+# class name and each backtrace line at 4 KiB, with a note saying so: the
+# daemon drops a reply line longer than 64 MiB (and fails its evaluation).
 #
 # == Lifetime
 #
@@ -74,6 +76,8 @@ module SupexDriver
   PROTOCOL = 1
   OUTPUT_LIMIT = 1 << 20
   VALUE_LIMIT = 4 << 20
+  MESSAGE_LIMIT = 1 << 20
+  NAME_LIMIT = 4 << 10
   CAPTURE_CHUNK = 1 << 16
   # Reads that empty the largest pipe an unprivileged process can have (1 MiB).
   CAPTURE_READS = 17
@@ -294,8 +298,8 @@ module SupexDriver
 
     def describe(error)
       {
-        class: utf8(error.class.name || error.class.inspect),
-        message: utf8(message_of(error)),
+        class: limit(utf8(error.class.name || error.class.inspect), NAME_LIMIT),
+        message: limit(utf8(message_of(error)), MESSAGE_LIMIT),
         backtrace: clean_backtrace(error.backtrace)
       }
     end
@@ -311,8 +315,8 @@ module SupexDriver
 
       backtrace
         .reject { |frame| frame.start_with?("#{DRIVER_FILE}:") }
-        .map { |frame| utf8(frame.sub(/(?:Object#)?__supex_binding__/, '<main>')) }
         .first(BACKTRACE_LIMIT)
+        .map { |frame| limit(utf8(frame.to_s.sub(/(?:Object#)?__supex_binding__/, '<main>')), NAME_LIMIT) }
     end
 
     def limit(text, max)

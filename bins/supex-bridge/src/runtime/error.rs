@@ -19,6 +19,13 @@ pub enum RuntimeError {
     Crashed { exited: String },
     #[error("{message}")]
     Unavailable { message: String },
+    /// The evaluation ran, but its reply could not be read (see
+    /// `process::NoReply::Unusable`); the runtime goes on with its state.
+    #[error(
+        "the Ruby runtime's reply to the evaluation could not be used: {why}; the code ran, \
+         and the runtime keeps its state"
+    )]
+    UnusableReply { why: String },
     #[error("the Ruby runtime was reset during the evaluation; its state was lost")]
     Reset,
     #[error("supex-bridge is shutting down; the Ruby runtime is stopped")]

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::error::RuntimeError;
 use super::lifecycle::{Inner, RuntimeChild};
-use super::process::{KillReason, PendingReply, RubyProcess};
+use super::process::{KillReason, NoReply, PendingReply, RubyProcess};
 use super::protocol::{Reply, Request, RubyException, Scope, Show};
 
 /// One evaluation.
@@ -74,7 +74,15 @@ impl InFlight {
         let process = self.process.clone();
         let pending = self.pending.as_mut().expect("finished once");
         let ended = tokio::select! {
-            reply = process.wait(pending) => reply.ok(),
+            reply = process.wait(pending) => match reply {
+                Ok(reply) => Some(reply),
+                // The reply was dropped, the process goes on: no restart.
+                Err(NoReply::Unusable(why)) => {
+                    self.pending = None;
+                    return Err(RuntimeError::UnusableReply { why });
+                }
+                Err(NoReply::Exited(_)) => None,
+            },
             _ = tokio::time::sleep_until(self.deadline) => {
                 process.kill(KillReason::Timeout);
                 None
@@ -129,7 +137,7 @@ impl Drop for InFlight {
         let deadline = self.deadline;
         tokio::spawn(async move {
             let finished = tokio::select! {
-                reply = process.wait(&mut pending) => reply.is_ok(),
+                reply = process.wait(&mut pending) => !matches!(reply, Err(NoReply::Exited(_))),
                 _ = tokio::time::sleep_until(deadline) => {
                     process.kill(KillReason::Timeout);
                     false

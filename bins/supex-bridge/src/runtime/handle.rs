@@ -9,7 +9,7 @@ use super::console::ConsoleLog;
 use super::error::RuntimeError;
 use super::evaluation::{Eval, Evaluated, InFlight};
 use super::lifecycle::{Inner, STARTUP_TIMEOUT, STOP_GRACE, State, health_of, keep};
-use super::process::{KillReason, ProcessInfo, RubyProcess};
+use super::process::{KillReason, NoReply, ProcessInfo, RubyProcess};
 use super::protocol::Request;
 
 #[derive(Clone, Debug)]
@@ -68,10 +68,10 @@ impl Runtime {
     /// thread, so it does not wait for a running evaluation.
     pub async fn complete(&self, code: &str) -> Result<bool, RuntimeError> {
         let process = self.running().await?;
-        let reply = process
-            .call(|id| Request::Complete { id, code })
-            .await
-            .map_err(|exited| RuntimeError::Crashed { exited: exited.to_string() })?;
+        let reply = process.call(|id| Request::Complete { id, code }).await.map_err(|failed| match failed {
+            NoReply::Exited(exited) => RuntimeError::Crashed { exited: exited.to_string() },
+            NoReply::Unusable(why) => RuntimeError::UnusableReply { why },
+        })?;
         Ok(reply.complete.unwrap_or(true))
     }
 

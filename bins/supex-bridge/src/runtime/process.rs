@@ -29,7 +29,9 @@ use super::console::ConsoleLog;
 use super::protocol::{DRIVER_SOURCE, PROTOCOL_VERSION, Ready, Reply, Request};
 
 /// Longest reply line read from the driver. It caps `value` at 4 MiB and
-/// `output` at 1 MiB, so this leaves room for escaping.
+/// `output` and an exception's message at 1 MiB, so this leaves room for
+/// escaping; a longer line is dropped and fails its evaluation
+/// ([`NoReply::Unusable`]).
 const REPLY_LIMIT: usize = 64 * 1024 * 1024;
 
 /// The driver writes its replies to this descriptor.
@@ -70,7 +72,17 @@ pub struct RubyProcess {
 
 /// A request that was sent; [`RubyProcess::wait`] gets its reply.
 pub struct PendingReply {
-    rx: oneshot::Receiver<Result<Reply, Exit>>,
+    rx: oneshot::Receiver<Result<Reply, NoReply>>,
+}
+
+/// Why a call got no reply.
+#[derive(Clone, Debug)]
+pub enum NoReply {
+    /// The process ended, and how.
+    Exited(Exit),
+    /// Its reply came but could not be read (longer than [`REPLY_LIMIT`], or
+    /// not JSON) and was dropped; the process goes on, its state intact.
+    Unusable(String),
 }
 
 /// What callers share with each other and with the task that fails their
@@ -83,8 +95,12 @@ struct Link {
 
 #[derive(Default)]
 struct Pending {
-    calls: HashMap<u64, oneshot::Sender<Result<Reply, Exit>>>,
+    calls: HashMap<u64, oneshot::Sender<Result<Reply, NoReply>>>,
     exited: Option<Exit>,
+    /// The evaluation sent and not answered (they run one at a time): the
+    /// call an unusable reply is failed for, since only an evaluation's
+    /// reply can be large and its id cannot be read from a dropped line.
+    evaluating: Option<u64>,
 }
 
 impl Link {
@@ -109,7 +125,21 @@ impl Link {
             std::mem::take(&mut pending.calls)
         };
         for (_, tx) in calls {
-            let _ = tx.send(Err(exited.clone()));
+            let _ = tx.send(Err(NoReply::Exited(exited.clone())));
+        }
+    }
+
+    /// A reply line could not be used: the evaluation waiting fails now,
+    /// rather than at its timeout (which would kill the runtime for it).
+    /// The pipe is in step again at the next line, so the process goes on.
+    fn fail_evaluation(&self, pid: u32, why: String) {
+        let waiter = {
+            let mut pending = self.pending.lock();
+            pending.evaluating.take().and_then(|id| pending.calls.remove(&id))
+        };
+        tracing::warn!(pid, %why, failed_an_evaluation = waiter.is_some(), "unusable reply from the runtime");
+        if let Some(tx) = waiter {
+            let _ = tx.send(Err(NoReply::Unusable(why)));
         }
     }
 
@@ -117,16 +147,19 @@ impl Link {
     fn dispatch(&self, line: &[u8], pid: u32) {
         let reply: Reply = match serde_json::from_slice(line) {
             Ok(reply) => reply,
-            Err(e) => {
-                tracing::warn!(pid, error = %e, "unreadable reply from the runtime");
-                return;
-            }
+            Err(e) => return self.fail_evaluation(pid, format!("its reply was not valid JSON ({e})")),
         };
         let Some(id) = reply.id else {
             tracing::warn!(pid, error = ?reply.error, "the runtime could not read a request");
             return;
         };
-        let waiter = self.pending.lock().calls.remove(&id);
+        let waiter = {
+            let mut pending = self.pending.lock();
+            if pending.evaluating == Some(id) {
+                pending.evaluating = None;
+            }
+            pending.calls.remove(&id)
+        };
         match waiter {
             Some(tx) => {
                 let _ = tx.send(Ok(reply));
@@ -218,16 +251,20 @@ impl RubyProcess {
     /// error saying how it ended.
     pub async fn request<'a>(&self, request: impl FnOnce(u64) -> Request<'a>) -> PendingReply {
         let id = self.link.next_id.fetch_add(1, Ordering::Relaxed);
+        let request = request(id);
         let (tx, rx) = oneshot::channel();
         {
             let mut pending = self.link.pending.lock();
             if let Some(exited) = &pending.exited {
-                let _ = tx.send(Err(exited.clone()));
+                let _ = tx.send(Err(NoReply::Exited(exited.clone())));
                 return PendingReply { rx };
             }
             pending.calls.insert(id, tx);
+            if matches!(request, Request::Eval { .. }) {
+                pending.evaluating = Some(id);
+            }
         }
-        let mut line = serde_json::to_vec(&request(id)).expect("requests always serialise");
+        let mut line = serde_json::to_vec(&request).expect("requests always serialise");
         line.push(b'\n');
         let mut stdin = self.link.stdin.lock().await;
         let written = match stdin.as_mut() {
@@ -243,7 +280,7 @@ impl RubyProcess {
 
     /// Waits for the reply to `pending`, reading the reply pipe while nobody
     /// else does. Cancel-safe: the pipe's buffered bytes stay in the reader.
-    pub async fn wait(&self, pending: &mut PendingReply) -> Result<Reply, Exit> {
+    pub async fn wait(&self, pending: &mut PendingReply) -> Result<Reply, NoReply> {
         let pid = self.info.pid;
         let settled = 'wait: {
             tokio::select! {
@@ -255,6 +292,10 @@ impl RubyProcess {
                         reply = &mut pending.rx => break 'wait reply,
                         frame = replies.next() => match frame {
                             Some(Ok(Frame::Message(line))) => self.link.dispatch(&line, pid),
+                            Some(Ok(Frame::TooLarge(_))) => self.link.fail_evaluation(
+                                pid,
+                                format!("its reply was longer than {} MiB", REPLY_LIMIT >> 20),
+                            ),
                             Some(Ok(other)) => tracing::warn!(pid, ?other, "unusable reply from the runtime"),
                             // The pipe closed: the process is gone, and every
                             // waiting call fails once it is reaped.
@@ -269,12 +310,12 @@ impl RubyProcess {
         };
         match settled {
             Ok(reply) => reply,
-            Err(_) => Err(self.exited().await),
+            Err(_) => Err(NoReply::Exited(self.exited().await)),
         }
     }
 
     /// Sends a request and waits for its reply, or for the process to end.
-    pub async fn call<'a>(&self, request: impl FnOnce(u64) -> Request<'a>) -> Result<Reply, Exit> {
+    pub async fn call<'a>(&self, request: impl FnOnce(u64) -> Request<'a>) -> Result<Reply, NoReply> {
         let mut pending = self.request(request).await;
         self.wait(&mut pending).await
     }

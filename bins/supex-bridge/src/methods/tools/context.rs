@@ -9,12 +9,14 @@ use std::sync::Arc;
 use rpc_core::{PeerHandle, RpcError};
 use serde_json::Value;
 
-use crate::state::App;
+use crate::state::{App, BridgeConn};
 
-/// What a tool runs with: the shared state, the calling connection and its workspace.
+/// What a tool runs with: the shared state, the calling connection (its
+/// handle and its state) and its workspace.
 pub struct ToolContext {
     pub app: Arc<App>,
     pub peer: PeerHandle,
+    pub conn: Arc<BridgeConn>,
     pub workspace: Option<PathBuf>,
 }
 

@@ -1,4 +1,6 @@
-//! `eval_ruby` and `eval_ruby_file`: code through the runtime's FIFO queue.
+//! `eval_ruby` and `eval_ruby_file`: code through the runtime's FIFO queue,
+//! which a connection enters one evaluation at a time, with room for its
+//! reply ([`crate::state::QueueSeat`]).
 //!
 //! Each evaluation gets a fresh binding, so local variables do not carry over,
 //! while globals, constants, required files and defined methods do (as
@@ -162,6 +164,7 @@ fn timeout(cx: &ToolContext, asked: Option<f64>) -> Result<Duration, RpcError> {
 }
 
 async fn run(cx: &ToolContext, code: String, file: String, timeout: Duration) -> Result<Evaluated, RpcError> {
+    let _seated = cx.conn.seat.take(&cx.peer).await?;
     cx.app
         .runtime
         .eval(Eval { code, scope: Scope::Fresh, file: Some(file), show: Show::ToS, timeout })

@@ -20,9 +20,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::context::{ToolContext, ToolSpec, blocking};
-use crate::errors;
 use crate::paths::{self, AllowedPath, PathRefusal};
 use crate::state::App;
+use crate::{errors, json_size};
 
 /// Entries `list_dir` returns at most.
 const MAX_ENTRIES: usize = 10_000;
@@ -132,8 +132,8 @@ pub struct ReadResult {
     /// Size of the whole file in bytes.
     size: u64,
     encoding: &'static str,
-    /// Bytes returned, and whether the reply was cut at half of
-    /// SUPEX_MAX_MESSAGE (read on with a higher `offset`).
+    /// Bytes of the file returned, and whether the reply was cut at half of
+    /// SUPEX_MAX_MESSAGE, as written (read on from `offset + length`).
     length: u64,
     truncated: bool,
 }
@@ -142,10 +142,12 @@ pub async fn read_file(cx: &ToolContext, args: ReadArgs) -> Result<ReadResult, R
     let app = cx.app.clone();
     let workspace = cx.workspace.clone();
     let opened = blocking(move || open_to_read(&app, args, workspace.as_deref())).await?;
-    // The reply holds the bytes, a third more in base64: its room in the
-    // connection's outbox first, so a client that never reads cannot have
-    // 32 files read into memory at once.
-    let room = cx.peer.reserve_reply(opened.take as usize / 3 * 4 + 1024).await;
+    // The reply holds the bytes as written (six bytes for a control
+    // character, a third more in base64), never more than the cap: its
+    // room in the connection's outbox first, so a client that never reads
+    // cannot have 32 files read into memory at once.
+    let written = usize::try_from(opened.take).unwrap_or(usize::MAX).saturating_mul(6).min(opened.cap);
+    let room = cx.peer.reserve_reply(written + 1024).await;
     let _room = room.map_err(|_| RpcError::internal("the connection closed"))?;
     blocking(move || opened.read()).await
 }
@@ -161,6 +163,8 @@ struct Opened {
     /// that will be read (at most half the message limit).
     want: u64,
     take: u64,
+    /// The most the content may take as written in the reply.
+    cap: usize,
 }
 
 fn open_to_read(app: &App, args: ReadArgs, workspace: Option<&std::path::Path>) -> Result<Opened, RpcError> {
@@ -178,13 +182,14 @@ fn open_to_read(app: &App, args: ReadArgs, workspace: Option<&std::path::Path>) 
         return Err(RpcError::invalid_params(format!("path: {shown} is not a regular file")));
     }
     let size = meta.len();
-    // Half the message limit, so that even base64 (4/3) or escaped text
-    // keeps the reply within what a Supex driver accepts.
-    let cap = (app.max_message / 2) as u64;
+    // Half the message limit, measured as written (JSON escapes, base64),
+    // keeps the reply within what any Supex driver accepts; no more raw
+    // bytes than that are read.
+    let cap = app.max_message / 2;
     let rest = size.saturating_sub(args.offset);
     let want = args.length.map_or(rest, |l| l.min(rest));
-    let take = want.min(cap);
-    Ok(Opened { given, path, file, size, offset: args.offset, want, take })
+    let take = want.min(cap as u64);
+    Ok(Opened { given, path, file, size, offset: args.offset, want, take, cap })
 }
 
 impl Opened {
@@ -195,10 +200,20 @@ impl Opened {
             self.file.seek(SeekFrom::Start(self.offset)).map_err(fail)?;
             (&mut self.file).take(self.take).read_to_end(&mut bytes).map_err(fail)?;
         }
-        let length = bytes.len() as u64;
-        let (content, encoding) = match String::from_utf8(bytes) {
-            Ok(text) => (text, "utf-8"),
-            Err(e) => (BASE64.encode(e.as_bytes()), "base64"),
+        let read = bytes.len() as u64;
+        // Cut where the content as written reaches the cap: a control
+        // character is six bytes in JSON, and base64 takes 4 for 3.
+        let (content, encoding, length) = match String::from_utf8(bytes) {
+            Ok(mut text) => {
+                text.truncate(json_size::prefix_within(&text, self.cap));
+                let length = text.len() as u64;
+                (text, "utf-8", length)
+            }
+            Err(e) => {
+                let mut bytes = e.into_bytes();
+                bytes.truncate(self.cap / 4 * 3);
+                (BASE64.encode(&bytes), "base64", bytes.len() as u64)
+            }
         };
         Ok(ReadResult {
             success: true,
@@ -208,7 +223,7 @@ impl Opened {
             encoding,
             length,
             // Cut short by the size cap, not by the end of the file or `length`.
-            truncated: self.want > self.take,
+            truncated: self.want > self.take || length < read,
         })
     }
 }
@@ -259,6 +274,11 @@ pub async fn write_file(cx: &ToolContext, args: WriteArgs) -> Result<WriteResult
         let root = path.open_root().map_err(fail)?;
         let is_dir = |root: &Dir| root.metadata(path.beneath()).is_ok_and(|m| m.is_dir());
         let Some((parent, name)) = path.parent_and_name().filter(|_| !is_dir(&root)) else {
+            if path.names_a_directory() && !is_dir(&root) {
+                return Err(RpcError::invalid_params(format!(
+                    "path: {given} ends in '/' (names a directory), not a file to write"
+                )));
+            }
             return Err(RpcError::invalid_params(format!("path: {shown} is a directory")));
         };
         let parent = match root.open_dir(parent) {

@@ -52,13 +52,13 @@ pub struct ToolCall {
 }
 
 pub async fn call(app: Arc<App>, cx: Ctx<BridgeConn>, call: ToolCall) -> Result<Box<RawValue>, RpcError> {
-    let cx = ToolContext { app, peer: cx.peer.clone(), workspace: cx.state.workspace() };
+    let cx = ToolContext { app, peer: cx.peer.clone(), conn: cx.state.clone(), workspace: cx.state.workspace() };
     let args = call.arguments.as_deref();
     match call.name.as_str() {
         "ping" => reply(runtime::ping(&cx)),
         "runtime_info" => reply(runtime::info(&cx)),
         "reset_runtime" => reply(runtime::reset(&cx).await?),
-        "console_log" => reply(runtime::console_log(&cx, parse(args)?)?),
+        "console_log" => reply(runtime::console_log(&cx, parse(args)?).await?),
         "eval_ruby" => reply(eval::eval_ruby(&cx, parse(args)?).await?),
         "eval_ruby_file" => reply(eval::eval_ruby_file(&cx, parse(args)?).await?),
         "read_file" => reply(files::read_file(&cx, parse(args)?).await?),

@@ -29,7 +29,8 @@ pub fn specs() -> Vec<ToolSpec> {
         ToolSpec {
             name: "console_log",
             description: "The last lines the runtime printed outside evaluations (warnings, \
-                          background threads, start and exit notes).",
+                          background threads, start and exit notes). One reply carries at most half \
+                          of SUPEX_MAX_MESSAGE, the newest lines; `left_out` counts those that did not fit.",
             input_schema: || {
                 json!({
                     "type": "object",
@@ -134,17 +135,31 @@ const MAX_CONSOLE_LINES: usize = 10_000;
 pub struct Console {
     success: bool,
     lines: Vec<String>,
+    /// Lines asked for that did not fit in the reply (the oldest of them),
+    /// and whether there were any: `log_file` has them all.
+    left_out: usize,
+    truncated: bool,
     log_file: Option<String>,
 }
 
-pub fn console_log(cx: &ToolContext, args: ConsoleArgs) -> Result<Console, RpcError> {
+pub async fn console_log(cx: &ToolContext, args: ConsoleArgs) -> Result<Console, RpcError> {
     if !(1..=MAX_CONSOLE_LINES).contains(&args.lines) {
         return Err(RpcError::invalid_params(format!("arguments.lines: must be 1 to {MAX_CONSOLE_LINES}")));
     }
     let console = cx.app.runtime.console();
+    // Half the message limit, as read_file's chunks: any Supex client reads it.
+    let cap = cx.app.max_message / 2;
+    // Measured before the lines are copied, so that the room is held first:
+    // 32 of these for a client that never reads must not be 32 copies.
+    let size = console.tail_within(args.lines, cap, false).json_bytes;
+    let room = cx.peer.reserve_reply(size + 1024).await;
+    let _room = room.map_err(|_| RpcError::internal("the connection closed"))?;
+    let tail = console.tail_within(args.lines, cap, true);
     Ok(Console {
         success: true,
-        lines: console.tail(args.lines),
+        lines: tail.lines,
+        left_out: tail.left_out,
+        truncated: tail.left_out > 0,
         log_file: console.path().map(|p| p.display().to_string()),
     })
 }
