@@ -19,8 +19,10 @@ use tower_service::Service as _;
 
 use super::admission::{self, PeerAddr, reject};
 use super::connection::serve_in_process;
+use super::mcp_sessions::{CappedSessions, SessionSlots};
 use super::request;
 use super::sse::{is_length_limit, too_large};
+use crate::errors;
 use crate::mcp_door::{Dial, ServeInProcess, SessionDoor};
 use crate::state::Broker;
 
@@ -33,6 +35,8 @@ pub struct HttpDoors {
     /// served by (set once, right after they are built).
     app: std::sync::OnceLock<axum::Router>,
     doors: Mutex<HashMap<String, HttpDoor>>,
+    /// The live MCP sessions of every door, at most BTCP_MAX_MCP_SESSIONS.
+    slots: SessionSlots,
     /// Fires when the broker drains: every door closes its MCP sessions.
     stop_all: CancellationToken,
 }
@@ -49,16 +53,21 @@ struct HttpDoor {
 
 type McpService = mcp_front::rmcp::transport::streamable_http_server::StreamableHttpService<
     mcp_front::Front<SessionDoor>,
-    mcp_front::rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+    CappedSessions,
 >;
 
 /// At most this many sessions served over `/mcp` at once.
 const MAX_HTTP_DOORS: usize = 1024;
 
+/// An MCP session is closed after BTCP_MAX_CALL_TIMEOUT and this long
+/// without a message either way.
+const SESSION_IDLE_MARGIN: Duration = Duration::from_secs(30);
+
 impl HttpDoors {
     pub fn new(broker: Arc<Broker>) -> Arc<Self> {
         let stop_all = CancellationToken::new();
-        let doors = Arc::new(HttpDoors { broker, app: Default::default(), doors: Mutex::default(), stop_all });
+        let slots = SessionSlots::new(broker.config.max_mcp_sessions);
+        let doors = Arc::new(HttpDoors { broker, app: Default::default(), doors: Mutex::default(), slots, stop_all });
         tokio::spawn(doors.clone().close_idle());
         doors
     }
@@ -91,8 +100,12 @@ impl HttpDoors {
         let http = mcp_front::rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
             .with_allowed_hosts(Vec::<String>::new())
             .with_cancellation_token(stop.clone());
+        // A session silent for longer than a call may wait for its browser
+        // could be one whose call is still running: rmcp's idle expiry
+        // counts no silence as a call in flight.
+        let sessions = CappedSessions::new(self.slots.clone(), config.max_call_timeout + SESSION_IDLE_MARGIN);
         let service =
-            McpService::new(move || Ok(mcp_front::Front::new(factory_door.clone())), Default::default(), http);
+            McpService::new(move || Ok(mcp_front::Front::new(factory_door.clone())), Arc::new(sessions), http);
         let in_use = Arc::new(());
         let entry = HttpDoor { service: service.clone(), in_use: in_use.clone(), last_used: Instant::now(), stop };
         doors.insert(session.to_owned(), entry);
@@ -153,14 +166,6 @@ pub async fn endpoint(doors: Arc<HttpDoors>, request: axum::extract::Request) ->
         }
         Err(why) => return reject(StatusCode::BAD_REQUEST, "invalid_session_id", why).into_response(),
     };
-    let Some((mut service, in_use)) = doors.service(session) else {
-        return reject(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "mcp_sessions",
-            format!("too many sessions served over /mcp (at most {MAX_HTTP_DOORS})"),
-        )
-        .into_response();
-    };
     let ending_session = request.method() == axum::http::Method::DELETE;
     // A posted JSON body is kept: rmcp answers one it cannot read 415, which
     // MCP keeps for a wrong Content-Type; we answer it as JSON-RPC instead.
@@ -172,7 +177,28 @@ pub async fn endpoint(doors: Arc<HttpDoors>, request: axum::extract::Request) ->
     } else {
         (request, None)
     };
-    let mut response = match service.call(request).await {
+    // Room for the session an `initialize` opens, before anything is made for it.
+    let opening = posted_json.as_deref().and_then(|body| opens_session(request.headers(), body));
+    let slot = match opening {
+        Some(id) => match doors.slots.take() {
+            Some(slot) => Some(slot),
+            None => return too_many_sessions(id, doors.slots.max()),
+        },
+        None => None,
+    };
+    let Some((mut service, in_use)) = doors.service(session) else {
+        return reject(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "mcp_sessions",
+            format!("too many sessions served over /mcp (at most {MAX_HTTP_DOORS})"),
+        )
+        .into_response();
+    };
+    let served = match slot {
+        Some(slot) => SessionSlots::serving(slot, service.call(request)).await,
+        None => service.call(request).await,
+    };
+    let mut response = match served {
         Ok(response) => response.map(|body| holding(body, in_use)),
         Err(never) => match never {},
     };
@@ -187,6 +213,32 @@ pub async fn endpoint(doors: Arc<HttpDoors>, request: axum::extract::Request) ->
         *response.status_mut() = StatusCode::OK;
     }
     response
+}
+
+/// The id of the `initialize` request `body` is, when it asks for a new
+/// session (no `Mcp-Session-Id`): `None` for anything else.
+fn opens_session(headers: &axum::http::HeaderMap, body: &[u8]) -> Option<Value> {
+    if headers.contains_key("mcp-session-id") {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Request {
+        method: Option<String>,
+        #[serde(default)]
+        id: Value,
+    }
+    let request: Request = serde_json::from_slice(body).ok()?;
+    (request.method.as_deref() == Some("initialize")).then_some(request.id)
+}
+
+/// HTTP 503 with the JSON-RPC error an MCP client reads as the
+/// `initialize`'s answer: the broker holds its most MCP sessions.
+fn too_many_sessions(id: Value, max: usize) -> axum::response::Response {
+    let message = format!("too many MCP sessions (at most {max}, BTCP_MAX_MCP_SESSIONS); try again later");
+    let data = json!({"reason": "mcp_sessions", "maxMcpSessions": max});
+    let error =
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": errors::CONNECTION, "message": message, "data": data}});
+    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(error)).into_response()
 }
 
 /// Whether the request says its body is JSON, by rmcp's own rule (the media
