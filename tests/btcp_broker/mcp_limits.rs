@@ -1,15 +1,16 @@
 //! What `/mcp` holds and how it ends: its MCP sessions are capped (an
-//! `initialize` flood cannot grow the broker), spoken to by hand over raw
-//! HTTP.
+//! `initialize` flood cannot grow the broker), and on SIGTERM its calls in
+//! flight get the grace period. Spoken to by hand over raw HTTP.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use integration_tests::{peak_rss, rss_bytes};
-use serde_json::json;
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
 
-use super::support::{Broker, HttpResponse, http};
+use super::support::{Broker, HttpResponse, WAIT, http};
 
 const JSON: (&str, &str) = ("Content-Type", "application/json");
 const ACCEPT: (&str, &str) = ("Accept", "application/json, text/event-stream");
@@ -88,4 +89,69 @@ fn initialize_session(port: u16, path: &str) -> Option<String> {
         503 => None,
         other => panic!("initialize answered {other}: {}", opened.body),
     }
+}
+
+/// The JSON-RPC messages of an SSE (or JSON) response body.
+fn messages(body: &str) -> Vec<Value> {
+    let data = body.lines().filter_map(|line| line.strip_prefix("data:"));
+    let from_sse = data.filter_map(|data| serde_json::from_str(data.trim()).ok());
+    from_sse.chain(serde_json::from_str(body).ok()).collect()
+}
+
+/// SIGTERM with `tools/call`s in flight on `/mcp`: as on every transport
+/// (rpc-core's drain), the calls get the grace period. One the browser
+/// answers within it gets its answer; one still running at its end gets
+/// the MCP side's `shutting_down` (a tool error, as the broker's other
+/// errors are); no new request is taken meanwhile. Before: the MCP
+/// sessions were closed at the signal, both calls' streams ended with no
+/// answer and the broker was gone in 0.03 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_calls_in_flight_at_sigterm_get_the_grace_period() {
+    let mut broker = Broker::start(&[("BTCP_SHUTDOWN_GRACE", "2")]);
+    let mut browser = broker.browser("mcp-drain").await;
+    browser.register(&["slow"]).await;
+    let (port, path) = (broker.port, "/mcp?sessionId=mcp-drain");
+    let session = initialize_session(port, path).expect("room");
+    let post = move |body: Value| {
+        let headers = [JSON, ACCEPT, ("Mcp-Session-Id", session.as_str()), ("Mcp-Protocol-Version", "2025-03-26")];
+        http(port, "POST", path, &headers, body.to_string().as_bytes())
+    };
+    let initialized = post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    assert_eq!(initialized.status, 202, "{}", initialized.body);
+    let call = |id: u64| {
+        let post = post.clone();
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "slow", "arguments": {"n": id}}});
+        std::thread::spawn(move || post(request))
+    };
+    let (answered, unanswered) = (call(1), call(2));
+    let mut forwarded = [browser.request().await, browser.request().await];
+    forwarded.sort_by_key(|request| request["params"]["arguments"]["n"].as_u64());
+    let signalled = Instant::now();
+    broker.daemon.signal(Signal::SIGTERM);
+
+    // Draining: the port takes no new connection, so no new request.
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        assert!(signalled.elapsed() < WAIT, "the broker does not drain");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    browser
+        .send(&json!({"jsonrpc": "2.0", "id": forwarded[0]["id"],
+            "result": {"content": [{"type": "text", "text": "answered in grace"}], "isError": false}}))
+        .await;
+    let answered = tokio::task::spawn_blocking(move || answered.join().unwrap()).await.unwrap();
+    let reply = messages(&answered.body).into_iter().find(|m| m["id"] == 1);
+    let reply = reply.unwrap_or_else(|| panic!("no answer to the call answered in the grace: {}", answered.body));
+    assert_eq!(reply["result"]["content"][0]["text"], "answered in grace", "{reply}");
+
+    let unanswered = tokio::task::spawn_blocking(move || unanswered.join().unwrap()).await.unwrap();
+    let waited = signalled.elapsed();
+    let reply = messages(&unanswered.body).into_iter().find(|m| m["id"] == 2);
+    let reply = reply.unwrap_or_else(|| panic!("no answer to the call the grace ran out on: {}", unanswered.body));
+    assert_eq!(reply["result"]["isError"], true, "{reply}");
+    let text = reply["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("shutting down") && text.contains("shutting_down"), "{reply}");
+    assert!(waited >= Duration::from_millis(1500), "answered before the grace was over: {waited:?}");
+    assert!(waited < Duration::from_secs(3), "answered long after the grace: {waited:?}");
+    assert_eq!(broker.daemon.wait_exit(WAIT).code(), Some(0));
 }

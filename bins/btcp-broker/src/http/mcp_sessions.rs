@@ -92,6 +92,18 @@ impl CappedSessions {
     }
 }
 
+impl CappedSessions {
+    /// Ends each session's GET event stream (the session stays): the
+    /// broker drains, and an open stream would hold its connection until
+    /// the grace period is over.
+    pub async fn close_standalone_streams(&self) {
+        let sessions: Vec<_> = self.inner.sessions.read().await.values().cloned().collect();
+        for session in sessions {
+            let _ = session.close_standalone_sse_stream(None).await;
+        }
+    }
+}
+
 impl SessionManager for CappedSessions {
     type Error = SessionsError;
     type Transport = <LocalSessionManager as SessionManager>::Transport;
