@@ -25,7 +25,7 @@ use mcp_front::{
     CallToolResult, Caller, Change, Changes, Door, Failure, JsonObject, Link, McpError, ServerName, Tool, Upstream,
 };
 use rpc_core::codec::websocket;
-use rpc_core::{CancelNotice, PeerHandle, Router, RpcError};
+use rpc_core::{CancelNotice, PeerHandle, Router};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
@@ -282,9 +282,7 @@ impl Door for SessionDoor {
                     () = ending.cancelled() => {
                         call_cancel.cancel();
                         let _ = call.await;
-                        Err(Failure::Rpc(
-                            RpcError::internal("server is shutting down").with_data(json!({"reason": "shutting_down"})),
-                        ))
+                        Err(Failure::Rpc(errors::shutting_down()))
                     }
                 }
             }

@@ -158,9 +158,7 @@ impl HttpDoors {
             });
         }
     }
-}
 
-impl HttpDoors {
     /// The broker drains: `/mcp` takes no new request (`endpoint`), and the
     /// requests in flight get the grace period, as on every transport. What
     /// would hold a connection open for nothing (a session's GET stream)
@@ -285,8 +283,7 @@ fn request_id(body: &[u8]) -> Value {
 /// HTTP 503 with the engine's JSON-RPC error for a request arriving while
 /// the broker drains.
 fn shutting_down(id: Value) -> axum::response::Response {
-    let error = RpcError::internal("server is shutting down").with_data(json!({"reason": "shutting_down"}));
-    let error = json!({"jsonrpc": "2.0", "id": id, "error": error});
+    let error = json!({"jsonrpc": "2.0", "id": id, "error": errors::shutting_down()});
     (StatusCode::SERVICE_UNAVAILABLE, axum::Json(error)).into_response()
 }
 
