@@ -140,6 +140,32 @@ async fn default_timeout_applies_and_requested_timeouts_are_capped() {
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
+/// The docs promise that a `timeout` above BTCP_MAX_CALL_TIMEOUT is capped:
+/// also one too large for u64 (it was -32602). Not-integers stay refused.
+#[tokio::test]
+async fn a_timeout_beyond_u64_is_capped_not_refused() {
+    let broker = Broker::start(&[("BTCP_CALL_TIMEOUT", "200"), ("BTCP_MAX_CALL_TIMEOUT", "300")]);
+    let mut browser = broker.browser("huge").await;
+    browser.register(&["silent"]).await;
+    let mut agent = broker.agent("huge").await;
+    for (id, timeout) in [(1, "99999999999999999999"), (2, "18446744073709551616")] {
+        let started = Instant::now();
+        agent
+            .send_text(&format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"silent","timeout":{timeout}}}}}"#
+            ))
+            .await;
+        let reply = agent.response(&json!(id)).await;
+        assert_eq!(reply["error"]["code"], -32001, "timeout {timeout}: {reply}");
+        assert_eq!(reply["error"]["data"]["timeoutMs"], 300, "capped: {reply}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+    }
+    for (id, timeout) in [(3, json!(1.5)), (4, json!(-1)), (5, json!("5"))] {
+        let reply = agent.call(id, "tools/call", json!({"name": "silent", "timeout": timeout})).await;
+        assert_eq!(reply["error"]["code"], -32602, "timeout {timeout}: {reply}");
+    }
+}
+
 #[tokio::test]
 async fn result_with_error_is_kept_as_the_result_and_malformed_answers_are_32603() {
     let broker = Broker::start(&[]);

@@ -9,6 +9,7 @@ mod load;
 mod logging;
 mod mcp;
 mod mcp_errors;
+mod mcp_limits;
 mod memory;
 mod messages;
 mod public_client;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures_util::SinkExt;
 use integration_tests::{rss_bytes, rss_growth_mib};
 use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::support::{Broker, Ws};
@@ -88,6 +89,77 @@ async fn an_agent_flooding_large_notifications_stays_within_the_backlog() {
     // Unbounded, this is 200 MiB and more. The incoming backlog holds 16 MiB.
     assert!(grown < 100, "grew by {grown} MiB");
     browser.abort();
+}
+
+/// An SSE agent of `session` that reads its welcome, then never reads again
+/// (a small receive buffer, so its unread answers pile up in the broker).
+/// Its client id, and the socket to keep open.
+async fn unread_sse_agent(broker: &Broker, session: &str) -> (String, tokio::net::TcpStream) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(([127, 0, 0, 1], broker.port).into()).await.unwrap();
+    let head = format!("GET /events?clientType=agent&sessionId={session} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut read = Vec::new();
+    let marker = b"\"clientId\":\"";
+    let start = loop {
+        let mut buf = [0u8; 1024];
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(n > 0, "the event stream closed before its welcome");
+        read.extend_from_slice(&buf[..n]);
+        if let Some(at) = read.windows(marker.len()).position(|w| w == marker)
+            && read.len() >= at + marker.len() + 32
+        {
+            break at + marker.len();
+        }
+    };
+    (String::from_utf8(read[start..start + 32].to_vec()).unwrap(), stream)
+}
+
+/// Concurrent 4 MB POSTs for an SSE agent that never reads its stream: the
+/// bodies it cannot take wait unread (room for them is reserved first, in
+/// the client's byte budget), so the broker holds about the budget, not
+/// every body that arrived. 1.5 GB at 400 POSTs before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posts_for_an_sse_agent_that_never_reads_stay_within_its_byte_budget() {
+    const POSTS: usize = 100;
+    let broker = Broker::start(&[("BTCP_RATE_LIMIT", "0")]);
+    // Each tools/list answer is 3 MiB: a few unread ones stop the agent's peer.
+    let mut browser = broker.browser("mem-posts").await;
+    let big = json!({"name": "big", "inputSchema": {"type": "object", "x": "A".repeat(3 * MIB as usize)}});
+    let registered = browser.call("reg", "tools/register", json!({"tools": [big]})).await;
+    assert_eq!(registered["result"]["registered"], 1, "{registered}");
+    let (client_id, _stream) = unread_sse_agent(&broker, "mem-posts").await;
+    let pid = broker.daemon.pid();
+    let before = rss_bytes(pid);
+    let pad = "p".repeat(4_000_000);
+    let posts: Vec<_> = (0..POSTS)
+        .map(|id| {
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {"pad": pad}}).to_string();
+            let head = format!(
+                "POST /message HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Client-ID: {client_id}\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            );
+            let port = broker.port;
+            tokio::spawn(async move {
+                let mut post = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+                post.write_all(head.as_bytes()).await.unwrap();
+                post.write_all(body.as_bytes()).await.unwrap();
+                let mut answer = Vec::new();
+                let _ = post.read_to_end(&mut answer).await;
+            })
+        })
+        .collect();
+    let grown =
+        growth(pid, before, Duration::from_secs(6), "btcp-broker: 100 4 MB POSTs for an unread SSE agent").await;
+    // Every body read is 400 MB (+433 MiB measured before the budget; +30
+    // with it): 16 MiB of POSTs, then the engine's backlog and write budget.
+    assert!(grown < 150, "grew by {grown} MiB");
+    for post in posts {
+        post.abort();
+    }
+    assert_eq!(broker.get("/health").status, 200);
 }
 
 /// A tools/register request of about `size` bytes: 200 tools with long descriptions.

@@ -162,6 +162,10 @@ pub struct ServeArgs {
     /// duration like `10m`).
     #[arg(long, env = "BTCP_MCP_IDLE", default_value = "600", value_parser = seconds)]
     pub mcp_idle: Duration,
+    /// MCP sessions (`initialize` on `/mcp`) alive at once, over every
+    /// session id; past it a new one is refused with 503.
+    #[arg(long, env = "BTCP_MAX_MCP_SESSIONS", default_value_t = 1024, value_parser = count_at_least::<1>)]
+    pub max_mcp_sessions: usize,
     /// Time in-flight calls get to finish on SIGTERM before connections close
     /// (seconds, or a duration like `500ms`).
     #[arg(long, env = "BTCP_SHUTDOWN_GRACE", default_value = "5", value_parser = seconds_or_zero)]
@@ -235,6 +239,7 @@ pub struct Config {
     pub max_connections: usize,
     pub keepalive: Duration,
     pub mcp_idle: Duration,
+    pub max_mcp_sessions: usize,
     pub shutdown_grace: Duration,
     pub write_budget: usize,
     pub backlog_bytes: usize,
@@ -279,6 +284,7 @@ impl Config {
             max_connections: serve.max_connections,
             keepalive: serve.keepalive,
             mcp_idle: serve.mcp_idle,
+            max_mcp_sessions: serve.max_mcp_sessions,
             shutdown_grace: serve.shutdown_grace,
             write_budget: serve.write_budget,
             backlog_bytes: serve.backlog_bytes,

@@ -55,6 +55,12 @@ pub fn wrong_client_type(method: &str, only: ClientType, this: ClientType) -> Rp
     }))
 }
 
+/// The engine's answer to a request it will not finish because the broker
+/// stops (-32603, `reason: shutting_down`), for what `/mcp` answers itself.
+pub fn shutting_down() -> RpcError {
+    RpcError::internal("server is shutting down").with_data(json!({"reason": "shutting_down"}))
+}
+
 pub fn not_joined() -> RpcError {
     RpcError::new(SESSION_NOT_FOUND, "not in a session: connect with ?sessionId= or call session/join first")
 }

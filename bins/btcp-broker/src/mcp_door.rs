@@ -170,10 +170,19 @@ pub struct SessionDoor {
     call_timeout: Option<Duration>,
     /// Where a person opens the session in a browser (for error messages).
     page: String,
+    /// Fires when the broker is about to stop (`/mcp`): calls still running
+    /// are answered `shutting_down` while that answer can still be sent.
+    ending: Option<CancellationToken>,
 }
 
 impl SessionDoor {
-    pub fn new(dial: Dial, session: &str, token: Option<String>, call_timeout: Option<Duration>) -> Arc<Self> {
+    pub fn new(
+        dial: Dial,
+        session: &str,
+        token: Option<String>,
+        call_timeout: Option<Duration>,
+        ending: Option<CancellationToken>,
+    ) -> Arc<Self> {
         let encoded: String = form_urlencoded::byte_serialize(session.as_bytes()).collect();
         let page = format!("http://{}/?sessionId={encoded}", dial.authority());
         let view = Arc::new(SessionView {
@@ -182,7 +191,7 @@ impl SessionDoor {
             connected_before: AtomicBool::new(false),
             changes: Changes::new(),
         });
-        Arc::new(SessionDoor { link: Link::new(SessionAgent { dial, token, view }), call_timeout, page })
+        Arc::new(SessionDoor { link: Link::new(SessionAgent { dial, token, view }), call_timeout, page, ending })
     }
 
     fn view(&self) -> &SessionView {
@@ -260,7 +269,25 @@ impl Door for SessionDoor {
         if let Some(limit) = self.call_timeout {
             params["timeout"] = json!(limit.as_millis() as u64);
         }
-        match self.link.call("tools/call", &params, None, &cancel).await {
+        let answer = match &self.ending {
+            None => self.link.call("tools/call", &params, None, &cancel).await,
+            Some(ending) => {
+                // Cancelled at the broker (which tells the browser) when the
+                // broker is about to stop, as when the MCP client cancels.
+                let call_cancel = cancel.child_token();
+                let call = self.link.call("tools/call", &params, None, &call_cancel);
+                tokio::pin!(call);
+                tokio::select! {
+                    answer = &mut call => answer,
+                    () = ending.cancelled() => {
+                        call_cancel.cancel();
+                        let _ = call.await;
+                        Err(Failure::Rpc(errors::shutting_down()))
+                    }
+                }
+            }
+        };
+        match answer {
             // The browser answers in MCP's own shape; anything else is shown as JSON.
             Ok(result) => mcp_front::passed_on(result),
             Err(Failure::Rpc(e)) if e.code == errors::NO_BROWSER => mcp_front::failure(

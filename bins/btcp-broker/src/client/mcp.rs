@@ -13,7 +13,7 @@ use crate::mcp_door::{Dial, SessionDoor};
 /// Serves MCP on stdio until the client closes it.
 pub async fn serve_stdio(endpoint: &EndpointArgs, session: &str, call_timeout: Option<Duration>) -> anyhow::Result<()> {
     let dial = Dial::Tcp { authority: authority(endpoint) };
-    let door = SessionDoor::new(dial, session, endpoint.auth_token.clone(), call_timeout);
+    let door = SessionDoor::new(dial, session, endpoint.auth_token.clone(), call_timeout, None);
     let stop = CancellationToken::new();
     door.keep_connected(stop.clone());
     let served = mcp_front::serve_stdio(door).await;

@@ -19,8 +19,10 @@ use tower_service::Service as _;
 
 use super::admission::{self, PeerAddr, reject};
 use super::connection::serve_in_process;
+use super::mcp_sessions::{CappedSessions, SessionSlots};
 use super::request;
 use super::sse::{is_length_limit, too_large};
+use crate::errors;
 use crate::mcp_door::{Dial, ServeInProcess, SessionDoor};
 use crate::state::Broker;
 
@@ -33,7 +35,13 @@ pub struct HttpDoors {
     /// served by (set once, right after they are built).
     app: std::sync::OnceLock<axum::Router>,
     doors: Mutex<HashMap<String, HttpDoor>>,
-    /// Fires when the broker drains: every door closes its MCP sessions.
+    /// The live MCP sessions of every door, at most BTCP_MAX_MCP_SESSIONS.
+    slots: SessionSlots,
+    /// Fires just before the drain's grace period ends: the doors answer
+    /// the calls still running `shutting_down`.
+    calls_end: CancellationToken,
+    /// Fires when the drain's grace period is over: every door closes its
+    /// MCP sessions.
     stop_all: CancellationToken,
 }
 
@@ -45,20 +53,39 @@ struct HttpDoor {
     in_use: Arc<()>,
     last_used: Instant,
     stop: CancellationToken,
+    sessions: Arc<CappedSessions>,
 }
 
 type McpService = mcp_front::rmcp::transport::streamable_http_server::StreamableHttpService<
     mcp_front::Front<SessionDoor>,
-    mcp_front::rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+    CappedSessions,
 >;
 
 /// At most this many sessions served over `/mcp` at once.
 const MAX_HTTP_DOORS: usize = 1024;
 
+/// An MCP session is closed after BTCP_MAX_CALL_TIMEOUT and this long
+/// without a message either way.
+const SESSION_IDLE_MARGIN: Duration = Duration::from_secs(30);
+
+/// How long before the drain's grace period ends the doors answer their
+/// calls still running themselves: at its end the engine drops HTTP
+/// connections at once, and the engine's own `shutting_down` answer, given
+/// then, would never be written to the MCP client.
+const ANSWER_BEFORE_CUT: Duration = Duration::from_millis(100);
+
 impl HttpDoors {
     pub fn new(broker: Arc<Broker>) -> Arc<Self> {
         let stop_all = CancellationToken::new();
-        let doors = Arc::new(HttpDoors { broker, app: Default::default(), doors: Mutex::default(), stop_all });
+        let slots = SessionSlots::new(broker.config.max_mcp_sessions);
+        let doors = Arc::new(HttpDoors {
+            broker,
+            app: Default::default(),
+            doors: Mutex::default(),
+            slots,
+            calls_end: CancellationToken::new(),
+            stop_all,
+        });
         tokio::spawn(doors.clone().close_idle());
         doors
     }
@@ -81,7 +108,7 @@ impl HttpDoors {
         }
         let config = &self.broker.config;
         let dial = Dial::InProcess { authority: config.listen.to_string(), serve: self.serve_in_process()? };
-        let door = SessionDoor::new(dial, session, config.auth_token.clone(), None);
+        let door = SessionDoor::new(dial, session, config.auth_token.clone(), None, Some(self.calls_end.clone()));
         let stop = self.stop_all.child_token();
         door.keep_connected(stop.clone());
         let factory_door = door.clone();
@@ -91,10 +118,14 @@ impl HttpDoors {
         let http = mcp_front::rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
             .with_allowed_hosts(Vec::<String>::new())
             .with_cancellation_token(stop.clone());
-        let service =
-            McpService::new(move || Ok(mcp_front::Front::new(factory_door.clone())), Default::default(), http);
+        // A session silent for longer than a call may wait for its browser
+        // could be one whose call is still running: rmcp's idle expiry
+        // counts no silence as a call in flight.
+        let sessions = Arc::new(CappedSessions::new(self.slots.clone(), config.max_call_timeout + SESSION_IDLE_MARGIN));
+        let service = McpService::new(move || Ok(mcp_front::Front::new(factory_door.clone())), sessions.clone(), http);
         let in_use = Arc::new(());
-        let entry = HttpDoor { service: service.clone(), in_use: in_use.clone(), last_used: Instant::now(), stop };
+        let last_used = Instant::now();
+        let entry = HttpDoor { service: service.clone(), in_use: in_use.clone(), last_used, stop, sessions };
         doors.insert(session.to_owned(), entry);
         Some((service, in_use))
     }
@@ -115,10 +146,7 @@ impl HttpDoors {
         loop {
             tokio::select! {
                 _ = ticks.tick() => {}
-                () = self.broker.shutdown.draining() => {
-                    self.stop_all.cancel();
-                    return;
-                }
+                () = self.broker.shutdown.draining() => return self.drain().await,
             }
             self.doors.lock().retain(|_, entry| {
                 // Only the map holds the mark: no request or response is in flight.
@@ -129,6 +157,27 @@ impl HttpDoors {
                 !unused
             });
         }
+    }
+
+    /// The broker drains: `/mcp` takes no new request (`endpoint`), and the
+    /// requests in flight get the grace period, as on every transport. What
+    /// would hold a connection open for nothing (a session's GET stream)
+    /// closes now; calls still running just before the grace ends are
+    /// answered `shutting_down` by their doors; then every door closes.
+    async fn drain(&self) {
+        let shutdown = &self.broker.shutdown;
+        let answer_at =
+            tokio::time::Instant::now() + self.broker.config.shutdown_grace.saturating_sub(ANSWER_BEFORE_CUT);
+        let sessions: Vec<_> = self.doors.lock().values().map(|door| door.sessions.clone()).collect();
+        for door in sessions {
+            door.close_standalone_streams().await;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(answer_at) => self.calls_end.cancel(),
+            () = shutdown.aborted() => {}
+        }
+        shutdown.aborted().await;
+        self.stop_all.cancel();
     }
 }
 
@@ -153,14 +202,6 @@ pub async fn endpoint(doors: Arc<HttpDoors>, request: axum::extract::Request) ->
         }
         Err(why) => return reject(StatusCode::BAD_REQUEST, "invalid_session_id", why).into_response(),
     };
-    let Some((mut service, in_use)) = doors.service(session) else {
-        return reject(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "mcp_sessions",
-            format!("too many sessions served over /mcp (at most {MAX_HTTP_DOORS})"),
-        )
-        .into_response();
-    };
     let ending_session = request.method() == axum::http::Method::DELETE;
     // A posted JSON body is kept: rmcp answers one it cannot read 415, which
     // MCP keeps for a wrong Content-Type; we answer it as JSON-RPC instead.
@@ -172,7 +213,31 @@ pub async fn endpoint(doors: Arc<HttpDoors>, request: axum::extract::Request) ->
     } else {
         (request, None)
     };
-    let mut response = match service.call(request).await {
+    if broker.shutdown.is_draining() {
+        return shutting_down(posted_json.as_deref().map_or(Value::Null, request_id));
+    }
+    // Room for the session an `initialize` opens, before anything is made for it.
+    let opening = posted_json.as_deref().and_then(|body| opens_session(request.headers(), body));
+    let slot = match opening {
+        Some(id) => match doors.slots.take() {
+            Some(slot) => Some(slot),
+            None => return too_many_sessions(id, doors.slots.max()),
+        },
+        None => None,
+    };
+    let Some((mut service, in_use)) = doors.service(session) else {
+        return reject(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "mcp_sessions",
+            format!("too many sessions served over /mcp (at most {MAX_HTTP_DOORS})"),
+        )
+        .into_response();
+    };
+    let served = match slot {
+        Some(slot) => SessionSlots::serving(slot, service.call(request)).await,
+        None => service.call(request).await,
+    };
+    let mut response = match served {
         Ok(response) => response.map(|body| holding(body, in_use)),
         Err(never) => match never {},
     };
@@ -187,6 +252,49 @@ pub async fn endpoint(doors: Arc<HttpDoors>, request: axum::extract::Request) ->
         *response.status_mut() = StatusCode::OK;
     }
     response
+}
+
+/// The id of the `initialize` request `body` is, when it asks for a new
+/// session (no `Mcp-Session-Id`): `None` for anything else.
+fn opens_session(headers: &axum::http::HeaderMap, body: &[u8]) -> Option<Value> {
+    if headers.contains_key("mcp-session-id") {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Request {
+        method: Option<String>,
+        #[serde(default)]
+        id: Value,
+    }
+    let request: Request = serde_json::from_slice(body).ok()?;
+    (request.method.as_deref() == Some("initialize")).then_some(request.id)
+}
+
+/// The id of the JSON-RPC request `body` is, or null.
+fn request_id(body: &[u8]) -> Value {
+    #[derive(serde::Deserialize)]
+    struct Request {
+        #[serde(default)]
+        id: Value,
+    }
+    serde_json::from_slice::<Request>(body).map_or(Value::Null, |request| request.id)
+}
+
+/// HTTP 503 with the engine's JSON-RPC error for a request arriving while
+/// the broker drains.
+fn shutting_down(id: Value) -> axum::response::Response {
+    let error = json!({"jsonrpc": "2.0", "id": id, "error": errors::shutting_down()});
+    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(error)).into_response()
+}
+
+/// HTTP 503 with the JSON-RPC error an MCP client reads as the
+/// `initialize`'s answer: the broker holds its most MCP sessions.
+fn too_many_sessions(id: Value, max: usize) -> axum::response::Response {
+    let message = format!("too many MCP sessions (at most {max}, BTCP_MAX_MCP_SESSIONS); try again later");
+    let data = json!({"reason": "mcp_sessions", "maxMcpSessions": max});
+    let error =
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": errors::CONNECTION, "message": message, "data": data}});
+    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(error)).into_response()
 }
 
 /// Whether the request says its body is JSON, by rmcp's own rule (the media

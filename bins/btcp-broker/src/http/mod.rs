@@ -5,12 +5,14 @@
 //! - [`request`]: what is read from a request before routing (pure; fuzzed).
 //! - [`admission`]: who may connect (token, query, capacity).
 //! - `websocket`, `sse`: the two transports of browsers and agents.
-//! - [`mcp`]: the `/mcp` endpoint, any session's MCP front door.
+//! - [`mcp`]: the `/mcp` endpoint, any session's MCP front door; its MCP
+//!   sessions, capped, in `mcp_sessions`.
 
 pub mod admission;
 pub mod connection;
 pub(crate) mod inbox;
 pub mod mcp;
+mod mcp_sessions;
 pub mod request;
 mod sse;
 mod websocket;

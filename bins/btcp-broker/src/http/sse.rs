@@ -50,6 +50,13 @@ const OUTBOX: usize = 256;
 /// How long a POST may wait for room in a busy peer's inbox.
 const POST_WAIT: Duration = Duration::from_secs(10);
 
+/// Bytes of one client's POSTs held at once, read or waiting to be: the
+/// engine's backlog (`BTCP_BACKLOG_BYTES`), which takes them from there, and
+/// never less than one message.
+fn post_budget(broker: &Broker) -> usize {
+    broker.config.backlog_bytes.max(broker.config.max_message)
+}
+
 pub async fn events(State(broker): State<Arc<Broker>>, request: Request) -> Response {
     let peer = request.extensions().get::<PeerAddr>().cloned();
     let query = match admission::query(request.uri()) {
@@ -68,7 +75,7 @@ pub async fn events(State(broker): State<Arc<Broker>>, request: Request) -> Resp
     let client_id = spec.client_id.clone();
     let stream_open = Arc::new(AtomicBool::new(true));
     spec.event_stream = Some(stream_open.clone());
-    let (inbox_tx, mut inbox_rx) = inbox::channel(INBOX);
+    let (inbox_tx, mut inbox_rx) = inbox::channel(INBOX, post_budget(&broker));
     let (outbox_tx, outbox_rx) = mpsc::channel(OUTBOX);
     let inbox = SseInbox { sender: inbox_tx, stream_open: stream_open.clone() };
     broker.sse_inboxes.lock().insert(client_id.clone(), inbox);
@@ -132,7 +139,7 @@ where
     let client_id = spec.client_id.clone();
     let stream_open = Arc::new(AtomicBool::new(true));
     spec.event_stream = Some(stream_open.clone());
-    let (inbox_tx, inbox_rx) = inbox::channel(INBOX);
+    let (inbox_tx, inbox_rx) = inbox::channel(INBOX, post_budget(&broker));
     let inbox = SseInbox { sender: inbox_tx, stream_open: stream_open.clone() };
     broker.sse_inboxes.lock().insert(client_id.clone(), inbox);
     let transport = Transport {
@@ -374,15 +381,30 @@ pub async fn message(State(broker): State<Arc<Broker>>, request: Request) -> Res
         Ok(inbox) => inbox,
         Err(rejection) => return rejection.into_response(),
     };
+    // Room for the body before a byte of it is read (a body of unknown
+    // length: room for the largest), so waiting POSTs hold no bodies.
+    let deadline = tokio::time::Instant::now() + POST_WAIT;
+    let declared = request::declared_length(&parts.headers).map_or(limit, |length| length as usize);
+    let mut room = match inbox.sender.reserve(declared, deadline).await {
+        Ok(room) => room,
+        Err(refused) => return refused_post(refused),
+    };
     let body = match axum::body::to_bytes(body, limit).await {
         Ok(body) => body,
         Err(e) if is_length_limit(&e) => return too_large(limit),
         Err(_) => return reject(StatusCode::BAD_REQUEST, "body", "the request body could not be read").into_response(),
     };
-    match inbox.sender.send_timeout(Frame::Message(body), POST_WAIT).await {
+    room.shrink_to(body.len());
+    match inbox.sender.send(Frame::Message(body), room, deadline).await {
         Ok(()) => StatusCode::ACCEPTED.into_response(),
-        Err(SendError::Closed) => closed().into_response(),
-        Err(SendError::Timeout) => {
+        Err(refused) => refused_post(refused),
+    }
+}
+
+fn refused_post(refused: SendError) -> Response {
+    match refused {
+        SendError::Closed => closed().into_response(),
+        SendError::Timeout => {
             reject(StatusCode::SERVICE_UNAVAILABLE, "busy", "the client's queue stayed full; try again").into_response()
         }
     }

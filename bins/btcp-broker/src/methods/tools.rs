@@ -72,8 +72,43 @@ struct OwnedCallParams {
     #[serde(default)]
     arguments: Option<Box<RawValue>>,
     /// Milliseconds; capped by BTCP_MAX_CALL_TIMEOUT.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "milliseconds")]
     timeout: Option<u64>,
+}
+
+/// A `timeout`: a non-negative integer, or null. One too large for u64
+/// (serde_json reads it as a float) saturates: it is capped anyway, as the
+/// docs promise, and refusing it would break that promise. Fractions,
+/// negatives and strings stay refused.
+fn milliseconds<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    struct Milliseconds;
+    impl serde::de::Visitor<'_> for Milliseconds {
+        type Value = Option<u64>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a number of milliseconds (a non-negative integer)")
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E: serde::de::Error>(self, ms: u64) -> Result<Self::Value, E> {
+            Ok(Some(ms))
+        }
+        fn visit_i64<E: serde::de::Error>(self, ms: i64) -> Result<Self::Value, E> {
+            u64::try_from(ms).map(Some).map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(ms), &self))
+        }
+        fn visit_f64<E: serde::de::Error>(self, ms: f64) -> Result<Self::Value, E> {
+            // Every float this large is a whole number: an integer beyond u64.
+            if ms >= 18_446_744_073_709_551_616.0 {
+                return Ok(Some(u64::MAX));
+            }
+            // `-0`, which serde_json reads as a float: zero, as before.
+            if ms == 0.0 && ms.is_sign_negative() {
+                return Ok(Some(0));
+            }
+            Err(E::invalid_value(serde::de::Unexpected::Float(ms), &self))
+        }
+    }
+    deserializer.deserialize_any(Milliseconds)
 }
 
 /// A call's params, borrowed from its message where they can be.
@@ -116,7 +151,8 @@ impl<'a> CallParams<'a> {
         let arguments = arguments.filter(|arguments| arguments.get() != "null").map(Cow::Borrowed);
         let timeout = match timeout.map(RawValue::get) {
             None | Some("null") => None,
-            Some(digits) if digits.bytes().all(|c| c.is_ascii_digit()) => Some(digits.parse().ok()?),
+            // Too many digits for u64 saturates, as serde's reading does.
+            Some(digits) if digits.bytes().all(|c| c.is_ascii_digit()) => Some(digits.parse().unwrap_or(u64::MAX)),
             Some(_) => return None,
         };
         Some(CallParams { name: Cow::Borrowed(name), arguments, timeout })
@@ -302,16 +338,23 @@ mod tests {
             r#" { "timeout" : 250 , "arguments" : {"a": [1, "\"", {"b": null}]}, "name" : "é 🦀", "extra": [1] } "#,
             r#"{"name":"echo","timeout":18446744073709551615}"#,
             r#"{"name":"echo","arguments":[1,2]}"#,
+            // Beyond u64: saturated, then capped like any other.
+            r#"{"name":"echo","timeout":18446744073709551616}"#,
+            r#"{"name":"echo","timeout":99999999999999999999}"#,
             // Serde reads these, the common reading declines them.
             r#"{"name":"say \"hi\""}"#,
             r#"{"na\u006de":"echo"}"#,
             r#"{"name":"echo","timeout":-0}"#,
+            r#"{"name":"echo","timeout":1e20}"#,
             // Serde refuses these.
             r#"{"name":"echo","name":"again"}"#,
-            r#"{"name":"echo","timeout":18446744073709551616}"#,
             r#"{"name":"echo","timeout":1.5}"#,
+            r#"{"name":"echo","timeout":1.0}"#,
             r#"{"name":"echo","timeout":-1}"#,
+            r#"{"name":"echo","timeout":-99999999999999999999}"#,
             r#"{"name":"echo","timeout":"5"}"#,
+            r#"{"name":"echo","timeout":true}"#,
+            r#"{"name":"echo","timeout":{}}"#,
             r#"{"name":null}"#,
             r#"{"name":7}"#,
             r#"{"arguments":{}}"#,
@@ -334,7 +377,7 @@ mod tests {
             );
             assert_eq!(common.timeout, serde.timeout, "{text}");
         }
-        assert_eq!(read_here, 6, "the first six are of the common shape");
+        assert_eq!(read_here, 8, "the first eight are of the common shape");
         let read = |text| CallParams::common(text).map(|p| (p.name.into_owned(), p.timeout));
         assert_eq!(read(r#"{"name":"echo","arguments":{}}"#), Some(("echo".into(), None)));
         assert_eq!(read(r#"{"name":"say \"hi\""}"#), None, "escapes go to serde");
@@ -346,6 +389,42 @@ mod tests {
         let error = CallParams::read(&raw(r#"{"name":"echo","timeout":1.5}"#)).err().unwrap();
         assert_eq!(error.code, RpcError::INVALID_PARAMS);
         assert!(error.message.contains("timeout"), "{}", error.message);
+    }
+
+    /// Every shape of `timeout`, both ways it is read: whole milliseconds,
+    /// saturating beyond u64 (then capped); anything else refused.
+    #[test]
+    fn a_timeout_is_whole_milliseconds_and_saturates_beyond_u64() {
+        let max = Some(Some(u64::MAX));
+        let cases: [(&str, Option<Option<u64>>); 16] = [
+            ("null", Some(None)),
+            ("0", Some(Some(0))),
+            ("-0", Some(Some(0))),
+            ("250", Some(Some(250))),
+            ("18446744073709551615", max),
+            ("18446744073709551616", max),
+            ("99999999999999999999", max),
+            ("1e20", max),
+            ("1.5", None),
+            ("1.0", None),
+            ("-1", None),
+            ("-99999999999999999999", None),
+            (r#""5""#, None),
+            ("true", None),
+            ("{}", None),
+            ("[]", None),
+        ];
+        for (timeout, expected) in cases {
+            let params = raw(&format!(r#"{{"name":"echo","timeout":{timeout}}}"#));
+            let serde = serde_json::from_str::<OwnedCallParams>(params.get()).map(|p| p.timeout).ok();
+            assert_eq!(serde, expected, "serde, timeout {timeout}");
+            let read = CallParams::read(&params).map(|p| p.timeout);
+            assert_eq!(read.as_ref().ok().copied(), expected, "read, timeout {timeout}");
+            if let Err(error) = read {
+                assert_eq!(error.code, RpcError::INVALID_PARAMS, "{timeout}");
+                assert!(error.message.contains("timeout"), "{}", error.message);
+            }
+        }
     }
 
     #[test]
