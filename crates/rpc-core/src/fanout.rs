@@ -8,8 +8,11 @@
 //! before the events that came after the gap, so it knows to resynchronise
 //! (for example with a status call).
 //!
-//! [`pump`] forwards a subscription to a connection. It waits for room in the
-//! connection's outbox as long as the connection lives and never closes it: a
+//! [`pump`] forwards a subscription to a connection. It sends the next event
+//! only while the connection's outbox holds less than
+//! [`ring::PUMP_BATCH_BYTES`] (events wait in the subscriber's queue, where
+//! the oldest are dropped and counted, not in an outbox of megabytes), as
+//! long as the connection lives, and never closes it: a
 //! subscriber whose socket stops draining (a paused `attach`, Ctrl-Z) loses
 //! events, counted, not its connection, and when it drains again it reads the
 //! events queued before the gap, then the missed-count notice, then live ones.
@@ -341,10 +344,15 @@ impl<T> Drop for Subscription<T> {
 
 /// Forwards a subscription of pre-serialised notifications to a connection
 /// until either ends. `missed` builds the notification that reports a gap.
-/// Never closes the connection: while it does not drain, this waits for room
-/// and the subscription drops and counts events instead.
+/// Never closes the connection: while it does not drain, this waits (with at
+/// most a batch in the outbox) and the subscription drops and counts events
+/// instead.
 pub async fn pump(mut subscription: Subscription<Bytes>, peer: PeerHandle, missed: impl Fn(u64) -> Vec<u8>) {
     loop {
+        // Events wait in the subscription while the outbox holds a batch.
+        if peer.shared.outbox.wait_until_at_most(ring::PUMP_BATCH_BYTES).await.is_err() {
+            return;
+        }
         let event = tokio::select! {
             event = subscription.recv() => event,
             _ = peer.closed() => return,

@@ -658,3 +658,31 @@ async fn a_client_disconnecting_ends_its_pump_without_a_warning() {
     let logged = logged.lock();
     assert!(logged.is_empty(), "warnings or errors logged for a normal close: {logged:#?}");
 }
+
+/// A subscriber that never reads holds its queue and about one batch in its
+/// outbox, not its whole write budget: the events wait in the queue, where
+/// the oldest are dropped and counted. (Each held up to its 8 MiB budget in
+/// the outbox besides its 4 MiB queue.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_never_reads_holds_its_queue_and_a_batch_not_its_write_budget() {
+    let config = PeerConfig::default();
+    let fanout = Fanout::<Bytes>::new(1024, 1024 * 1024);
+    let (served, client) = serve_subscriber(&fanout, &config);
+    let (_unread, _write) = client.into_split();
+    let big =
+        Bytes::from(format!("{{\"jsonrpc\":\"2.0\",\"method\":\"event\",\"params\":\"{}\"}}", "x".repeat(16 * 1024)));
+    let mut max_queued = 0;
+    // 32 MiB of events, four budgets' worth.
+    for n in 0..2048 {
+        fanout.publish("event", &big);
+        if n % 16 == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            max_queued = max_queued.max(served.peer.stats().queued_bytes);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    max_queued = max_queued.max(served.peer.stats().queued_bytes);
+    eprintln!("a subscriber that never reads: at most {max_queued} B in its outbox (budget {} B)", config.write_budget);
+    assert!(max_queued <= 2 * rpc_core::fanout::ring::PUMP_BATCH_BYTES + big.len(), "{max_queued} B queued");
+    assert!(!served.peer.is_closed(), "never closed");
+}
