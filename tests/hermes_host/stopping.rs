@@ -14,17 +14,26 @@ use crate::support::{Control, Host, py_extension};
 /// A host with ext.py `py`, a UI attached that never answers, and `py`
 /// waiting for its `ui/showConfirm` (forwarded to that UI).
 fn dialog_in_flight() -> Option<(Host, Control)> {
+    dialogs_in_flight(1)
+}
+
+/// The same with `copies` dialogs asked at once; the first 32 (the
+/// extension's handlers at once) forwarded to the UI, the rest queued.
+fn dialogs_in_flight(copies: usize) -> Option<(Host, Control)> {
     if !require_tool("python3") {
         return None;
     }
-    let host = Host::start(&py_extension("py", &[("EXT_CALL_FILE", "call.json")]));
+    let copies_env = copies.to_string();
+    let host = Host::start(&py_extension("py", &[("EXT_CALL_FILE", "call.json"), ("EXT_CALL_COPIES", &copies_env)]));
     host.wait_state("py", "running", LONG);
     let mut ui = host.client();
     assert_eq!(ui.call("ui/attach", json!({}))["result"]["attached"], true);
     let call = json!({"method": "ui/showConfirm", "params": {"message": "Delete?"}});
     std::fs::write(host.call_file(), call.to_string()).unwrap();
     host.result("command/execute", json!({"command": "test/call"}));
-    assert_eq!(ui.recv()["method"], "ui/showConfirm", "the dialog is in flight");
+    for _ in 0..copies.min(32) {
+        assert_eq!(ui.recv()["method"], "ui/showConfirm", "the dialog is in flight");
+    }
     Some((host, ui))
 }
 
@@ -77,19 +86,7 @@ fn sigterm_answers_the_extensions_requests_in_flight_before_its_shutdown() {
 /// 5 s grace), and every one is answered before `shutdown`.
 #[test]
 fn requests_queued_behind_the_running_ones_are_answered_at_once_when_it_stops() {
-    if !require_tool("python3") {
-        return;
-    }
-    let host = Host::start(&py_extension("py", &[("EXT_CALL_FILE", "call.json"), ("EXT_CALL_COPIES", "34")]));
-    host.wait_state("py", "running", LONG);
-    let mut ui = host.client();
-    assert_eq!(ui.call("ui/attach", json!({}))["result"]["attached"], true);
-    let call = json!({"method": "ui/showConfirm", "params": {"message": "Delete?"}});
-    std::fs::write(host.call_file(), call.to_string()).unwrap();
-    host.result("command/execute", json!({"command": "test/call"}));
-    for _ in 0..32 {
-        assert_eq!(ui.recv()["method"], "ui/showConfirm", "32 dialogs run");
-    }
+    let Some((host, _ui)) = dialogs_in_flight(34) else { return };
     let answers = |host: &Host| -> Vec<Value> {
         received(host).into_iter().filter(|m| m.get("method").is_none() && m["id"].as_u64() >= Some(1000)).collect()
     };

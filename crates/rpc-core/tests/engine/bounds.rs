@@ -88,6 +88,13 @@ fn rss_bytes() -> usize {
     kib * 1024
 }
 
+/// A call the client never answers: while it is pending the server keeps
+/// reading whatever else the client sends, full outbox or not.
+fn owed_an_answer(server: &PeerHandle) -> JoinHandle<Result<Box<serde_json::value::RawValue>, CallError>> {
+    let server = server.clone();
+    tokio::spawn(async move { server.request_raw("never", &[0], None).await })
+}
+
 /// Methods shared by the tests below.
 fn sleep_router() -> Arc<Router<()>> {
     Router::new()
@@ -960,10 +967,7 @@ async fn no_request_starts_while_the_outbox_is_full() {
     };
     let (client, server, run) = socket_server(router, (), config.clone()).await;
     // A call the client never answers keeps the server reading whatever else comes.
-    let _pending = {
-        let server = server.clone();
-        tokio::spawn(async move { server.request_raw("never", &[0], None).await })
-    };
+    let _pending = owed_an_answer(&server);
     let (_unread, mut write) = client.into_split();
     let read_all = |sent: usize| {
         let (server, started) = (server.clone(), started.clone());
@@ -1011,10 +1015,7 @@ async fn garbage_read_while_a_call_is_pending_does_not_grow_the_outbox_past_its_
     const LINES: usize = 100_000;
     let config = PeerConfig { write_budget: 64 * 1024, write_stall: Duration::from_secs(30), ..PeerConfig::default() };
     let (client, server, run) = socket_server(sleep_router(), (), config.clone()).await;
-    let _pending = {
-        let server = server.clone();
-        tokio::spawn(async move { server.request_raw("never", &[0], None).await })
-    };
+    let _pending = owed_an_answer(&server);
     let (_unread, mut write) = client.into_split();
     let writer = tokio::spawn(async move {
         // 128 KiB of garbage per write: 65 536 lines of `x`.
@@ -1080,10 +1081,7 @@ async fn requests_with_huge_ids_read_while_a_call_is_pending_are_cut_off_at_the_
         ..PeerConfig::default()
     };
     let (client, server, run) = socket_server(sleep_router(), (), config.clone()).await;
-    let _pending = {
-        let server = server.clone();
-        tokio::spawn(async move { server.request_raw("never", &[0], None).await })
-    };
+    let _pending = owed_an_answer(&server);
     let (_unread, mut write) = client.into_split();
     let writer = tokio::spawn(async move {
         let id = "7".repeat(ID);
