@@ -2,6 +2,7 @@
 //! (the reader, running handlers, the writer, timers, the shutdown signals)
 //! until either side closes it, then says its last words.
 
+use std::cell::Cell;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -24,6 +25,22 @@ use crate::shutdown::Shutdown;
 /// Frames handled per wake-up of the connection task before it looks at its
 /// other duties (completed handlers, keepalive, shutdown) again.
 const READ_BATCH: usize = 64;
+
+/// A connection with its thread to itself handles the first [`READ_BATCH`]
+/// frames after it caught up with its peer in slices of this many, each
+/// slice's replies written before the next is handled: the peer, which was
+/// waiting, starts on them while the rest are handled, instead of both sides
+/// taking turns a whole batch at a time (each turn a wake-up of the other's
+/// thread). Connections that share their thread with other busy ones, and a
+/// peer that keeps ahead (more is there to read), keep whole batches, whose
+/// single write is what the thread has to spare.
+const SLICE: usize = 8;
+
+thread_local! {
+    /// The connection whose task this thread polled last: a connection
+    /// polled twice in a row has had the thread to itself in between.
+    static LAST_POLLED: Cell<u64> = const { Cell::new(u64::MAX) };
+}
 
 /// When a drain ends, what was already sent is read and answered: how long
 /// the input must be quiet for that to end, and at most how many frames and
@@ -238,6 +255,12 @@ struct Driver<S> {
     /// Set for the earliest deadline of our calls in flight (see
     /// `OutgoingCalls`); `None` while none has one.
     call_deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// No other connection's task ran on this thread since this one's last
+    /// poll (see [`SLICE`]).
+    alone: bool,
+    /// Frames still to handle in slices: [`READ_BATCH`] from when the reader
+    /// last had nothing.
+    sliced_left: usize,
 }
 
 impl<S: Send + Sync + 'static> Driver<S> {
@@ -263,6 +286,8 @@ impl<S: Send + Sync + 'static> Driver<S> {
             missed_pings: 0,
             handshake,
             call_deadline: None,
+            alone: false,
+            sliced_left: 0,
         }
     }
 
@@ -277,6 +302,8 @@ impl<S: Send + Sync + 'static> Driver<S> {
     /// Takes turns until nothing has anything to say (`Pending`, every source
     /// registered to wake us) or the connection is to close.
     fn poll_run(&mut self, signals: &mut Signals<'_, '_>, cx: &mut Context<'_>) -> Poll<CloseReason> {
+        let id = self.handle.conn_id();
+        self.alone = LAST_POLLED.with(|last| last.replace(id)) == id;
         for _ in 0..TURNS_PER_POLL {
             match self.poll_turn(signals, cx) {
                 Poll::Ready(Ok(())) => {}
@@ -495,7 +522,8 @@ impl<S: Send + Sync + 'static> Driver<S> {
     /// count one each, and what the batch leaves of them waits for the next.
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Turn {
         let mut handled = 0;
-        while handled < READ_BATCH && self.may_read() {
+        let batch = if self.alone && self.sliced_left > 0 { SLICE.min(self.sliced_left) } else { READ_BATCH };
+        while handled < batch && self.may_read() {
             if let Some(lines) = &mut self.lines {
                 if let Some(next) = lines.next_read(message::parse_leading) {
                     handled += 1;
@@ -511,7 +539,11 @@ impl<S: Send + Sync + 'static> Driver<S> {
             }
             let frame = match self.reader.poll_next_unpin(cx) {
                 Poll::Ready(frame) => frame,
-                Poll::Pending => break,
+                Poll::Pending => {
+                    // Caught up: the peer waits for what comes next.
+                    self.sliced_left = READ_BATCH;
+                    break;
+                }
             };
             self.missed_pings = 0;
             // A read's lines count one each and the read itself nothing: a
@@ -550,6 +582,7 @@ impl<S: Send + Sync + 'static> Driver<S> {
             }
         }
         if handled > 0 {
+            self.sliced_left = self.sliced_left.saturating_sub(handled);
             return Poll::Ready(Ok(()));
         }
         // Nothing to read for now: an idle connection keeps no reply buffer.

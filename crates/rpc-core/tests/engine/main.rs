@@ -10,6 +10,7 @@ mod fanout_pause;
 mod handshake;
 mod inline_handlers;
 mod peer;
+mod pipelining;
 mod shutdown_answers;
 mod spec_examples;
 mod stdio;
