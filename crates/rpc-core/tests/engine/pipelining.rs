@@ -10,12 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::common::line::Line;
 use rpc_core::listen::{self, Listener};
 use rpc_core::router::Answer;
 use rpc_core::{Connection, NoParams, PeerConfig, Router, Shutdown};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedReadHalf;
 
 const BURST: usize = 64;
 
@@ -52,62 +50,41 @@ fn serve(handled: Arc<AtomicUsize>) -> std::net::SocketAddr {
     addr
 }
 
-struct Client {
-    read: BufReader<OwnedReadHalf>,
-    write: tokio::net::tcp::OwnedWriteHalf,
+/// `count` `work` calls, to be sent in one write.
+fn burst(count: usize) -> String {
+    (0..count).map(|i| format!("{{\"jsonrpc\":\"2.0\",\"method\":\"work\",\"id\":{i}}}\n")).collect()
 }
 
-impl Client {
-    async fn connect(addr: std::net::SocketAddr) -> Client {
-        let (read, write) = TcpStream::connect(addr).await.unwrap().into_split();
-        Client { read: BufReader::new(read), write }
-    }
+/// Connects and makes one call, so that this connection is the one the
+/// server polled last.
+async fn connect(addr: std::net::SocketAddr) -> Line {
+    let mut client = Line::connect(addr).await;
+    ping(&mut client).await;
+    client
+}
 
-    /// Sends `count` `work` calls in one write.
-    async fn send_burst(&mut self, count: usize) {
-        let burst: String =
-            (0..count).map(|i| format!("{{\"jsonrpc\":\"2.0\",\"method\":\"work\",\"id\":{i}}}\n")).collect();
-        self.write.write_all(burst.as_bytes()).await.unwrap();
-    }
+async fn ping(client: &mut Line) {
+    assert_eq!(client.call("ping", 0).await.expect("the server closed")["result"], "pong");
+}
 
-    async fn reply(&mut self) -> serde_json::Value {
-        let mut line = String::new();
-        let read = tokio::time::timeout(Duration::from_secs(10), self.read.read_line(&mut line)).await;
-        assert!(read.expect("no reply within 10 s").unwrap() > 0, "the server closed the connection");
-        serde_json::from_str(&line).unwrap()
+/// Reads `count` replies in order; returns what the server had handled when
+/// each arrived.
+async fn read_replies(client: &mut Line, count: usize, handled: &AtomicUsize) -> Vec<usize> {
+    let mut handled_at = Vec::with_capacity(count);
+    for i in 0..count {
+        let reply = client.recv(Duration::from_secs(10)).await;
+        handled_at.push(handled.load(Ordering::SeqCst));
+        assert_eq!(reply["id"], i, "replies in order");
     }
-
-    async fn ping(&mut self) {
-        self.write.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":\"p\"}\n").await.unwrap();
-        assert_eq!(self.reply().await["result"], "pong");
-    }
-
-    /// Reads `count` replies in order; returns what the server had handled
-    /// when each arrived.
-    async fn read_replies(&mut self, count: usize, handled: &AtomicUsize) -> Vec<usize> {
-        let mut handled_at = Vec::with_capacity(count);
-        for i in 0..count {
-            let reply = self.reply().await;
-            handled_at.push(handled.load(Ordering::SeqCst));
-            assert_eq!(reply["id"], i, "replies in order");
-        }
-        handled_at
-    }
-
-    /// Reads a burst's replies; returns what the server had handled when
-    /// the first arrived.
-    async fn read_burst(&mut self, handled: &AtomicUsize) -> usize {
-        self.read_replies(BURST, handled).await[0]
-    }
+    handled_at
 }
 
 #[tokio::test]
 async fn a_connection_alone_on_its_thread_sends_its_first_replies_while_it_handles_the_rest() {
     let handled = Arc::new(AtomicUsize::new(0));
-    let mut client = Client::connect(serve(handled.clone())).await;
-    client.ping().await;
-    client.send_burst(BURST).await;
-    let at_first = client.read_burst(&handled).await;
+    let mut client = connect(serve(handled.clone())).await;
+    client.send_bytes(burst(BURST).as_bytes()).await;
+    let at_first = read_replies(&mut client, BURST, &handled).await[0];
     // The first write leaves after a slice of the burst (8); 56 calls of
     // 3 ms each are still to run when the client reads it.
     assert!(at_first < BURST / 2, "the first reply left after {at_first} of {BURST} calls were handled");
@@ -119,10 +96,9 @@ async fn a_client_that_keeps_ahead_gets_its_replies_a_batch_at_a_time() {
     // client only after the first 64, so only those leave in slices; the
     // next 64 are handled before any of their replies is written.
     let handled = Arc::new(AtomicUsize::new(0));
-    let mut client = Client::connect(serve(handled.clone())).await;
-    client.ping().await;
-    client.send_burst(4 * BURST).await;
-    let handled_at = client.read_replies(4 * BURST, &handled).await;
+    let mut client = connect(serve(handled.clone())).await;
+    client.send_bytes(burst(4 * BURST).as_bytes()).await;
+    let handled_at = read_replies(&mut client, 4 * BURST, &handled).await;
     assert!(handled_at[0] < BURST / 2, "the first reply left after {} calls were handled", handled_at[0]);
     assert!(
         handled_at[BURST] >= 2 * BURST,
@@ -135,16 +111,16 @@ async fn a_client_that_keeps_ahead_gets_its_replies_a_batch_at_a_time() {
 async fn connections_that_share_a_busy_thread_answer_each_burst_in_one_write() {
     let handled = Arc::new(AtomicUsize::new(0));
     let addr = serve(handled.clone());
-    let (mut a, mut b) = (Client::connect(addr).await, Client::connect(addr).await);
+    let (mut a, mut b) = (connect(addr).await, connect(addr).await);
     // `a` was served last; then two bursts, `b`'s first. While the server
     // handles `b`'s (about 0.2 s) `a`'s arrives: each connection takes its
     // turn after the other's, and answers its whole burst at once.
-    b.ping().await;
-    a.ping().await;
-    b.send_burst(BURST).await;
-    a.send_burst(BURST).await;
-    let b_at_first = b.read_burst(&handled).await;
-    let a_at_first = a.read_burst(&handled).await;
+    ping(&mut b).await;
+    ping(&mut a).await;
+    b.send_bytes(burst(BURST).as_bytes()).await;
+    a.send_bytes(burst(BURST).as_bytes()).await;
+    let b_at_first = read_replies(&mut b, BURST, &handled).await[0];
+    let a_at_first = read_replies(&mut a, BURST, &handled).await[0];
     assert_eq!(b_at_first, BURST, "b's first reply left with the rest of its burst");
     assert_eq!(a_at_first, 2 * BURST, "a's first reply left with the rest of its burst");
 }

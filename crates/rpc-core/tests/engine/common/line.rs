@@ -30,6 +30,11 @@ impl Line {
         let _ = self.writer.write_all(format!("{msg}\n").as_bytes()).await;
     }
 
+    /// Sends bytes as they are, in one write (a pipelined burst).
+    pub async fn send_bytes(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).await.unwrap();
+    }
+
     /// `Ok(Some(msg))`, `Ok(None)` once the other side closed, `Err` if nothing came within `limit`.
     pub async fn next_within(&mut self, limit: Duration) -> Result<Option<Value>, tokio::time::error::Elapsed> {
         let line = tokio::time::timeout(limit, self.lines.next_line()).await?;
